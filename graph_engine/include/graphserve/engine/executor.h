@@ -1,0 +1,128 @@
+#pragma once
+// The execution seam between the server and libtorch. An Executor runs one model instance on one
+// device: it takes a batch of requests, pads them into one tensor per input of a bucket's shape,
+// runs one forward (an eager call, or on CUDA a graph replay), and gives every request back its own
+// rows and its own length of each output it asked for.
+//
+// Ownership: the caller owns the Batch and everything it points to for the duration of Execute.
+// Thread safety: Execute and Warmup must be called from one thread at a time (each instance has a
+// worker thread of its own); Buckets, Counters and device are safe from any thread.
+// Errors: every libtorch exception is caught inside the engine and returned as a Status that names
+// the model and the bucket; nothing throws across this interface.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/model_spec.h"
+#include "graphserve/engine/status.h"
+#include "graphserve/engine/tensor.h"
+
+namespace graphserve {
+
+// One request as the engine sees it: already validated against the ModelSpec by the server.
+struct InferenceItem {
+  // One tensor per ModelSpec input, in spec order, shaped [rows, dims...] with the variable
+  // dimension equal to `length`.
+  std::vector<HostTensor> inputs;
+  int64_t rows = 0;
+  int64_t length = 0;
+  // One flag per ModelSpec output: false skips copying that output back.
+  std::vector<bool> outputs_wanted;
+};
+
+struct Batch {
+  std::vector<const InferenceItem*> items;
+  // What the batch is padded to: a bucket of the grid, or, for an oversize batch, the batch's own
+  // total rows × longest length. Must hold every item: sum(rows) <= batch, max(length) <= length.
+  BucketShape padded_shape;
+};
+
+// Per item, per ModelSpec output: the item's own slice [rows, dims...] (variable dim = its length),
+// or an empty tensor where the item did not want that output.
+using BatchOutputs = std::vector<std::vector<HostTensor>>;
+
+// Why a batch ran eagerly instead of as a graph replay.
+enum class EagerReason {
+  kOversize = 0,       // larger than the largest bucket
+  kCaptureFailed = 1,  // its bucket's capture threw
+  kVerifyFailed = 2,   // its bucket's replay disagreed with eager
+  kDisabled = 3,       // the model's config turns CUDA graphs off
+  kNoCuda = 4,         // the executor runs on a CPU
+};
+inline constexpr int kEagerReasonCount = 5;
+// "oversize", "capture_failed", "verify_failed", "disabled", "no_cuda": the metric label values.
+const char* EagerReasonName(EagerReason reason);
+
+// Monotonic counts since the executor was created.
+struct ExecutionCounters {
+  std::map<BucketShape, uint64_t> graph_replays;  // by bucket
+  std::array<uint64_t, kEagerReasonCount> eager_runs{};  // by EagerReason
+  uint64_t batches = 0;          // graph replays + eager runs
+  uint64_t real_elements = 0;    // sum over requests of rows × length
+  uint64_t padded_elements = 0;  // sum over batches of padded batch × padded length
+};
+
+struct BucketInfo {
+  BucketShape shape;
+  // True when this bucket runs as a captured graph; false when it runs eagerly (and why).
+  bool graph = false;
+  EagerReason eager_reason = EagerReason::kNoCuda;
+  // Wall time of one execution learnt during Warmup, in microseconds (0 before Warmup).
+  double execute_time_us = 0.0;
+  // True when execute_time_us was measured on this bucket; false when it was scaled from a smaller
+  // bucket of the same length (CPU executors skip running their largest buckets at start-up).
+  bool time_measured = false;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  // Runs every bucket at least once so that the first request pays no start-up cost, measures each
+  // bucket's execution time, and (on CUDA) captures and verifies the graphs. Call once, before the
+  // first Execute; returns an error when the model cannot run at all (e.g. wrong outputs).
+  virtual Status Warmup() = 0;
+
+  // Runs `batch` and fills `outputs` (resized to the batch's items). Blocks until the results are in
+  // host memory. A failure fails the whole batch.
+  virtual Status Execute(const Batch& batch, BatchOutputs* outputs) = 0;
+
+  // The bucket grid with what Warmup learnt about each bucket.
+  virtual std::vector<BucketInfo> Buckets() const = 0;
+  virtual ExecutionCounters Counters() const = 0;
+  // "cpu" or "cuda:N".
+  virtual std::string device() const = 0;
+};
+
+struct ExecutorOptions {
+  // "cpu", "cuda" (device 0) or "cuda:N".
+  std::string device = "cpu";
+  // Folder holding model.pt for TorchScript models; unused by the built-in encoder.
+  std::string model_dir;
+};
+
+// Loads the model that `spec` describes onto `options.device`. Fails with INVALID_ARGUMENT for a
+// spec the platform cannot serve, NOT_FOUND for a missing model file, UNAVAILABLE for a CUDA device
+// that is not there.
+Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
+                      std::unique_ptr<Executor>* executor);
+
+// Facts about the engine's libtorch build, for the startup log and build-info metric.
+struct EngineInfo {
+  std::string libtorch_version;
+  std::string cuda_version;  // "" when libtorch was built without CUDA
+  int cuda_device_count = 0;
+};
+EngineInfo GetEngineInfo();
+
+// The engine cannot include spdlog (see ../shared/GPU.md, pitfall 2), so it reports through a sink
+// that the server installs once at start-up. Thread-safe: the sink may be called from any thread.
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+void SetEngineLogSink(LogSink sink);
+
+}  // namespace graphserve

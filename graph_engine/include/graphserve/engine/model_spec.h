@@ -1,0 +1,72 @@
+#pragma once
+// What a model looks like to the engine: its tensors, limits and bucket grid. The server builds a
+// ModelSpec from config.pbtxt (server/config) and hands it to CreateExecutor. Value type.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/tensor.h"
+
+namespace graphserve {
+
+// Platform names as they appear in config.pbtxt and in model metadata.
+inline constexpr const char* kPlatformTorchScript = "pytorch_libtorch";
+inline constexpr const char* kPlatformBuiltinEncoder = "graphserve_encoder";
+
+struct TensorSpec {
+  std::string name;
+  DataType dtype = DataType::kFp32;
+  // One row's shape (no batch dimension). -1 marks the variable dimension: for inputs the request's
+  // sequence length, for outputs "the same length as the inputs".
+  std::vector<int64_t> dims;
+  // Inputs only: the value that padding writes.
+  double pad_value = 0.0;
+
+  // Index into `dims` of the -1 entry, or -1 when the tensor has no variable dimension.
+  int variable_dim() const;
+};
+
+enum class Precision { kFp32, kFp16, kBf16 };
+const char* PrecisionName(Precision precision);
+
+// A (batch rows × sequence length) shape that batches are padded to.
+struct BucketShape {
+  int64_t batch = 0;
+  int64_t length = 0;
+
+  bool operator==(const BucketShape& other) const {
+    return batch == other.batch && length == other.length;
+  }
+  bool operator<(const BucketShape& other) const {
+    return batch != other.batch ? batch < other.batch : length < other.length;
+  }
+  // "8x128"
+  std::string ToString() const;
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string platform;  // kPlatformTorchScript or kPlatformBuiltinEncoder
+  int64_t max_batch_size = 1;
+  int64_t max_sequence_length = 1;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  // Ascending, deduplicated, capped by max_batch_size / max_sequence_length, and ending at them.
+  std::vector<int64_t> bucket_batch_sizes;
+  std::vector<int64_t> bucket_lengths;
+  Precision precision = Precision::kFp32;
+  bool cuda_graphs_disabled = false;
+  double verify_rtol = 0.0;  // 0: the precision's default
+
+  // The smallest bucket that holds `rows` × `length`, or {rows, length} itself (an oversize batch)
+  // when none does.
+  BucketShape BucketFor(int64_t rows, int64_t length) const;
+  bool IsOversize(int64_t rows, int64_t length) const;
+};
+
+// The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
+// capped by (and always including) the model's limits.
+std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size);
+std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length);
+
+}  // namespace graphserve

@@ -1,0 +1,264 @@
+#include "padding.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "torch_errors.h"
+
+namespace graphserve {
+namespace {
+
+std::vector<int64_t> ToVector(at::IntArrayRef sizes) {
+  return std::vector<int64_t>(sizes.begin(), sizes.end());
+}
+
+// One item's own shape of `tensor`: [rows, dims...] with the variable dimension = its length.
+std::vector<int64_t> ItemShape(const TensorSpec& tensor, const InferenceItem& item) {
+  return PaddedShape(tensor, BucketShape{item.rows, item.length});
+}
+
+// The part of a padded tensor that belongs to the item starting at `row_offset`.
+at::Tensor ItemRegion(const at::Tensor& padded, const TensorSpec& tensor, const InferenceItem& item,
+                      int64_t row_offset) {
+  at::Tensor region = padded.narrow(0, row_offset, item.rows);
+  const int variable_dim = tensor.variable_dim();
+  if (variable_dim >= 0) region = region.narrow(variable_dim + 1, 0, item.length);
+  return region;
+}
+
+Status ValidateItem(const ModelSpec& spec, const std::string& context, size_t index,
+                    const InferenceItem& item) {
+  const std::string where = context + ": item " + std::to_string(index);
+  if (item.rows < 1 || item.length < 0) {
+    return InvalidArgument(where + " has " + std::to_string(item.rows) + " rows and length " +
+                           std::to_string(item.length));
+  }
+  if (item.inputs.size() != spec.inputs.size()) {
+    return InvalidArgument(where + " has " + std::to_string(item.inputs.size()) +
+                           " inputs, the model takes " + std::to_string(spec.inputs.size()));
+  }
+  if (item.outputs_wanted.size() != spec.outputs.size()) {
+    return InvalidArgument(where + " has " + std::to_string(item.outputs_wanted.size()) +
+                           " outputs_wanted flags, the model has " +
+                           std::to_string(spec.outputs.size()) + " outputs");
+  }
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const TensorSpec& input = spec.inputs[i];
+    const HostTensor& tensor = item.inputs[i];
+    const std::string name = where + " input '" + input.name + "'";
+    if (tensor.dtype != input.dtype) {
+      return InvalidArgument(name + " is " + DataTypeName(tensor.dtype) + ", expected " +
+                             DataTypeName(input.dtype));
+    }
+    const std::vector<int64_t> expected_shape = ItemShape(input, item);
+    if (tensor.shape != expected_shape) {
+      return InvalidArgument(name + " has shape " + ShapeToString(tensor.shape) + ", expected " +
+                             ShapeToString(expected_shape));
+    }
+    const size_t expected_bytes =
+        static_cast<size_t>(ElementCount(expected_shape)) * ElementSize(input.dtype);
+    if (tensor.bytes.size() != expected_bytes) {
+      return InvalidArgument(name + " holds " + std::to_string(tensor.bytes.size()) +
+                             " bytes, expected " + std::to_string(expected_bytes));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+at::ScalarType ToScalarType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kBool: return at::kBool;
+    case DataType::kUint8: return at::kByte;
+    case DataType::kInt8: return at::kChar;
+    case DataType::kInt16: return at::kShort;
+    case DataType::kInt32: return at::kInt;
+    case DataType::kInt64: return at::kLong;
+    case DataType::kFp16: return at::kHalf;
+    case DataType::kBf16: return at::kBFloat16;
+    case DataType::kFp32: return at::kFloat;
+    case DataType::kFp64: return at::kDouble;
+  }
+  return at::kFloat;
+}
+
+std::string DescribeBucket(const ModelSpec& spec, const BucketShape& shape) {
+  return "model '" + spec.name + "' bucket " + shape.ToString();
+}
+
+std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape) {
+  std::vector<int64_t> padded;
+  padded.reserve(tensor.dims.size() + 1);
+  padded.push_back(shape.batch);
+  for (int64_t dim : tensor.dims) padded.push_back(dim == -1 ? shape.length : dim);
+  return padded;
+}
+
+Status ValidateBatch(const ModelSpec& spec, const Batch& batch) {
+  const std::string context = DescribeBucket(spec, batch.padded_shape);
+  if (batch.items.empty()) return InvalidArgument(context + ": the batch has no items");
+  int64_t total_rows = 0;
+  int64_t longest = 0;
+  for (size_t k = 0; k < batch.items.size(); ++k) {
+    const InferenceItem* item = batch.items[k];
+    if (item == nullptr) {
+      return InvalidArgument(context + ": item " + std::to_string(k) + " is null");
+    }
+    Status status = ValidateItem(spec, context, k, *item);
+    if (!status.ok()) return status;
+    total_rows += item->rows;
+    longest = std::max(longest, item->length);
+  }
+  if (total_rows > batch.padded_shape.batch || longest > batch.padded_shape.length) {
+    return InvalidArgument(context + ": the padded shape does not hold the batch's " +
+                           std::to_string(total_rows) + " rows of length up to " +
+                           std::to_string(longest));
+  }
+  return Status::Ok();
+}
+
+Status FillPaddedInputs(const ModelSpec& spec, const Batch& batch,
+                        const std::vector<at::Tensor>& destinations) {
+  Status status = ValidateBatch(spec, batch);
+  if (!status.ok()) return status;
+  const std::string context = DescribeBucket(spec, batch.padded_shape);
+  if (destinations.size() != spec.inputs.size()) {
+    return Internal(context + ": " + std::to_string(destinations.size()) +
+                    " destination tensors for " + std::to_string(spec.inputs.size()) + " inputs");
+  }
+  try {
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      const TensorSpec& input = spec.inputs[i];
+      const at::Tensor& destination = destinations[i];
+      const at::ScalarType scalar_type = ToScalarType(input.dtype);
+      const std::vector<int64_t> expected_shape = PaddedShape(input, batch.padded_shape);
+      if (!destination.defined() || ToVector(destination.sizes()) != expected_shape ||
+          destination.scalar_type() != scalar_type) {
+        return Internal(context + ": destination for input '" + input.name + "' is " +
+                        (destination.defined() ? ShapeToString(ToVector(destination.sizes())) +
+                                                     " " + c10::toString(destination.scalar_type())
+                                               : std::string("undefined")) +
+                        ", expected " + ShapeToString(expected_shape) + " " +
+                        c10::toString(scalar_type));
+      }
+      destination.fill_(input.pad_value);
+      int64_t row_offset = 0;
+      for (const InferenceItem* item : batch.items) {
+        const HostTensor& source = item->inputs[i];
+        // from_blob only views the request's bytes, which copy_ reads and never writes.
+        const at::Tensor source_view =
+            at::from_blob(const_cast<char*>(source.bytes.data()), source.shape,
+                          at::TensorOptions().dtype(scalar_type));
+        ItemRegion(destination, input, *item, row_offset).copy_(source_view);
+        row_offset += item->rows;
+      }
+    }
+  } catch (const std::exception& error) {
+    return Internal(context + ": padding the inputs failed: " + ExceptionMessage(error));
+  }
+  return Status::Ok();
+}
+
+Status MakePaddedInputs(const ModelSpec& spec, const Batch& batch,
+                        std::vector<at::Tensor>* inputs) {
+  inputs->clear();
+  try {
+    for (const TensorSpec& input : spec.inputs) {
+      inputs->push_back(at::empty(PaddedShape(input, batch.padded_shape),
+                                  at::TensorOptions().dtype(ToScalarType(input.dtype))));
+    }
+  } catch (const std::exception& error) {
+    inputs->clear();
+    return Internal(DescribeBucket(spec, batch.padded_shape) +
+                    ": allocating the padded inputs failed: " + ExceptionMessage(error));
+  }
+  return FillPaddedInputs(spec, batch, *inputs);
+}
+
+Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
+                        std::vector<at::Tensor>* inputs) {
+  inputs->clear();
+  try {
+    for (const TensorSpec& input : spec.inputs) {
+      at::Tensor tensor = at::full(PaddedShape(input, shape), input.pad_value,
+                                   at::TensorOptions().dtype(ToScalarType(input.dtype)));
+      const int variable_dim = input.variable_dim();
+      if (variable_dim >= 0 && shape.length > 0) tensor.select(variable_dim + 1, 0).fill_(1);
+      inputs->push_back(std::move(tensor));
+    }
+  } catch (const std::exception& error) {
+    inputs->clear();
+    return Internal(DescribeBucket(spec, shape) +
+                    ": making warm-up inputs failed: " + ExceptionMessage(error));
+  }
+  return Status::Ok();
+}
+
+Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
+                       const std::vector<at::Tensor>& outputs) {
+  const std::string context = DescribeBucket(spec, shape);
+  if (outputs.size() != spec.outputs.size()) {
+    return InvalidArgument(context + ": the model returned " + std::to_string(outputs.size()) +
+                           " outputs, the config declares " + std::to_string(spec.outputs.size()));
+  }
+  for (size_t o = 0; o < spec.outputs.size(); ++o) {
+    const TensorSpec& output = spec.outputs[o];
+    if (!outputs[o].defined()) {
+      return InvalidArgument(context + ": output '" + output.name + "' is an undefined tensor");
+    }
+    const std::vector<int64_t> expected = PaddedShape(output, shape);
+    const std::vector<int64_t> actual = ToVector(outputs[o].sizes());
+    if (actual != expected) {
+      return InvalidArgument(context + ": output '" + output.name + "' has shape " +
+                             ShapeToString(actual) + ", expected " + ShapeToString(expected) +
+                             " (batch, then the config's dims with -1 = the padded length)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status SliceOutputs(const ModelSpec& spec, const Batch& batch,
+                    const std::vector<at::Tensor>& model_outputs, BatchOutputs* outputs) {
+  Status status = ValidateOutputs(spec, batch.padded_shape, model_outputs);
+  if (!status.ok()) return status;
+  outputs->assign(batch.items.size(), std::vector<HostTensor>(spec.outputs.size()));
+  try {
+    for (size_t o = 0; o < spec.outputs.size(); ++o) {
+      const TensorSpec& output = spec.outputs[o];
+      const bool wanted_by_any = std::any_of(
+          batch.items.begin(), batch.items.end(),
+          [o](const InferenceItem* item) { return static_cast<bool>(item->outputs_wanted[o]); });
+      at::Tensor host_output;
+      if (wanted_by_any) {
+        // One device-to-host copy per output rather than one per item.
+        host_output = model_outputs[o].is_cpu() ? model_outputs[o] : model_outputs[o].to(at::kCPU);
+      }
+      int64_t row_offset = 0;
+      for (size_t k = 0; k < batch.items.size(); ++k) {
+        const InferenceItem& item = *batch.items[k];
+        HostTensor& result = (*outputs)[k][o];
+        result.dtype = output.dtype;
+        if (!item.outputs_wanted[o]) {
+          result.shape = {0};
+        } else {
+          result.shape = ItemShape(output, item);
+          result.bytes.resize(static_cast<size_t>(ElementCount(result.shape)) *
+                              ElementSize(output.dtype));
+          // copy_ both gathers the strided region and converts to the spec's dtype.
+          at::from_blob(result.bytes.data(), result.shape,
+                        at::TensorOptions().dtype(ToScalarType(output.dtype)))
+              .copy_(ItemRegion(host_output, output, item, row_offset));
+        }
+        row_offset += item.rows;
+      }
+    }
+  } catch (const std::exception& error) {
+    outputs->clear();
+    return Internal(DescribeBucket(spec, batch.padded_shape) +
+                    ": slicing the outputs failed: " + ExceptionMessage(error));
+  }
+  return Status::Ok();
+}
+
+}  // namespace graphserve

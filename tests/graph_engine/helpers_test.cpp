@@ -1,0 +1,141 @@
+// The engine's torch-free helpers: status, tensor and model-spec utilities, and the log sink.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine_log.h"
+#include "graphserve/engine/executor.h"
+#include "graphserve/engine/model_spec.h"
+#include "graphserve/engine/status.h"
+#include "graphserve/engine/tensor.h"
+
+namespace graphserve {
+namespace {
+
+TEST(StatusTest, NamesAndToString) {
+  EXPECT_STREQ(StatusCodeName(StatusCode::kOk), "ok");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kInvalidArgument), "invalid_argument");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kResourceExhausted), "resource_exhausted");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kUnavailable), "unavailable");
+  EXPECT_EQ(Status::Ok().ToString(), "OK");
+  EXPECT_EQ(InvalidArgument("input 'x': bad").ToString(), "INVALID_ARGUMENT: input 'x': bad");
+  EXPECT_EQ(NotFound("no model.pt").ToString(), "NOT_FOUND: no model.pt");
+  EXPECT_TRUE(Status().ok());
+  EXPECT_FALSE(Internal("x").ok());
+  EXPECT_EQ(Internal("x").code(), StatusCode::kInternal);
+}
+
+TEST(TensorTest, DataTypeNamesRoundTrip) {
+  const std::vector<std::pair<DataType, size_t>> types = {
+      {DataType::kBool, 1},  {DataType::kUint8, 1}, {DataType::kInt8, 1}, {DataType::kInt16, 2},
+      {DataType::kInt32, 4}, {DataType::kInt64, 8}, {DataType::kFp16, 2}, {DataType::kBf16, 2},
+      {DataType::kFp32, 4},  {DataType::kFp64, 8}};
+  for (const auto& [dtype, size] : types) {
+    SCOPED_TRACE(DataTypeName(dtype));
+    EXPECT_EQ(ElementSize(dtype), size);
+    EXPECT_EQ(DataTypeFromName(DataTypeName(dtype)), dtype);
+  }
+  EXPECT_STREQ(DataTypeName(DataType::kBf16), "BF16");
+  EXPECT_STREQ(DataTypeName(DataType::kUint8), "UINT8");
+  EXPECT_EQ(DataTypeFromName("BYTES"), std::nullopt);
+  EXPECT_EQ(DataTypeFromName("fp32"), std::nullopt);  // KServe names are upper case
+  EXPECT_EQ(DataTypeFromName(""), std::nullopt);
+}
+
+TEST(TensorTest, ElementCountAndShapeToString) {
+  EXPECT_EQ(ElementCount({}), 1);
+  EXPECT_EQ(ElementCount({2, 16, 256}), 8192);
+  EXPECT_EQ(ElementCount({3, 0}), 0);
+  EXPECT_EQ(ShapeToString({2, 16, 256}), "[2, 16, 256]");
+  EXPECT_EQ(ShapeToString({}), "[]");
+  EXPECT_EQ(ShapeToString({-1}), "[-1]");
+}
+
+TEST(ModelSpecTest, VariableDimAndNames) {
+  TensorSpec tensor;
+  tensor.dims = {-1, 256};
+  EXPECT_EQ(tensor.variable_dim(), 0);
+  tensor.dims = {4, -1};
+  EXPECT_EQ(tensor.variable_dim(), 1);
+  tensor.dims = {256};
+  EXPECT_EQ(tensor.variable_dim(), -1);
+  EXPECT_STREQ(PrecisionName(Precision::kFp32), "fp32");
+  EXPECT_STREQ(PrecisionName(Precision::kFp16), "fp16");
+  EXPECT_STREQ(PrecisionName(Precision::kBf16), "bf16");
+  EXPECT_EQ((BucketShape{8, 128}).ToString(), "8x128");
+}
+
+TEST(ModelSpecTest, BucketForPicksSmallestHoldingBucket) {
+  ModelSpec spec;
+  spec.bucket_batch_sizes = {1, 2, 4, 8};
+  spec.bucket_lengths = {16, 32, 48, 64};
+  EXPECT_EQ(spec.BucketFor(1, 1), (BucketShape{1, 16}));
+  EXPECT_EQ(spec.BucketFor(3, 17), (BucketShape{4, 32}));
+  EXPECT_EQ(spec.BucketFor(4, 32), (BucketShape{4, 32}));
+  EXPECT_EQ(spec.BucketFor(8, 64), (BucketShape{8, 64}));
+  EXPECT_FALSE(spec.IsOversize(8, 64));
+  EXPECT_FALSE(spec.IsOversize(5, 33));
+}
+
+TEST(ModelSpecTest, BucketForOversizeReturnsTheBatchItself) {
+  ModelSpec spec;
+  spec.bucket_batch_sizes = {1, 2, 4, 8};
+  spec.bucket_lengths = {16, 32, 48, 64};
+  EXPECT_EQ(spec.BucketFor(9, 10), (BucketShape{9, 10}));
+  EXPECT_TRUE(spec.IsOversize(9, 10));
+  EXPECT_EQ(spec.BucketFor(2, 65), (BucketShape{2, 65}));
+  EXPECT_TRUE(spec.IsOversize(2, 65));
+  EXPECT_EQ(spec.BucketFor(12, 100), (BucketShape{12, 100}));
+  EXPECT_TRUE(spec.IsOversize(12, 100));
+
+  ModelSpec no_grid;
+  EXPECT_EQ(no_grid.BucketFor(1, 1), (BucketShape{1, 1}));
+  EXPECT_TRUE(no_grid.IsOversize(1, 1));
+}
+
+TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
+  EXPECT_EQ(DefaultBucketBatchSizes(1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(DefaultBucketBatchSizes(32), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(DefaultBucketBatchSizes(24), (std::vector<int64_t>{1, 2, 4, 8, 16, 24}));
+  EXPECT_EQ(DefaultBucketBatchSizes(3), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(DefaultBucketBatchSizes(0).empty());
+}
+
+TEST(ModelSpecTest, DefaultLengthsAreDenseAtSmallSizesAndEndAtTheMax) {
+  EXPECT_EQ(DefaultBucketLengths(512),
+            (std::vector<int64_t>{16, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
+  EXPECT_EQ(DefaultBucketLengths(100), (std::vector<int64_t>{16, 32, 48, 64, 96, 100}));
+  EXPECT_EQ(DefaultBucketLengths(128), (std::vector<int64_t>{16, 32, 48, 64, 96, 128}));
+  EXPECT_EQ(DefaultBucketLengths(40), (std::vector<int64_t>{16, 32, 40}));
+  EXPECT_EQ(DefaultBucketLengths(16), (std::vector<int64_t>{16}));
+  EXPECT_EQ(DefaultBucketLengths(8), (std::vector<int64_t>{8}));
+  EXPECT_EQ(DefaultBucketLengths(2048).back(), 2048);
+  EXPECT_EQ(DefaultBucketLengths(2048).size(), 14u);  // ..., 512, 768, 1024, 1536, 2048
+}
+
+TEST(ExecutorTypesTest, EagerReasonNamesAreMetricLabels) {
+  EXPECT_STREQ(EagerReasonName(EagerReason::kOversize), "oversize");
+  EXPECT_STREQ(EagerReasonName(EagerReason::kCaptureFailed), "capture_failed");
+  EXPECT_STREQ(EagerReasonName(EagerReason::kVerifyFailed), "verify_failed");
+  EXPECT_STREQ(EagerReasonName(EagerReason::kDisabled), "disabled");
+  EXPECT_STREQ(EagerReasonName(EagerReason::kNoCuda), "no_cuda");
+}
+
+TEST(EngineLogTest, InstalledSinkReceivesMessagesUntilReset) {
+  std::vector<std::pair<LogLevel, std::string>> received;
+  SetEngineLogSink([&received](LogLevel level, const std::string& message) {
+    received.emplace_back(level, message);
+  });
+  EngineLog(LogLevel::kWarning, "first");
+  EngineLog(LogLevel::kDebug, "second");
+  SetEngineLogSink(nullptr);  // back to stderr
+  EngineLog(LogLevel::kInfo, "not captured");
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0], std::make_pair(LogLevel::kWarning, std::string("first")));
+  EXPECT_EQ(received[1], std::make_pair(LogLevel::kDebug, std::string("second")));
+}
+
+}  // namespace
+}  // namespace graphserve

@@ -1,0 +1,87 @@
+"""Writes the TorchScript models that graph_engine_torchscript_test serves.
+
+Usage: make_test_models.py OUTPUT_DIR  (creates OUTPUT_DIR/<model>/model.pt)
+
+Every model takes (input_ids, attention_mask), both int64 [B, L], and computes
+    per_token[b, l, k] = (input_ids[b, l] * (k + 1) + k / 2) * attention_mask[b, l]   FP32 [B, L, 8]
+    pooled[b, k]       = sum_l per_token[b, l, k] / max(1, sum_l attention_mask[b, l])  FP32 [B, 8]
+so that the C++ test can compute the exact expected values of every request.
+"""
+import os
+import sys
+from typing import Dict, List, Tuple
+
+import torch
+
+
+class TokenFeatures(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("weight", torch.arange(1, 9, dtype=torch.float32))
+        self.register_buffer("bias", torch.arange(8, dtype=torch.float32) / 2)
+
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        mask = attention_mask.unsqueeze(-1).to(torch.float32)
+        per_token = (input_ids.unsqueeze(-1).to(torch.float32) * self.weight + self.bias) * mask
+        count = attention_mask.sum(1, keepdim=True).clamp(min=1).to(torch.float32)
+        return per_token, per_token.sum(1) / count
+
+
+class TupleModel(TokenFeatures):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self.features(input_ids, attention_mask)
+
+
+class DictModel(TokenFeatures):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        per_token, pooled = self.features(input_ids, attention_mask)
+        return {"per_token": per_token, "pooled": pooled}
+
+
+class ListModel(TokenFeatures):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> List[torch.Tensor]:
+        per_token, pooled = self.features(input_ids, attention_mask)
+        return [per_token, pooled]
+
+
+class WrongShapeModel(TokenFeatures):
+    """per_token has 7 features where the config says 8."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        per_token, pooled = self.features(input_ids, attention_mask)
+        return per_token[:, :, :7], pooled
+
+
+class ExtraOutputModel(TokenFeatures):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        per_token, pooled = self.features(input_ids, attention_mask)
+        return per_token, pooled, pooled
+
+
+class IntResultModel(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+        return input_ids.size(0)
+
+
+MODELS = {
+    "tuple": TupleModel,
+    "dict": DictModel,
+    "list": ListModel,
+    "wrong_shape": WrongShapeModel,
+    "extra_output": ExtraOutputModel,
+    "int_result": IntResultModel,
+}
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: make_test_models.py OUTPUT_DIR")
+    for name, model_class in MODELS.items():
+        directory = os.path.join(sys.argv[1], name)
+        os.makedirs(directory, exist_ok=True)
+        torch.jit.script(model_class().eval()).save(os.path.join(directory, "model.pt"))
+    print(f"wrote {len(MODELS)} models under {sys.argv[1]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+// EagerExecutor serving TorchScript models that make_test_models.py scripted (a ctest fixture),
+// through the public, torch-free API only.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "test_batches.h"
+
+namespace graphserve {
+namespace {
+
+using testing::Fp32Values;
+using testing::MakeBatch;
+using testing::RelativeDifference;
+using testing::TokenItem;
+
+constexpr int64_t kFeatures = 8;
+
+std::string ModelDir(const std::string& model) {
+  return std::string(GRAPHSERVE_TEST_MODELS_DIR) + "/" + model;
+}
+
+TensorSpec PerTokenSpec() { return TensorSpec{"per_token", DataType::kFp32, {-1, kFeatures}, 0.0}; }
+TensorSpec PooledSpec() { return TensorSpec{"pooled", DataType::kFp32, {kFeatures}, 0.0}; }
+
+ModelSpec TokenFeaturesSpec(const std::string& name, std::vector<TensorSpec> outputs) {
+  ModelSpec spec;
+  spec.name = name;
+  spec.platform = kPlatformTorchScript;
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = 8;
+  // Pad ids with a value that would show in per_token if the mask did not zero it.
+  spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 5.0},
+                 TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.outputs = std::move(outputs);
+  spec.bucket_batch_sizes = {2, 4};
+  spec.bucket_lengths = {4, 8};
+  return spec;
+}
+
+Status Create(const ModelSpec& spec, const std::string& model_dir,
+              std::unique_ptr<Executor>* executor) {
+  ExecutorOptions options;
+  options.model_dir = model_dir;
+  return CreateExecutor(spec, options, executor);
+}
+
+std::vector<int64_t> Int64Values(const HostTensor& tensor) {
+  std::vector<int64_t> values(tensor.bytes.size() / sizeof(int64_t));
+  std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
+  return values;
+}
+
+// What the scripted models compute for one item (every mask value is 1).
+std::vector<float> ExpectedPerToken(const InferenceItem& item) {
+  std::vector<float> expected;
+  for (int64_t id : Int64Values(item.inputs[0])) {
+    for (int64_t k = 0; k < kFeatures; ++k) expected.push_back(float(id * (k + 1)) + float(k) / 2);
+  }
+  return expected;
+}
+
+std::vector<float> ExpectedPooled(const InferenceItem& item) {
+  const std::vector<float> per_token = ExpectedPerToken(item);
+  std::vector<float> expected;
+  for (int64_t row = 0; row < item.rows; ++row) {
+    for (int64_t k = 0; k < kFeatures; ++k) {
+      double sum = 0.0;
+      for (int64_t pos = 0; pos < item.length; ++pos) {
+        sum += per_token[static_cast<size_t>((row * item.length + pos) * kFeatures + k)];
+      }
+      expected.push_back(static_cast<float>(sum / double(item.length)));
+    }
+  }
+  return expected;
+}
+
+// Serves three items of different rows and lengths in one 4x8 bucket and checks every slice
+// against the exact values. `per_token_index` / `pooled_index`: where the spec lists them.
+void ExpectServesEachItemItsOwnSlice(Executor& executor, size_t per_token_index,
+                                     size_t pooled_index) {
+  const std::vector<InferenceItem> items = {
+      TokenItem(1, 3, 11, 1024, 2), TokenItem(2, 8, 12, 1024, 2), TokenItem(1, 5, 13, 1024, 2)};
+  BatchOutputs outputs;
+  const Status status =
+      executor.Execute(MakeBatch({&items[0], &items[1], &items[2]}, BucketShape{4, 8}), &outputs);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(outputs.size(), items.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    SCOPED_TRACE("item " + std::to_string(k));
+    ASSERT_EQ(outputs[k].size(), 2u);
+    const HostTensor& per_token = outputs[k][per_token_index];
+    const HostTensor& pooled = outputs[k][pooled_index];
+    EXPECT_EQ(per_token.shape, (std::vector<int64_t>{items[k].rows, items[k].length, kFeatures}));
+    EXPECT_EQ(pooled.shape, (std::vector<int64_t>{items[k].rows, kFeatures}));
+    EXPECT_EQ(Fp32Values(per_token), ExpectedPerToken(items[k]));
+    EXPECT_LT(RelativeDifference(Fp32Values(pooled), ExpectedPooled(items[k])), 1e-6);
+  }
+}
+
+TEST(TorchScriptTest, TupleModelServesEachItemItsOwnSlice) {
+  std::unique_ptr<Executor> executor;
+  const Status status = Create(TokenFeaturesSpec("tuple", {PerTokenSpec(), PooledSpec()}),
+                               ModelDir("tuple"), &executor);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const Status warmup = executor->Warmup();
+  ASSERT_TRUE(warmup.ok()) << warmup.ToString();
+  ExpectServesEachItemItsOwnSlice(*executor, 0, 1);
+  EXPECT_EQ(executor->Counters().batches, 1u);
+  EXPECT_EQ(executor->Counters().real_elements, uint64_t{1 * 3 + 2 * 8 + 1 * 5});
+}
+
+TEST(TorchScriptTest, DictModelIsMappedByOutputName) {
+  std::unique_ptr<Executor> executor;
+  // The spec lists the outputs in the opposite order of the dict's insertion.
+  const Status status = Create(TokenFeaturesSpec("dict", {PooledSpec(), PerTokenSpec()}),
+                               ModelDir("dict"), &executor);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_TRUE(executor->Warmup().ok());
+  ExpectServesEachItemItsOwnSlice(*executor, 1, 0);
+}
+
+TEST(TorchScriptTest, ListModelIsMappedInOrder) {
+  std::unique_ptr<Executor> executor;
+  const Status status = Create(TokenFeaturesSpec("list", {PerTokenSpec(), PooledSpec()}),
+                               ModelDir("list"), &executor);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_TRUE(executor->Warmup().ok());
+  ExpectServesEachItemItsOwnSlice(*executor, 0, 1);
+}
+
+TEST(TorchScriptTest, DictWithoutADeclaredOutputFailsWarmup) {
+  std::unique_ptr<Executor> executor;
+  TensorSpec logits{"logits", DataType::kFp32, {kFeatures}, 0.0};
+  ASSERT_TRUE(
+      Create(TokenFeaturesSpec("dict", {PooledSpec(), logits}), ModelDir("dict"), &executor).ok());
+  const Status status = executor->Warmup();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("'logits'"), std::string::npos) << status.ToString();
+}
+
+TEST(TorchScriptTest, MissingModelFileIsNotFound) {
+  std::unique_ptr<Executor> executor;
+  const Status status = Create(TokenFeaturesSpec("absent", {PerTokenSpec(), PooledSpec()}),
+                               ModelDir("no_such_model"), &executor);
+  EXPECT_EQ(status.code(), StatusCode::kNotFound) << status.ToString();
+  EXPECT_NE(status.message().find("model 'absent'"), std::string::npos) << status.ToString();
+  EXPECT_EQ(executor, nullptr);
+}
+
+// Writes `contents` as model.pt into a fresh folder under the test's temporary directory. POSIX
+// calls rather than std::filesystem: the PyTorch 2.11 wheel's libtorch.so exports std::filesystem
+// symbols of its own, and std::filesystem::remove_all crashed (a call through a null pointer) in a
+// binary linked with it.
+std::string WriteModelFile(const std::string& contents) {
+  std::string folder = ::testing::TempDir() + "graph_engine_test_model_XXXXXX";
+  if (mkdtemp(folder.data()) == nullptr) return "";
+  std::ofstream(folder + "/model.pt", std::ios::binary) << contents;
+  return folder;
+}
+
+void RemoveModelFolder(const std::string& folder) {
+  std::remove((folder + "/model.pt").c_str());
+  rmdir(folder.c_str());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+void ExpectUnloadable(const std::string& model, const std::string& model_file_contents) {
+  const std::string model_dir = WriteModelFile(model_file_contents);
+  ASSERT_FALSE(model_dir.empty());
+  std::unique_ptr<Executor> executor;
+  const Status status =
+      Create(TokenFeaturesSpec(model, {PerTokenSpec(), PooledSpec()}), model_dir, &executor);
+  RemoveModelFolder(model_dir);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("model '" + model + "'"), std::string::npos) << status.ToString();
+  EXPECT_EQ(executor, nullptr);
+}
+
+TEST(TorchScriptTest, GarbageModelFileIsInvalidArgument) {
+  ExpectUnloadable("garbage", "this is not a TorchScript archive");
+}
+
+TEST(TorchScriptTest, TruncatedModelFileIsInvalidArgument) {
+  const std::string archive = ReadFile(ModelDir("tuple") + "/model.pt");
+  ASSERT_GT(archive.size(), 1000u);
+  ExpectUnloadable("truncated", archive.substr(0, archive.size() / 2));
+}
+
+// Models that load but whose results do not match the config fail Warmup, naming the model and the
+// bucket, before any request reaches them.
+void ExpectWarmupFails(const std::string& model, const std::string& mentions) {
+  std::unique_ptr<Executor> executor;
+  const Status created =
+      Create(TokenFeaturesSpec(model, {PerTokenSpec(), PooledSpec()}), ModelDir(model), &executor);
+  ASSERT_TRUE(created.ok()) << created.ToString();
+  const Status status = executor->Warmup();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("model '" + model + "' bucket 2x4"), std::string::npos)
+      << status.ToString();
+  EXPECT_NE(status.message().find(mentions), std::string::npos) << status.ToString();
+}
+
+TEST(TorchScriptTest, WrongOutputShapeFailsWarmup) {
+  ExpectWarmupFails("wrong_shape", "'per_token'");
+}
+
+TEST(TorchScriptTest, ExtraOutputFailsWarmup) { ExpectWarmupFails("extra_output", "3 outputs"); }
+
+TEST(TorchScriptTest, NonTensorResultFailsWarmup) { ExpectWarmupFails("int_result", "Int"); }
+
+}  // namespace
+}  // namespace graphserve
