@@ -1,0 +1,51 @@
+#pragma once
+// The KServe v2 gRPC service on gRPC's callback API: no RPC thread ever waits on inference. ModelInfer
+// validates, enqueues into the model's scheduler and returns; the scheduler's completion callback
+// finishes the RPC. Converts graphserve::Status to grpc::Status here and nowhere else.
+// Thread safety: all methods are called by gRPC from any thread; the readiness flag is atomic.
+#include <atomic>
+
+#include <grpcpp/grpcpp.h>
+
+#include "graphserve/server/clock.h"
+#include "graphserve/server/model_repository.h"
+#include "grpc_service.grpc.pb.h"
+
+namespace graphserve {
+
+grpc::Status ToGrpcStatus(const Status& status);
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  InferenceService(const ModelRepository* repository, const Clock* clock)
+      : repository_(repository), clock_(clock) {}
+
+  // Ready: models loaded and warmed up, and not draining.
+  void SetReady(bool ready) { ready_.store(ready); }
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+ private:
+  const ModelRepository* const repository_;
+  const Clock* const clock_;
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace graphserve

@@ -1,0 +1,29 @@
+#pragma once
+// Turns a KServe v2 ModelInferRequest into the engine's InferenceItem (validating every field against
+// the model), and the engine's outputs back into a ModelInferResponse. Stateless; thread-safe.
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "graphserve/engine/model_spec.h"
+#include "graphserve/engine/status.h"
+#include "grpc_service.pb.h"
+
+namespace graphserve {
+
+// Validates `request` against `spec` and moves its tensor data into `item` (the request's raw
+// contents are consumed). INVALID_ARGUMENT naming the field for: unknown, missing or repeated inputs,
+// a datatype other than the model's, a shape of the wrong rank or with dims < 1 or fixed dims that
+// differ, data whose size disagrees with the shape, variable lengths that differ between inputs, rows
+// above max_batch_size, length above max_sequence_length, unknown requested outputs.
+Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
+                          InferenceItem* item);
+
+// Fills `response` with the wanted outputs (as raw_output_contents, in the requested order, or in
+// model order when none was requested), and echoes the model name and request id.
+void EncodeInferResponse(const ModelSpec& spec, const inference::ModelInferRequest& request,
+                         std::vector<HostTensor>&& outputs, inference::ModelInferResponse* response);
+
+// Metadata shapes per Triton's convention: batch dimension first as -1, variable dimensions -1.
+void FillModelMetadata(const ModelSpec& spec, inference::ModelMetadataResponse* response);
+
+}  // namespace graphserve

@@ -1,0 +1,64 @@
+// graphserve: the server executable. Parses flags, starts a GraphServer, and waits for SIGINT or
+// SIGTERM to drain and exit 0.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <pthread.h>
+
+#include "graphserve/server/logging.h"
+#include "graphserve/server/server.h"
+
+int main(int argc, char** argv) {
+  graphserve::ServerOptions options;
+  std::string log_level = "info";
+  double drain_timeout_s = 30.0;
+
+  CLI::App app{"graphserve: a KServe v2 inference server that replays CUDA graphs for variable shapes"};
+  app.add_option("--grpc-address", options.grpc_address, "HOST:PORT of the gRPC endpoint")
+      ->capture_default_str();
+  app.add_option("--metrics-address", options.metrics_address, "HOST:PORT of the Prometheus /metrics endpoint")
+      ->capture_default_str();
+  app.add_option("--model-repository", options.repository.model_repository,
+                 "folder with one sub-folder (config.pbtxt + model.pt) per model; "
+                 "without it the built-in 'encoder' is served");
+  app.add_option("--device", options.repository.device, "cpu, cuda, cuda:N or auto (CUDA when present)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  app.add_option("--drain-timeout-s", drain_timeout_s,
+                 "on SIGINT/SIGTERM, how long in-flight requests may take before they are cancelled")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.set_version_flag("--version", GRAPHSERVE_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1000));
+
+  graphserve::Status status = graphserve::SetupLogging(log_level);
+  if (!status.ok()) {
+    fprintf(stderr, "%s\n", status.message().c_str());
+    return 2;
+  }
+
+  // Block the stop signals in every thread (threads inherit the mask) and take them synchronously
+  // here, so that shutdown runs in ordinary code rather than in a signal handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  graphserve::GraphServer server;
+  status = server.Start(options);
+  if (!status.ok()) {
+    spdlog::critical("cannot start: {}", status.ToString());
+    server.Shutdown();
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  server.Shutdown();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,144 @@
+#include "graphserve/server/inference_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <memory>
+
+#include "graphserve/server/request_codec.h"
+
+namespace graphserve {
+namespace {
+
+constexpr const char* kServerName = "graphserve";
+
+// One ModelInfer call in flight. Lives until gRPC reports the RPC done; the scheduler's completion
+// callback finishes it from a worker thread, so no RPC thread waits for inference.
+class InferReactor final : public grpc::ServerUnaryReactor {
+ public:
+  InferReactor(ModelScheduler* scheduler, std::shared_ptr<PendingRequest> pending)
+      : scheduler_(scheduler), pending_(std::move(pending)) {}
+
+  void OnCancel() override {
+    pending_->cancelled.store(true);
+    scheduler_->Poke();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  ModelScheduler* const scheduler_;
+  const std::shared_ptr<PendingRequest> pending_;
+};
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// The gRPC deadline as an absolute time on the scheduler's clock; 0 when the call has none.
+int64_t DeadlineMicros(const grpc::CallbackServerContext& context, const Clock& clock) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  const int64_t remaining_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::system_clock::now())
+          .count();
+  return clock.NowMicros() + std::max<int64_t>(remaining_us, 0);
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
+                                                       const inference::ServerLiveRequest*,
+                                                       inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
+                                                        const inference::ServerReadyRequest*,
+                                                        inference::ServerReadyResponse* response) {
+  response->set_ready(ready_.load());
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
+                                                       const inference::ModelReadyRequest* request,
+                                                       inference::ModelReadyResponse* response) {
+  // Before readiness the repository is still being filled and must not be read.
+  if (!ready_.load()) {
+    response->set_ready(false);
+    return FinishNow(context, grpc::Status::OK);
+  }
+  if (repository_->Find(request->name()) == nullptr) {
+    return FinishNow(context, ToGrpcStatus(NotFound("name: unknown model '" + request->name() + "'")));
+  }
+  response->set_ready(true);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* context,
+                                                           const inference::ServerMetadataRequest*,
+                                                           inference::ServerMetadataResponse* response) {
+  response->set_name(kServerName);
+  response->set_version(GRAPHSERVE_VERSION);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
+                                                          const inference::ModelMetadataRequest* request,
+                                                          inference::ModelMetadataResponse* response) {
+  if (!ready_.load()) {
+    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
+  }
+  const LoadedModel* model = repository_->Find(request->name());
+  if (model == nullptr) {
+    return FinishNow(context, ToGrpcStatus(NotFound("name: unknown model '" + request->name() + "'")));
+  }
+  FillModelMetadata(model->scheduler->spec(), response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
+                                                       const inference::ModelInferRequest* request,
+                                                       inference::ModelInferResponse* response) {
+  if (!ready_.load()) {
+    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
+  }
+  const LoadedModel* model = repository_->Find(request->model_name());
+  if (model == nullptr) {
+    return FinishNow(context, ToGrpcStatus(NotFound("model_name: unknown model '" +
+                                                    request->model_name() + "'")));
+  }
+  ModelScheduler* scheduler = model->scheduler.get();
+  const ModelSpec& spec = scheduler->spec();
+
+  auto pending = std::make_shared<PendingRequest>();
+  // The request belongs to this RPC until it finishes; decoding moves its raw buffers out instead of
+  // copying them, hence the const_cast.
+  Status status =
+      DecodeInferRequest(spec, const_cast<inference::ModelInferRequest*>(request), &pending->item);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  pending->deadline_us = DeadlineMicros(*context, *clock_);
+
+  auto* reactor = new InferReactor(scheduler, pending);
+  pending->done = [reactor, request, response, &spec](const Status& outcome,
+                                                      std::vector<HostTensor>&& outputs,
+                                                      const RequestTiming&) {
+    if (outcome.ok()) EncodeInferResponse(spec, *request, std::move(outputs), response);
+    reactor->Finish(ToGrpcStatus(outcome));
+  };
+  status = scheduler->Enqueue(pending);
+  if (!status.ok()) {
+    // Not accepted: `done` will never run, so finish here.
+    reactor->Finish(ToGrpcStatus(status));
+  }
+  return reactor;
+}
+
+}  // namespace graphserve

@@ -1,0 +1,257 @@
+#include "graphserve/server/request_codec.h"
+
+#include <cstring>
+#include <string>
+
+namespace graphserve {
+namespace {
+
+std::string InputField(int index, const std::string& name) {
+  return "inputs[" + std::to_string(index) + "] '" + name + "'";
+}
+
+// Copies typed values into little-endian bytes of `dtype`. graphserve runs on little-endian hosts
+// (x86-64, aarch64), so a memcpy of each converted value is the wire layout.
+template <typename Wire, typename Stored>
+std::string PackValues(const google::protobuf::RepeatedField<Wire>& values) {
+  std::string bytes(values.size() * sizeof(Stored), '\0');
+  char* out = bytes.data();
+  for (const Wire& value : values) {
+    const Stored stored = static_cast<Stored>(value);
+    std::memcpy(out, &stored, sizeof(Stored));
+    out += sizeof(Stored);
+  }
+  return bytes;
+}
+
+// The typed `contents` field that KServe v2 assigns to `dtype`, converted to raw bytes. Returns the
+// number of values found there through `count`.
+Status PackTypedContents(const inference::InferTensorContents& contents, DataType dtype,
+                         const std::string& field, std::string* bytes, int64_t* count) {
+  switch (dtype) {
+    case DataType::kBool:
+      *count = contents.bool_contents_size();
+      *bytes = PackValues<bool, uint8_t>(contents.bool_contents());
+      return Status::Ok();
+    case DataType::kUint8:
+      *count = contents.uint_contents_size();
+      *bytes = PackValues<uint32_t, uint8_t>(contents.uint_contents());
+      return Status::Ok();
+    case DataType::kInt8:
+      *count = contents.int_contents_size();
+      *bytes = PackValues<int32_t, int8_t>(contents.int_contents());
+      return Status::Ok();
+    case DataType::kInt16:
+      *count = contents.int_contents_size();
+      *bytes = PackValues<int32_t, int16_t>(contents.int_contents());
+      return Status::Ok();
+    case DataType::kInt32:
+      *count = contents.int_contents_size();
+      *bytes = PackValues<int32_t, int32_t>(contents.int_contents());
+      return Status::Ok();
+    case DataType::kInt64:
+      *count = contents.int64_contents_size();
+      *bytes = PackValues<int64_t, int64_t>(contents.int64_contents());
+      return Status::Ok();
+    case DataType::kFp32:
+      *count = contents.fp32_contents_size();
+      *bytes = PackValues<float, float>(contents.fp32_contents());
+      return Status::Ok();
+    case DataType::kFp64:
+      *count = contents.fp64_contents_size();
+      *bytes = PackValues<double, double>(contents.fp64_contents());
+      return Status::Ok();
+    case DataType::kFp16:
+    case DataType::kBf16:
+      break;
+  }
+  return InvalidArgument(field + ": " + DataTypeName(dtype) +
+                         " has no typed contents field; send it in raw_input_contents");
+}
+
+bool HasTypedContents(const inference::ModelInferRequest::InferInputTensor& input) {
+  if (!input.has_contents()) return false;
+  const inference::InferTensorContents& c = input.contents();
+  return c.bool_contents_size() || c.int_contents_size() || c.int64_contents_size() ||
+         c.uint_contents_size() || c.uint64_contents_size() || c.fp32_contents_size() ||
+         c.fp64_contents_size() || c.bytes_contents_size();
+}
+
+}  // namespace
+
+Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
+                          InferenceItem* item) {
+  const std::string model = "model '" + spec.name + "': ";
+  const int input_count = request->inputs_size();
+  const bool raw = request->raw_input_contents_size() > 0;
+  if (raw && request->raw_input_contents_size() != input_count) {
+    return InvalidArgument(model + "raw_input_contents: " +
+                           std::to_string(request->raw_input_contents_size()) + " entries for " +
+                           std::to_string(input_count) + " inputs");
+  }
+
+  item->inputs.assign(spec.inputs.size(), HostTensor{});
+  std::vector<bool> seen(spec.inputs.size(), false);
+  // The first input fixes rows and length; every other input must agree with it.
+  std::string reference_input;
+  item->rows = -1;
+  item->length = -1;
+
+  for (int i = 0; i < input_count; ++i) {
+    inference::ModelInferRequest::InferInputTensor* input = request->mutable_inputs(i);
+    const std::string field = InputField(i, input->name());
+    size_t index = 0;
+    while (index < spec.inputs.size() && spec.inputs[index].name != input->name()) ++index;
+    if (index == spec.inputs.size()) return InvalidArgument(model + field + ": unknown input");
+    if (seen[index]) return InvalidArgument(model + field + ": given twice");
+    seen[index] = true;
+    const TensorSpec& tensor = spec.inputs[index];
+
+    if (input->datatype() != DataTypeName(tensor.dtype)) {
+      return InvalidArgument(model + field + ": datatype '" + input->datatype() + "', expected '" +
+                             DataTypeName(tensor.dtype) + "'");
+    }
+    std::vector<int64_t> shape(input->shape().begin(), input->shape().end());
+    const std::string expected_shape = "[batch" + [&] {
+      std::string dims;
+      for (int64_t dim : tensor.dims) dims += ", " + (dim == -1 ? std::string("length") : std::to_string(dim));
+      return dims;
+    }() + "]";
+    if (shape.size() != tensor.dims.size() + 1) {
+      return InvalidArgument(model + field + ": shape " + ShapeToString(shape) + " has rank " +
+                             std::to_string(shape.size()) + ", expected " + expected_shape);
+    }
+    for (int64_t dim : shape) {
+      if (dim < 1) {
+        return InvalidArgument(model + field + ": shape " + ShapeToString(shape) +
+                               " has a dimension below 1");
+      }
+    }
+    for (size_t d = 0; d < tensor.dims.size(); ++d) {
+      if (tensor.dims[d] != -1 && shape[d + 1] != tensor.dims[d]) {
+        return InvalidArgument(model + field + ": shape " + ShapeToString(shape) + ", expected " +
+                               expected_shape);
+      }
+    }
+    const int64_t rows = shape[0];
+    if (rows > spec.max_batch_size) {
+      return InvalidArgument(model + field + ": batch " + std::to_string(rows) +
+                             " exceeds max_batch_size " + std::to_string(spec.max_batch_size));
+    }
+    const int variable_dim = tensor.variable_dim();
+    const int64_t length = variable_dim >= 0 ? shape[variable_dim + 1] : -1;
+    if (length > spec.max_sequence_length) {
+      return InvalidArgument(model + field + ": length " + std::to_string(length) +
+                             " exceeds max_sequence_length " +
+                             std::to_string(spec.max_sequence_length));
+    }
+    if (item->rows == -1) {
+      item->rows = rows;
+      reference_input = input->name();
+    } else if (rows != item->rows) {
+      return InvalidArgument(model + field + ": batch " + std::to_string(rows) +
+                             " disagrees with input '" + reference_input + "' (" +
+                             std::to_string(item->rows) + ")");
+    }
+    if (length != -1) {
+      if (item->length == -1) {
+        item->length = length;
+      } else if (length != item->length) {
+        return InvalidArgument(model + field + ": variable length " + std::to_string(length) +
+                               " disagrees with the other inputs' " + std::to_string(item->length));
+      }
+    }
+
+    HostTensor& host = item->inputs[index];
+    host.dtype = tensor.dtype;
+    host.shape = std::move(shape);
+    const int64_t expected_count = host.element_count();
+    if (raw) {
+      if (HasTypedContents(*input)) {
+        return InvalidArgument(model + field + ": data given both in contents and raw_input_contents");
+      }
+      const size_t expected_bytes = expected_count * ElementSize(tensor.dtype);
+      std::string* bytes = request->mutable_raw_input_contents(i);
+      if (bytes->size() != expected_bytes) {
+        return InvalidArgument(model + "raw_input_contents[" + std::to_string(i) + "] ('" +
+                               input->name() + "'): " + std::to_string(bytes->size()) +
+                               " bytes, expected " + std::to_string(expected_bytes) + " for shape " +
+                               ShapeToString(host.shape) + " " + DataTypeName(tensor.dtype));
+      }
+      // The request is ours until the RPC finishes: take its buffer instead of copying it.
+      host.bytes = std::move(*bytes);
+    } else {
+      int64_t count = 0;
+      Status status = PackTypedContents(input->contents(), tensor.dtype, model + field, &host.bytes, &count);
+      if (!status.ok()) return status;
+      if (count != expected_count) {
+        return InvalidArgument(model + field + ": contents hold " + std::to_string(count) +
+                               " values, expected " + std::to_string(expected_count) +
+                               " for shape " + ShapeToString(host.shape));
+      }
+    }
+  }
+  for (size_t index = 0; index < spec.inputs.size(); ++index) {
+    if (!seen[index]) {
+      return InvalidArgument(model + "inputs: missing input '" + spec.inputs[index].name + "'");
+    }
+  }
+
+  item->outputs_wanted.assign(spec.outputs.size(), request->outputs_size() == 0);
+  for (int i = 0; i < request->outputs_size(); ++i) {
+    const std::string& name = request->outputs(i).name();
+    size_t index = 0;
+    while (index < spec.outputs.size() && spec.outputs[index].name != name) ++index;
+    if (index == spec.outputs.size()) {
+      return InvalidArgument(model + "outputs[" + std::to_string(i) + "] '" + name +
+                             "': unknown output");
+    }
+    item->outputs_wanted[index] = true;
+  }
+  return Status::Ok();
+}
+
+void EncodeInferResponse(const ModelSpec& spec, const inference::ModelInferRequest& request,
+                         std::vector<HostTensor>&& outputs, inference::ModelInferResponse* response) {
+  response->set_model_name(spec.name);
+  response->set_model_version(request.model_version().empty() ? "1" : request.model_version());
+  response->set_id(request.id());
+  auto add_output = [&](size_t index) {
+    HostTensor& tensor = outputs[index];
+    inference::ModelInferResponse::InferOutputTensor* output = response->add_outputs();
+    output->set_name(spec.outputs[index].name);
+    output->set_datatype(DataTypeName(tensor.dtype));
+    for (int64_t dim : tensor.shape) output->add_shape(dim);
+    response->add_raw_output_contents(std::move(tensor.bytes));
+  };
+  if (request.outputs_size() == 0) {
+    for (size_t index = 0; index < spec.outputs.size(); ++index) add_output(index);
+    return;
+  }
+  // In the order the client asked for; a name asked twice is answered once.
+  std::vector<bool> added(spec.outputs.size(), false);
+  for (const auto& requested : request.outputs()) {
+    for (size_t index = 0; index < spec.outputs.size(); ++index) {
+      if (spec.outputs[index].name == requested.name() && !added[index]) {
+        added[index] = true;
+        add_output(index);
+      }
+    }
+  }
+}
+
+void FillModelMetadata(const ModelSpec& spec, inference::ModelMetadataResponse* response) {
+  response->set_name(spec.name);
+  response->add_versions("1");
+  response->set_platform(spec.platform);
+  auto fill = [](const TensorSpec& tensor, inference::ModelMetadataResponse::TensorMetadata* meta) {
+    meta->set_name(tensor.name);
+    meta->set_datatype(DataTypeName(tensor.dtype));
+    meta->add_shape(-1);  // the batch dimension
+    for (int64_t dim : tensor.dims) meta->add_shape(dim);
+  };
+  for (const TensorSpec& tensor : spec.inputs) fill(tensor, response->add_inputs());
+  for (const TensorSpec& tensor : spec.outputs) fill(tensor, response->add_outputs());
+}
+
+}  // namespace graphserve

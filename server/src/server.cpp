@@ -1,0 +1,64 @@
+#include "graphserve/server/server.h"
+
+#include <google/protobuf/stubs/common.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "graphserve/server/inference_service.h"
+
+namespace graphserve {
+
+GraphServer::GraphServer() = default;
+GraphServer::~GraphServer() { Shutdown(); }
+
+Status GraphServer::Start(const ServerOptions& options) {
+  options_ = options;
+  const EngineInfo engine = GetEngineInfo();
+  spdlog::info("graphserve {} (gRPC {}, protobuf {}, libtorch {}, CUDA {}, {} CUDA device(s))",
+               GRAPHSERVE_VERSION, grpc::Version(),
+               google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION),
+               engine.libtorch_version, engine.cuda_version.empty() ? "none" : engine.cuda_version,
+               engine.cuda_device_count);
+
+  repository_ = std::make_unique<ModelRepository>(&clock_);
+  service_ = std::make_unique<InferenceService>(repository_.get(), &clock_);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.RegisterService(service_.get());
+  // Tensors of a 32×512×256 fp32 output are 16 MiB; leave headroom over gRPC's 4 MiB default.
+  builder.SetMaxReceiveMessageSize(256 * 1024 * 1024);
+  builder.SetMaxSendMessageSize(256 * 1024 * 1024);
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || grpc_port_ == 0) {
+    grpc_server_.reset();
+    return Unavailable("--grpc-address: cannot listen on " + options.grpc_address);
+  }
+  spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
+               options.grpc_address, grpc_port_);
+
+  Status status = repository_->Load(options.repository);
+  if (!status.ok()) return status;
+  service_->SetReady(true);
+  spdlog::info("ready: serving {} model(s)", repository_->models().size());
+  return Status::Ok();
+}
+
+void GraphServer::Shutdown() {
+  if (service_) service_->SetReady(false);
+  if (grpc_server_) {
+    spdlog::info("shutting down: draining in-flight requests (up to {} ms)", options_.drain_timeout.count());
+    // New calls are refused at once; calls in flight finish as the schedulers answer them, and any
+    // still open at the deadline are cancelled.
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+    grpc_server_->Wait();
+    grpc_server_.reset();
+  }
+  if (repository_) {
+    repository_->Stop();
+    repository_.reset();
+  }
+  service_.reset();
+}
+
+}  // namespace graphserve

@@ -1,0 +1,146 @@
+#include "graphserve/server/config.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace graphserve {
+namespace {
+
+constexpr const char* kValidConfig = R"pb(
+  name: "tiny"
+  platform: "pytorch_libtorch"
+  max_batch_size: 8
+  max_sequence_length: 100
+  input { name: "ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
+  input { name: "mask" data_type: TYPE_INT64 dims: [ -1 ] }
+  output { name: "hidden" data_type: TYPE_FP32 dims: [ -1, 8 ] }
+  buckets { batch_sizes: [ 4, 1, 2, 2 ] sequence_lengths: [ 64, 16 ] }
+  dynamic_batching { max_queue_delay_microseconds: 250 max_queue_size: 7 }
+)pb";
+
+config::ModelConfig Parse(const std::string& text) {
+  config::ModelConfig config;
+  Status status = ParseModelConfig(text, "test", &config);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return config;
+}
+
+TEST(ConfigTest, ValidConfigBecomesSpec) {
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(Parse(kValidConfig), &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(spec.name, "tiny");
+  EXPECT_EQ(spec.platform, kPlatformTorchScript);
+  ASSERT_EQ(spec.inputs.size(), 2u);
+  EXPECT_EQ(spec.inputs[0].dtype, DataType::kInt64);
+  EXPECT_EQ(spec.inputs[0].variable_dim(), 0);
+  ASSERT_EQ(spec.outputs.size(), 1u);
+  EXPECT_EQ(spec.outputs[0].dims, (std::vector<int64_t>{-1, 8}));
+  // Sorted and deduplicated, as given (no default filled in).
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{16, 64}));
+
+  const SchedulerOptions options = SchedulerOptionsFromConfig(Parse(kValidConfig));
+  EXPECT_EQ(options.max_queue_delay_us, 250);
+  EXPECT_EQ(options.max_queue_size, 7);
+}
+
+TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config.clear_buckets();
+  ModelSpec spec;
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.bucket_batch_sizes, DefaultBucketBatchSizes(8));
+  EXPECT_EQ(spec.bucket_batch_sizes.back(), 8);
+  EXPECT_EQ(spec.bucket_lengths, DefaultBucketLengths(100));
+  EXPECT_EQ(spec.bucket_lengths.back(), 100);
+}
+
+TEST(ConfigTest, BuiltinEncoderConfigIsValid) {
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(BuiltinEncoderConfig(), &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(spec.name, "encoder");
+  EXPECT_EQ(spec.platform, kPlatformBuiltinEncoder);
+  EXPECT_EQ(spec.max_sequence_length, 512);
+  ASSERT_EQ(spec.inputs.size(), 2u);
+  EXPECT_EQ(spec.inputs[0].name, "input_ids");
+  EXPECT_EQ(spec.inputs[1].name, "attention_mask");
+  ASSERT_EQ(spec.outputs.size(), 2u);
+  EXPECT_EQ(spec.outputs[0].dims, (std::vector<int64_t>{-1, 256}));
+  EXPECT_EQ(spec.outputs[1].dims, (std::vector<int64_t>{256}));
+}
+
+struct BadConfigCase {
+  std::string edit;            // text appended to (and overriding) the valid config
+  std::string expected_field;  // must appear in the error message
+};
+
+class BadConfigTest : public testing::TestWithParam<BadConfigCase> {};
+
+TEST_P(BadConfigTest, NamesTheField) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config::ModelConfig edit;
+  ASSERT_TRUE(ParseModelConfig(GetParam().edit, "edit", &edit).ok());
+  config.MergeFrom(edit);
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(GetParam().expected_field), std::string::npos) << status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadConfigTest,
+    testing::Values(BadConfigCase{"platform: \"onnx\"", "platform"},
+                    BadConfigCase{"max_batch_size: -1", "max_batch_size"},
+                    BadConfigCase{"max_sequence_length: -5", "max_sequence_length"},
+                    BadConfigCase{"input { name: \"x\" data_type: TYPE_FP32 dims: [ -1, -1 ] }", "input[2].dims"},
+                    BadConfigCase{"input { name: \"x\" dims: [ -1 ] }", "input[2].data_type"},
+                    BadConfigCase{"input { name: \"ids\" data_type: TYPE_INT64 dims: [ -1 ] }", "appears twice"},
+                    BadConfigCase{"output { name: \"y\" data_type: TYPE_FP32 dims: [ 0 ] }", "output[1].dims"},
+                    BadConfigCase{"buckets { batch_sizes: [ 16 ] }", "buckets.batch_sizes"},
+                    BadConfigCase{"buckets { sequence_lengths: [ 101 ] }", "buckets.sequence_lengths"},
+                    BadConfigCase{"cuda_graphs { verify_rtol: -1 }", "cuda_graphs.verify_rtol"},
+                    BadConfigCase{"dynamic_batching { max_queue_delay_microseconds: 60000000 }",
+                                  "max_queue_delay"}));
+
+TEST(ConfigTest, NoVariableInputIsRejected) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config.mutable_input(0)->clear_dims();
+  config.mutable_input(0)->add_dims(3);
+  config.mutable_input(1)->clear_dims();
+  config.mutable_input(1)->add_dims(3);
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("variable"), std::string::npos) << status.message();
+}
+
+TEST(ConfigTest, ParseErrorNamesLine) {
+  config::ModelConfig config;
+  Status status = ParseModelConfig("name: \"x\"\nmax_batch_size: \"many\"\n", "cfg.pbtxt", &config);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("cfg.pbtxt"), std::string::npos);
+  EXPECT_NE(status.message().find("line 2"), std::string::npos) << status.message();
+}
+
+TEST(ConfigTest, LoadFromFileAndMissingFile) {
+  // POSIX, not std::filesystem: see ListSubdirectories in model_repository.cpp.
+  char dir[] = "/tmp/graphserve_config_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/config.pbtxt";
+  std::ofstream(path) << kValidConfig;
+  config::ModelConfig config;
+  ASSERT_TRUE(LoadModelConfig(path, &config).ok());
+  EXPECT_EQ(config.name(), "tiny");
+  EXPECT_EQ(LoadModelConfig(std::string(dir) + "/absent.pbtxt", &config).code(), StatusCode::kNotFound);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace graphserve

@@ -1,0 +1,213 @@
+#include "graphserve/server/request_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "graphserve/server/config.h"
+
+namespace graphserve {
+namespace {
+
+ModelSpec EncoderSpec() {
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(BuiltinEncoderConfig(), &spec);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return spec;
+}
+
+std::string Int64Bytes(const std::vector<int64_t>& values) {
+  std::string bytes(values.size() * sizeof(int64_t), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// A valid encoder request of rows × length, as raw contents or as typed contents.
+inference::ModelInferRequest TokenRequest(int64_t rows, int64_t length, bool raw) {
+  inference::ModelInferRequest request;
+  request.set_model_name("encoder");
+  request.set_id("req-1");
+  for (const char* name : {"input_ids", "attention_mask"}) {
+    auto* input = request.add_inputs();
+    input->set_name(name);
+    input->set_datatype("INT64");
+    input->add_shape(rows);
+    input->add_shape(length);
+    std::vector<int64_t> values(rows * length);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = std::string(name) == "input_ids" ? 7 + i : 1;
+    if (raw) {
+      request.add_raw_input_contents(Int64Bytes(values));
+    } else {
+      for (int64_t v : values) input->mutable_contents()->add_int64_contents(v);
+    }
+  }
+  return request;
+}
+
+Status Decode(inference::ModelInferRequest request, InferenceItem* item = nullptr) {
+  InferenceItem scratch;
+  return DecodeInferRequest(EncoderSpec(), &request, item ? item : &scratch);
+}
+
+TEST(RequestCodecTest, RawAndTypedContentsDecodeToTheSameBytes) {
+  InferenceItem raw_item, typed_item;
+  ASSERT_TRUE(Decode(TokenRequest(2, 5, true), &raw_item).ok());
+  ASSERT_TRUE(Decode(TokenRequest(2, 5, false), &typed_item).ok());
+  EXPECT_EQ(raw_item.rows, 2);
+  EXPECT_EQ(raw_item.length, 5);
+  ASSERT_EQ(raw_item.inputs.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(raw_item.inputs[i].bytes, typed_item.inputs[i].bytes);
+    EXPECT_EQ(raw_item.inputs[i].shape, (std::vector<int64_t>{2, 5}));
+    EXPECT_EQ(raw_item.inputs[i].dtype, DataType::kInt64);
+  }
+  int64_t third_id = 0;
+  std::memcpy(&third_id, raw_item.inputs[0].bytes.data() + 2 * sizeof(int64_t), sizeof(int64_t));
+  EXPECT_EQ(third_id, 9);
+  EXPECT_EQ(raw_item.outputs_wanted, (std::vector<bool>{true, true}));
+}
+
+TEST(RequestCodecTest, InputsMayComeInAnyOrder) {
+  inference::ModelInferRequest request = TokenRequest(1, 3, true);
+  request.mutable_inputs()->SwapElements(0, 1);
+  request.mutable_raw_input_contents()->SwapElements(0, 1);
+  InferenceItem item;
+  ASSERT_TRUE(Decode(request, &item).ok());
+  int64_t first_id = 0;
+  std::memcpy(&first_id, item.inputs[0].bytes.data(), sizeof(int64_t));
+  EXPECT_EQ(first_id, 7);  // spec order restored: input_ids first
+}
+
+TEST(RequestCodecTest, RequestedOutputsAreFiltered) {
+  inference::ModelInferRequest request = TokenRequest(1, 3, true);
+  request.add_outputs()->set_name("pooler_output");
+  InferenceItem item;
+  ASSERT_TRUE(Decode(request, &item).ok());
+  EXPECT_EQ(item.outputs_wanted, (std::vector<bool>{false, true}));
+
+  std::vector<HostTensor> outputs(2);
+  outputs[1].dtype = DataType::kFp32;
+  outputs[1].shape = {1, 256};
+  outputs[1].bytes.assign(256 * 4, '\1');
+  inference::ModelInferResponse response;
+  EncodeInferResponse(EncoderSpec(), request, std::move(outputs), &response);
+  EXPECT_EQ(response.id(), "req-1");
+  EXPECT_EQ(response.model_name(), "encoder");
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "pooler_output");
+  EXPECT_EQ(response.outputs(0).datatype(), "FP32");
+  EXPECT_EQ(std::vector<int64_t>(response.outputs(0).shape().begin(), response.outputs(0).shape().end()),
+            (std::vector<int64_t>{1, 256}));
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_EQ(response.raw_output_contents(0).size(), 1024u);
+}
+
+struct BadRequestCase {
+  std::string name;
+  std::function<void(inference::ModelInferRequest*)> corrupt;
+  std::string expected;  // must appear in the message
+};
+
+class BadRequestTest : public testing::TestWithParam<BadRequestCase> {};
+
+TEST_P(BadRequestTest, InvalidArgumentNamingTheField) {
+  inference::ModelInferRequest request = TokenRequest(2, 4, true);
+  GetParam().corrupt(&request);
+  Status status = Decode(request);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(GetParam().expected), std::string::npos) << status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadRequestTest,
+    testing::Values(
+        BadRequestCase{"UnknownInput",
+                       [](auto* r) { r->mutable_inputs(1)->set_name("token_type_ids"); },
+                       "inputs[1] 'token_type_ids': unknown input"},
+        BadRequestCase{"MissingInput",
+                       [](auto* r) {
+                         r->mutable_inputs()->RemoveLast();
+                         r->mutable_raw_input_contents()->RemoveLast();
+                       },
+                       "missing input 'attention_mask'"},
+        BadRequestCase{"RepeatedInput", [](auto* r) { r->mutable_inputs(1)->set_name("input_ids"); },
+                       "given twice"},
+        BadRequestCase{"WrongDatatype", [](auto* r) { r->mutable_inputs(0)->set_datatype("INT32"); },
+                       "datatype 'INT32', expected 'INT64'"},
+        BadRequestCase{"WrongRank", [](auto* r) { r->mutable_inputs(0)->add_shape(1); }, "has rank 3"},
+        BadRequestCase{"ZeroDim", [](auto* r) { r->mutable_inputs(0)->set_shape(1, 0); },
+                       "dimension below 1"},
+        BadRequestCase{"NegativeDim", [](auto* r) { r->mutable_inputs(0)->set_shape(0, -2); },
+                       "dimension below 1"},
+        BadRequestCase{"RawSizeMismatch",
+                       [](auto* r) { r->mutable_raw_input_contents(0)->resize(3 * sizeof(int64_t)); },
+                       "raw_input_contents[0] ('input_ids'): 24 bytes, expected 64"},
+        BadRequestCase{"RawCountMismatch", [](auto* r) { r->mutable_raw_input_contents()->RemoveLast(); },
+                       "raw_input_contents: 1 entries for 2 inputs"},
+        BadRequestCase{"LengthsDisagree",
+                       [](auto* r) {
+                         r->mutable_inputs(1)->set_shape(1, 3);
+                         r->mutable_raw_input_contents(1)->resize(6 * sizeof(int64_t));
+                       },
+                       "variable length 3 disagrees"},
+        BadRequestCase{"RowsDisagree",
+                       [](auto* r) {
+                         r->mutable_inputs(1)->set_shape(0, 1);
+                         r->mutable_raw_input_contents(1)->resize(4 * sizeof(int64_t));
+                       },
+                       "batch 1 disagrees with input 'input_ids'"},
+        BadRequestCase{"BatchTooLarge",
+                       [](auto* r) {
+                         for (int i = 0; i < 2; ++i) {
+                           r->mutable_inputs(i)->set_shape(0, 33);
+                           r->mutable_raw_input_contents(i)->resize(33 * 4 * sizeof(int64_t));
+                         }
+                       },
+                       "batch 33 exceeds max_batch_size 32"},
+        BadRequestCase{"LengthTooLong",
+                       [](auto* r) {
+                         for (int i = 0; i < 2; ++i) {
+                           r->mutable_inputs(i)->set_shape(1, 513);
+                           r->mutable_raw_input_contents(i)->resize(2 * 513 * sizeof(int64_t));
+                         }
+                       },
+                       "length 513 exceeds max_sequence_length 512"},
+        BadRequestCase{"UnknownOutput", [](auto* r) { r->add_outputs()->set_name("logits"); },
+                       "outputs[0] 'logits': unknown output"}),
+    [](const testing::TestParamInfo<BadRequestCase>& info) { return info.param.name; });
+
+TEST(RequestCodecTest, TypedContentsCountMismatch) {
+  inference::ModelInferRequest request = TokenRequest(2, 4, false);
+  request.mutable_inputs(0)->mutable_contents()->mutable_int64_contents()->RemoveLast();
+  Status status = Decode(request);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("contents hold 7 values, expected 8"), std::string::npos)
+      << status.message();
+}
+
+TEST(RequestCodecTest, NoInputs) {
+  inference::ModelInferRequest request;
+  request.set_model_name("encoder");
+  Status status = Decode(request);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("missing input 'input_ids'"), std::string::npos) << status.message();
+}
+
+TEST(RequestCodecTest, MetadataPutsBatchFirstAndMarksVariableDims) {
+  inference::ModelMetadataResponse metadata;
+  FillModelMetadata(EncoderSpec(), &metadata);
+  EXPECT_EQ(metadata.name(), "encoder");
+  EXPECT_EQ(metadata.platform(), "graphserve_encoder");
+  ASSERT_EQ(metadata.inputs_size(), 2);
+  EXPECT_EQ(metadata.inputs(0).datatype(), "INT64");
+  EXPECT_EQ(std::vector<int64_t>(metadata.inputs(0).shape().begin(), metadata.inputs(0).shape().end()),
+            (std::vector<int64_t>{-1, -1}));
+  ASSERT_EQ(metadata.outputs_size(), 2);
+  EXPECT_EQ(std::vector<int64_t>(metadata.outputs(0).shape().begin(), metadata.outputs(0).shape().end()),
+            (std::vector<int64_t>{-1, -1, 256}));
+  EXPECT_EQ(std::vector<int64_t>(metadata.outputs(1).shape().begin(), metadata.outputs(1).shape().end()),
+            (std::vector<int64_t>{-1, 256}));
+}
+
+}  // namespace
+}  // namespace graphserve

@@ -1,0 +1,691 @@
+// BatchPlanner decisions under a fake clock (exact, no threads), and ModelScheduler end to end with
+// real worker threads and a fake executor that echoes each request's input back as its output.
+#include "graphserve/server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace graphserve {
+namespace {
+
+using std::chrono::seconds;
+
+class FakeClock : public Clock {
+ public:
+  int64_t NowMicros() const override { return now_us_.load(); }
+  void Set(int64_t now_us) { now_us_.store(now_us); }
+
+ private:
+  std::atomic<int64_t> now_us_{0};
+};
+
+// batch {1, 2, 4} × length {16, 32, 64}: small enough to reason about every decision by hand.
+ModelSpec TestSpec() {
+  ModelSpec spec;
+  spec.name = "echo";
+  spec.platform = kPlatformBuiltinEncoder;
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = 64;
+  spec.inputs = {TensorSpec{"x", DataType::kInt64, {-1}, 0.0}};
+  spec.outputs = {TensorSpec{"y", DataType::kInt64, {-1}, 0.0}};
+  spec.bucket_batch_sizes = {1, 2, 4};
+  spec.bucket_lengths = {16, 32, 64};
+  return spec;
+}
+
+SchedulerOptions Options(int64_t max_queue_delay_us, int64_t max_queue_size = 1024) {
+  SchedulerOptions options;
+  options.max_queue_delay_us = max_queue_delay_us;
+  options.max_queue_size = max_queue_size;
+  return options;
+}
+
+// An int64 [rows, length] tensor whose every element is `tag`, so that a result identifies its
+// request.
+HostTensor TaggedTensor(int64_t rows, int64_t length, int64_t tag) {
+  HostTensor tensor;
+  tensor.dtype = DataType::kInt64;
+  tensor.shape = {rows, length};
+  std::vector<int64_t> values(static_cast<size_t>(rows * length), tag);
+  tensor.bytes.assign(reinterpret_cast<const char*>(values.data()),
+                      values.size() * sizeof(int64_t));
+  return tensor;
+}
+
+std::shared_ptr<PendingRequest> MakeRequest(int64_t rows, int64_t length, int64_t tag = 0) {
+  auto request = std::make_shared<PendingRequest>();
+  request->item.rows = rows;
+  request->item.length = length;
+  request->item.inputs.push_back(TaggedTensor(rows, length, tag));
+  request->item.outputs_wanted = {true};
+  return request;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// BatchPlanner
+
+// Enqueues at the fake clock's current time, as ModelScheduler::Enqueue does.
+void AddAt(BatchPlanner& planner, const FakeClock& clock,
+           const std::shared_ptr<PendingRequest>& r) {
+  r->enqueue_us = clock.NowMicros();
+  planner.Add(r);
+}
+
+std::vector<int64_t> Lengths(const DispatchDecision& decision) {
+  std::vector<int64_t> lengths;
+  for (const auto& r : decision.requests) lengths.push_back(r->item.length);
+  return lengths;
+}
+
+TEST(BatchPlannerTest, BinsBySmallestBucketLengthThatHolds) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  // One request per time step, each in the bin named on its right.
+  for (int64_t length : {10, 20, 40, 16, 33, 100, 64, 17}) {
+    AddAt(planner, clock, MakeRequest(1, length));  // 16, 32, 64, 16, 64, oversize, 64, 32
+    clock.Set(clock.NowMicros() + 1);
+  }
+  ASSERT_EQ(planner.queued_requests(), 8u);
+
+  clock.Set(10'000);  // every delay has run out: bins go oldest first
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(Lengths(*first), (std::vector<int64_t>{10, 16}));
+  EXPECT_EQ(first->padded_shape, (BucketShape{2, 16}));
+
+  auto second = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(Lengths(*second), (std::vector<int64_t>{20, 17}));
+  EXPECT_EQ(second->padded_shape, (BucketShape{2, 32}));
+
+  auto third = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(Lengths(*third), (std::vector<int64_t>{40, 33, 64}));
+  EXPECT_EQ(third->padded_shape, (BucketShape{4, 64}));
+
+  auto oversize = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(oversize);
+  EXPECT_EQ(Lengths(*oversize), (std::vector<int64_t>{100}));
+  EXPECT_EQ(oversize->padded_shape, (BucketShape{1, 100}));  // its own rows × length
+
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, OversizeBinPadsToLongestOfItsBatch) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 80));
+  AddAt(planner, clock, MakeRequest(2, 120));
+  clock.Set(1000);
+  auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{80, 120}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{3, 120}));
+}
+
+TEST(BatchPlannerTest, FullBinDispatchesBeforeTheDelay) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 20, 1));
+  AddAt(planner, clock, MakeRequest(2, 30, 2));
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));  // 3 rows of 4, delay not run out
+
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 25, 3));
+  auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{20, 30, 25}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 32}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, LoneRequestDispatchesExactlyWhenTheDelayRunsOut) {
+  FakeClock clock;
+  clock.Set(100);
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 10));
+
+  EXPECT_FALSE(planner.Next(1099, true));
+  EXPECT_FALSE(planner.Next(1099, false));
+  auto decision = planner.Next(1100, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, PadsToTheSmallestBucket) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(3, 20));
+  clock.Set(1000);
+  auto three_rows = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(three_rows);
+  EXPECT_EQ(three_rows->padded_shape, (BucketShape{4, 32}));
+
+  AddAt(planner, clock, MakeRequest(2, 64));
+  clock.Set(2000);
+  auto two_rows = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(two_rows);
+  EXPECT_EQ(two_rows->padded_shape, (BucketShape{2, 64}));
+}
+
+TEST(BatchPlannerTest, ZeroDelayDispatchesAtOnce) {
+  FakeClock clock;
+  clock.Set(500);
+  BatchPlanner planner(TestSpec(), Options(0));
+  AddAt(planner, clock, MakeRequest(1, 5));
+  auto decision = planner.Next(clock.NowMicros(), true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, OldestRequestGoesFirstAcrossBins) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 20));  // bin 32 at t=0
+  clock.Set(500);
+  for (int i = 0; i < 4; ++i) AddAt(planner, clock, MakeRequest(1, 10));  // bin 16 full at t=500
+
+  // Before the lone request's delay runs out only the full bin may go.
+  clock.Set(999);
+  auto full = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->padded_shape, (BucketShape{4, 16}));
+
+  // Once both are dispatchable, the bin with the older request wins over a full, younger one.
+  clock.Set(1500);
+  for (int i = 0; i < 4; ++i) AddAt(planner, clock, MakeRequest(1, 10));
+  clock.Set(2000);
+  auto oldest = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(oldest);
+  EXPECT_EQ(Lengths(*oldest), (std::vector<int64_t>{20}));
+  auto then_full = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(then_full);
+  EXPECT_EQ(then_full->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(BatchPlannerTest, FifoWithinABinAndARequestThatDoesNotFitWaits) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  auto a = MakeRequest(2, 10);
+  auto b = MakeRequest(3, 12);
+  auto c = MakeRequest(1, 14);
+  AddAt(planner, clock, a);
+  clock.Set(1);
+  AddAt(planner, clock, b);
+  clock.Set(2);
+  AddAt(planner, clock, c);
+
+  // 6 rows queued: the bin is full. `b` does not fit beside `a`, and `c`, which would, must not
+  // overtake `b`.
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->requests.size(), 1u);
+  EXPECT_EQ(first->requests[0], a);
+  EXPECT_EQ(first->padded_shape, (BucketShape{2, 16}));
+
+  // 4 rows left: full again, and `b` leads.
+  auto second = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->requests.size(), 2u);
+  EXPECT_EQ(second->requests[0], b);
+  EXPECT_EQ(second->requests[1], c);
+  EXPECT_EQ(second->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(BatchPlannerTest, RequestWithMoreRowsThanTheLargestBatchRunsAlone) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  auto before = MakeRequest(1, 20);
+  auto big = MakeRequest(6, 20);
+  auto after = MakeRequest(1, 20);
+  AddAt(planner, clock, before);
+  AddAt(planner, clock, big);
+  AddAt(planner, clock, after);
+
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->requests.size(), 1u);
+  EXPECT_EQ(first->requests[0], before);
+  EXPECT_EQ(first->padded_shape, (BucketShape{1, 32}));
+
+  auto alone = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(alone);
+  ASSERT_EQ(alone->requests.size(), 1u);
+  EXPECT_EQ(alone->requests[0], big);
+  EXPECT_EQ(alone->padded_shape, (BucketShape{6, 20}));
+
+  // One row left, delay not run out.
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));
+  EXPECT_EQ(planner.queued_requests(), 1u);
+}
+
+TEST(BatchPlannerTest, TakeDeadRemovesExpiredAndCancelledRequests) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  auto expires_500 = MakeRequest(2, 10);  // with the two below, bin 16 starts full
+  expires_500->deadline_us = 500;
+  auto no_deadline = MakeRequest(1, 10);
+  auto expires_1000 = MakeRequest(1, 10);
+  expires_1000->deadline_us = 1000;
+  auto cancelled = MakeRequest(1, 40);
+  for (const auto& r : {expires_500, no_deadline, expires_1000, cancelled})
+    AddAt(planner, clock, r);
+
+  EXPECT_TRUE(planner.TakeDead(100).empty());
+  cancelled->cancelled = true;
+  EXPECT_EQ(planner.TakeDead(499), (std::vector<std::shared_ptr<PendingRequest>>{cancelled}));
+  EXPECT_EQ(planner.TakeDead(500), (std::vector<std::shared_ptr<PendingRequest>>{expires_500}));
+  EXPECT_EQ(planner.queued_requests(), 2u);
+
+  // The bin's row count shrank with it: 2 of 4 rows left, so nothing is full before the delay.
+  EXPECT_FALSE(planner.Next(999, false));
+
+  EXPECT_EQ(planner.TakeDead(1000), (std::vector<std::shared_ptr<PendingRequest>>{expires_1000}));
+  auto rest = planner.Next(1000, false);
+  ASSERT_TRUE(rest);
+  ASSERT_EQ(rest->requests.size(), 1u);
+  EXPECT_EQ(rest->requests[0], no_deadline);
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, NextWakeUpIsTheEarliestDelayExpiryOrDeadline) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  EXPECT_EQ(planner.NextWakeUp(), std::nullopt);
+
+  clock.Set(100);
+  AddAt(planner, clock, MakeRequest(1, 20));
+  EXPECT_EQ(planner.NextWakeUp(), 1100);
+
+  clock.Set(150);
+  AddAt(planner, clock, MakeRequest(1, 10));  // another bin, younger: no change
+  EXPECT_EQ(planner.NextWakeUp(), 1100);
+
+  clock.Set(200);
+  auto with_deadline = MakeRequest(1, 10);  // behind the bin's front, but with an early deadline
+  with_deadline->deadline_us = 700;
+  AddAt(planner, clock, with_deadline);
+  EXPECT_EQ(planner.NextWakeUp(), 700);
+
+  EXPECT_EQ(planner.TakeDead(700).size(), 1u);
+  EXPECT_EQ(planner.NextWakeUp(), 1100);
+
+  ASSERT_TRUE(planner.Next(1100, false));  // the bin-32 request
+  EXPECT_EQ(planner.NextWakeUp(), 1150);
+  ASSERT_TRUE(planner.Next(1150, false));
+  EXPECT_EQ(planner.NextWakeUp(), std::nullopt);
+}
+
+TEST(SchedulerOptionsTest, ValidateNamesTheField) {
+  EXPECT_TRUE(Options(0, 1).Validate().ok());
+  EXPECT_TRUE(Options(10'000'000, 1).Validate().ok());
+
+  for (int64_t delay : {int64_t{-1}, int64_t{10'000'001}}) {
+    Status status = Options(delay).Validate();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << delay;
+    EXPECT_NE(status.message().find("dynamic_batching.max_queue_delay_microseconds"),
+              std::string::npos)
+        << status.message();
+  }
+  Status status = Options(100, 0).Validate();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("dynamic_batching.max_queue_size"), std::string::npos)
+      << status.message();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// ModelScheduler
+
+// What the executor saw of one batch.
+struct RecordedBatch {
+  std::vector<int64_t> rows;
+  std::vector<int64_t> lengths;
+  BucketShape padded_shape;
+};
+
+// Echoes each item's input 0 as its output 0. Can hold every Execute until Release() and can fail
+// every batch. Thread-safe, since the test thread inspects it while workers run it.
+class FakeExecutor : public Executor {
+ public:
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<RecordedBatch> batches;
+    int started = 0;
+    bool held = false;
+    Status error;
+  };
+
+  explicit FakeExecutor(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  Status Warmup() override { return Status::Ok(); }
+
+  Status Execute(const Batch& batch, BatchOutputs* outputs) override {
+    RecordedBatch record;
+    record.padded_shape = batch.padded_shape;
+    for (const InferenceItem* item : batch.items) {
+      record.rows.push_back(item->rows);
+      record.lengths.push_back(item->length);
+    }
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    shared_->batches.push_back(record);
+    ++shared_->started;
+    shared_->changed.notify_all();
+    shared_->changed.wait(lock, [this] { return !shared_->held; });
+    if (!shared_->error.ok()) return shared_->error;
+    outputs->clear();
+    for (const InferenceItem* item : batch.items) outputs->push_back({item->inputs.at(0)});
+    return Status::Ok();
+  }
+
+  std::vector<BucketInfo> Buckets() const override { return {}; }
+  ExecutionCounters Counters() const override { return {}; }
+  std::string device() const override { return "cpu"; }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+// The outcome a `done` callback delivered.
+struct Outcome {
+  Status status;
+  std::vector<HostTensor> outputs;
+  RequestTiming timing;
+};
+
+class ModelSchedulerTest : public ::testing::Test {
+ protected:
+  void MakeScheduler(const SchedulerOptions& options, int executors = 1) {
+    std::vector<std::unique_ptr<Executor>> list;
+    for (int i = 0; i < executors; ++i) list.push_back(std::make_unique<FakeExecutor>(shared_));
+    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list), &clock_);
+  }
+
+  // A request whose `done` fulfils the returned future; a second call would throw in the worker.
+  std::shared_ptr<PendingRequest> Request(int64_t rows, int64_t length, int64_t tag,
+                                          std::future<Outcome>* outcome) {
+    auto request = MakeRequest(rows, length, tag);
+    auto promise = std::make_shared<std::promise<Outcome>>();
+    *outcome = promise->get_future();
+    request->done = [promise](const Status& status, std::vector<HostTensor>&& outputs,
+                              const RequestTiming& timing) {
+      promise->set_value(Outcome{status, std::move(outputs), timing});
+    };
+    return request;
+  }
+
+  void Hold() {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->held = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->held = false;
+    shared_->changed.notify_all();
+  }
+  // Waits (generously) until `n` batches have entered Execute.
+  bool WaitForStarted(int n) {
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    return shared_->changed.wait_for(lock, seconds(30), [&] { return shared_->started >= n; });
+  }
+  std::vector<RecordedBatch> Batches() {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    return shared_->batches;
+  }
+
+  SteadyClock clock_;
+  std::shared_ptr<FakeExecutor::Shared> shared_ = std::make_shared<FakeExecutor::Shared>();
+  std::unique_ptr<ModelScheduler> scheduler_;
+};
+
+bool Ready(std::future<Outcome>& f) { return f.wait_for(seconds(30)) == std::future_status::ready; }
+
+TEST_F(ModelSchedulerTest, EveryConcurrentRequestGetsItsOwnResultExactlyOnce) {
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 50;
+  constexpr int kTotal = kThreads * kPerThread;
+  MakeScheduler(Options(200), /*executors=*/2);
+  scheduler_->Start();
+
+  std::vector<std::shared_ptr<PendingRequest>> requests(kTotal);
+  std::vector<std::atomic<int>> calls(kTotal);
+  std::vector<Outcome> outcomes(kTotal);
+  std::vector<std::promise<void>> answered(kTotal);
+  for (int id = 0; id < kTotal; ++id) {
+    const int64_t rows = 1 + id % 2;
+    const int64_t length = 1 + (id * 7) % 64;
+    requests[id] = MakeRequest(rows, length, /*tag=*/id);
+    requests[id]->done = [&, id](const Status& status, std::vector<HostTensor>&& outputs,
+                                 const RequestTiming& timing) {
+      if (calls[id].fetch_add(1) == 0) {
+        outcomes[id] = Outcome{status, std::move(outputs), timing};
+        answered[id].set_value();
+      }
+    };
+  }
+
+  std::vector<std::thread> threads;
+  std::atomic<int> refused{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        if (!scheduler_->Enqueue(requests[t * kPerThread + i]).ok()) ++refused;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_EQ(refused.load(), 0);
+
+  for (int id = 0; id < kTotal; ++id) {
+    ASSERT_EQ(answered[id].get_future().wait_for(seconds(30)), std::future_status::ready) << id;
+  }
+  scheduler_->Stop();
+
+  int64_t total_rows = 0;
+  for (int id = 0; id < kTotal; ++id) {
+    EXPECT_EQ(calls[id].load(), 1) << id;
+    ASSERT_TRUE(outcomes[id].status.ok()) << outcomes[id].status.ToString();
+    ASSERT_EQ(outcomes[id].outputs.size(), 1u);
+    const HostTensor& input = requests[id]->item.inputs[0];
+    EXPECT_EQ(outcomes[id].outputs[0].shape, input.shape) << id;
+    EXPECT_EQ(outcomes[id].outputs[0].bytes, input.bytes) << id;
+    const BucketShape& padded = outcomes[id].timing.padded_shape;
+    EXPECT_GE(padded.length, requests[id]->item.length);
+    EXPECT_GE(padded.batch, requests[id]->item.rows);
+    total_rows += requests[id]->item.rows;
+  }
+
+  // Every batch fits its padded shape, and the counters add up to what the executors saw.
+  std::vector<RecordedBatch> batches = Batches();
+  int64_t executed_rows = 0;
+  for (const RecordedBatch& batch : batches) {
+    int64_t rows = 0;
+    for (int64_t r : batch.rows) rows += r;
+    EXPECT_LE(rows, batch.padded_shape.batch);
+    EXPECT_LE(rows, 4);
+    EXPECT_LE(*std::max_element(batch.lengths.begin(), batch.lengths.end()),
+              batch.padded_shape.length);
+    executed_rows += rows;
+  }
+  EXPECT_EQ(executed_rows, total_rows);
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.accepted, static_cast<uint64_t>(kTotal));
+  EXPECT_EQ(counters.batches, batches.size());
+  EXPECT_EQ(counters.batch_rows, static_cast<uint64_t>(total_rows));
+  EXPECT_EQ(counters.rejected_queue_full, 0u);
+  EXPECT_EQ(counters.deadline_exceeded, 0u);
+  EXPECT_EQ(counters.cancelled, 0u);
+  EXPECT_EQ(scheduler_->QueueDepth(), 0u);
+}
+
+TEST_F(ModelSchedulerTest, FullQueueRefusesWithoutCallingDone) {
+  MakeScheduler(Options(0, /*max_queue_size=*/2));
+  scheduler_->Start();
+  Hold();
+
+  std::future<Outcome> running, queued1, queued2, refused_outcome;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 1, &running)).ok());
+  ASSERT_TRUE(WaitForStarted(1));  // the first request left the queue and holds the only executor
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 2, &queued1)).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 3, &queued2)).ok());
+  EXPECT_EQ(scheduler_->QueueDepth(), 2u);
+
+  auto refused = Request(1, 10, 4, &refused_outcome);
+  Status status = scheduler_->Enqueue(refused);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("'echo'"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("max_queue_size"), std::string::npos) << status.message();
+
+  Release();
+  for (auto* f : {&running, &queued1, &queued2}) {
+    ASSERT_TRUE(Ready(*f));
+    EXPECT_TRUE(f->get().status.ok());
+  }
+  scheduler_->Stop();
+  EXPECT_EQ(refused_outcome.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.accepted, 3u);
+  EXPECT_EQ(counters.rejected_queue_full, 1u);
+}
+
+TEST_F(ModelSchedulerTest, ExpiredDeadlineIsNeverExecuted) {
+  MakeScheduler(Options(0));
+  scheduler_->Start();
+  std::future<Outcome> outcome;
+  auto request = Request(1, 10, 1, &outcome);
+  request->deadline_us = clock_.NowMicros() - 1;
+  ASSERT_TRUE(scheduler_->Enqueue(request).ok());
+
+  ASSERT_TRUE(Ready(outcome));
+  Outcome result = outcome.get();
+  EXPECT_EQ(result.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result.status.message().find("deadline expired after"), std::string::npos)
+      << result.status.message();
+  EXPECT_TRUE(result.outputs.empty());
+  scheduler_->Stop();
+
+  EXPECT_TRUE(Batches().empty());
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.accepted, 1u);
+  EXPECT_EQ(counters.deadline_exceeded, 1u);
+  EXPECT_EQ(counters.batches, 0u);
+}
+
+TEST_F(ModelSchedulerTest, CancelledWhileQueuedIsAnsweredCancelledAfterPoke) {
+  // The longest delay: only Poke can wake the worker before the request would be dispatched.
+  MakeScheduler(Options(10'000'000));
+  scheduler_->Start();
+  std::future<Outcome> outcome;
+  auto request = Request(1, 10, 1, &outcome);
+  ASSERT_TRUE(scheduler_->Enqueue(request).ok());
+  request->cancelled = true;
+  scheduler_->Poke();
+
+  ASSERT_EQ(outcome.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_EQ(outcome.get().status.code(), StatusCode::kCancelled);
+  scheduler_->Stop();
+
+  EXPECT_TRUE(Batches().empty());
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.cancelled, 1u);
+  EXPECT_EQ(counters.batches, 0u);
+}
+
+TEST_F(ModelSchedulerTest, StopDrainsQueuedRequests) {
+  MakeScheduler(Options(10'000'000));
+  scheduler_->Start();
+  // Three rows in bin 16 and three in bin 32: neither full, so nothing leaves before Stop.
+  std::vector<std::future<Outcome>> outcomes(6);
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(Request(1, i < 3 ? 10 : 20, i, &outcomes[i]));
+    ASSERT_TRUE(scheduler_->Enqueue(requests.back()).ok());
+  }
+  EXPECT_EQ(scheduler_->QueueDepth(), 6u);
+
+  scheduler_->Stop();
+  for (int i = 0; i < 6; ++i) {
+    // Stop returns only after every queued request has been answered.
+    ASSERT_EQ(outcomes[i].wait_for(seconds(0)), std::future_status::ready) << i;
+    Outcome result = outcomes[i].get();
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    ASSERT_EQ(result.outputs.size(), 1u);
+    EXPECT_EQ(result.outputs[0].bytes, requests[i]->item.inputs[0].bytes) << i;
+  }
+  std::vector<RecordedBatch> batches = Batches();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].padded_shape, (BucketShape{4, 16}));
+  EXPECT_EQ(batches[1].padded_shape, (BucketShape{4, 32}));
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.batches, 2u);
+  EXPECT_EQ(counters.batch_rows, 6u);
+  EXPECT_EQ(scheduler_->QueueDepth(), 0u);
+  scheduler_->Stop();  // idempotent
+}
+
+TEST_F(ModelSchedulerTest, StopWithoutStartDrainsOnTheCallersThread) {
+  MakeScheduler(Options(10'000'000));
+  std::future<Outcome> outcome;
+  auto request = Request(2, 30, 7, &outcome);
+  ASSERT_TRUE(scheduler_->Enqueue(request).ok());
+  scheduler_->Stop();
+  ASSERT_EQ(outcome.wait_for(seconds(0)), std::future_status::ready);
+  Outcome result = outcome.get();
+  ASSERT_TRUE(result.status.ok());
+  EXPECT_EQ(result.outputs.at(0).bytes, request->item.inputs[0].bytes);
+  EXPECT_EQ(result.timing.padded_shape, (BucketShape{2, 32}));
+}
+
+TEST_F(ModelSchedulerTest, EnqueueAfterStopIsUnavailable) {
+  MakeScheduler(Options(0));
+  scheduler_->Start();
+  scheduler_->Stop();
+  std::future<Outcome> outcome;
+  auto request = Request(1, 10, 1, &outcome);  // the caller keeps a refused request
+  Status status = scheduler_->Enqueue(request);
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find("model 'echo' is shutting down"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(outcome.wait_for(seconds(0)), std::future_status::timeout);
+  EXPECT_EQ(scheduler_->Counters().accepted, 0u);
+}
+
+TEST_F(ModelSchedulerTest, ExecutorErrorFailsEveryRequestOfTheBatch) {
+  shared_->error = Internal("model 'echo' bucket 4x16: boom");
+  MakeScheduler(Options(10'000'000));
+  scheduler_->Start();
+  // Four rows fill bin 16, so the batch leaves at once, as one.
+  std::vector<std::future<Outcome>> outcomes(3);
+  ASSERT_TRUE(scheduler_->Enqueue(Request(2, 10, 0, &outcomes[0])).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 11, 1, &outcomes[1])).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 12, 2, &outcomes[2])).ok());
+  for (auto& f : outcomes) {
+    ASSERT_TRUE(Ready(f));
+    Outcome result = f.get();
+    EXPECT_EQ(result.status.code(), StatusCode::kInternal);
+    EXPECT_EQ(result.status.message(), "model 'echo' bucket 4x16: boom");
+    EXPECT_TRUE(result.outputs.empty());
+  }
+  scheduler_->Stop();
+  ASSERT_EQ(Batches().size(), 1u);
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.accepted, 3u);
+  EXPECT_EQ(counters.batches, 1u);
+  EXPECT_EQ(counters.batch_rows, 4u);
+}
+
+}  // namespace
+}  // namespace graphserve
