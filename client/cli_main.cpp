@@ -1,0 +1,373 @@
+// graphserve-cli: health checks, metadata and one-off inference against a KServe v2 gRPC server.
+// Exit status: 0 on success (for `health`: live and ready), 1 otherwise, with the gRPC status code name
+// and message on stderr. 1 is also what a Docker HEALTHCHECK must return for "unhealthy".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "graphserve/client/client.h"
+
+namespace {
+
+using graphserve::InferenceClient;
+// Keys in the order written, which reads better than sorted.
+using json = nlohmann::ordered_json;
+
+constexpr int kFailure = 1;
+
+struct ConnectionFlags {
+  std::string address = "localhost:8001";
+  int64_t timeout_ms = 10000;
+};
+
+struct InferFlags {
+  std::string model;
+  int64_t rows = 1;
+  int64_t length = 8;
+  std::vector<int64_t> ids;
+  uint64_t seed = 0;
+  std::string contents = "raw";
+  std::vector<std::string> outputs;
+  std::string request_id;
+  bool json = false;
+};
+
+// How many leading values an output summary shows.
+constexpr size_t kFirstValues = 5;
+
+int Fail(const grpc::Status& status) {
+  std::cerr << graphserve::StatusCodeName(status.error_code()) << ": " << status.error_message()
+            << "\n";
+  return kFailure;
+}
+
+InferenceClient MakeClient(const ConnectionFlags& flags) {
+  graphserve::ClientOptions options;
+  options.timeout_ms = flags.timeout_ms;
+  return InferenceClient(flags.address, options);
+}
+
+std::string FormatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  return text;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+template <typename Repeated>
+std::vector<int64_t> ToShape(const Repeated& dims) {
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+// ---- health ---------------------------------------------------------------------------------------
+
+int RunHealth(const ConnectionFlags& flags, double wait_s) {
+  InferenceClient client = MakeClient(flags);
+  if (wait_s > 0) {
+    const grpc::Status waited =
+        client.WaitForReady(std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
+    // Not fatal by itself: the checks below report the state as it is now.
+    if (!waited.ok()) Fail(waited);
+  }
+  bool live = false;
+  grpc::Status status = client.ServerLive(&live);
+  if (!status.ok()) return Fail(status);
+  bool ready = false;
+  status = client.ServerReady(&ready);
+  if (!status.ok()) return Fail(status);
+  std::cout << "live: " << (live ? "true" : "false") << "\nready: " << (ready ? "true" : "false")
+            << "\n";
+  return live && ready ? 0 : kFailure;
+}
+
+// ---- metadata -------------------------------------------------------------------------------------
+
+json TensorsJson(
+    const google::protobuf::RepeatedPtrField<inference::ModelMetadataResponse::TensorMetadata>&
+        tensors) {
+  json list = json::array();
+  for (const auto& tensor : tensors) {
+    list.push_back({{"name", tensor.name()},
+                    {"datatype", tensor.datatype()},
+                    {"shape", ToShape(tensor.shape())}});
+  }
+  return list;
+}
+
+void PrintTensors(
+    const char* title,
+    const google::protobuf::RepeatedPtrField<inference::ModelMetadataResponse::TensorMetadata>&
+        tensors) {
+  std::cout << title << ":\n";
+  for (const auto& tensor : tensors) {
+    std::cout << "  " << tensor.name() << " " << tensor.datatype() << " "
+              << ShapeString(ToShape(tensor.shape())) << "\n";
+  }
+}
+
+std::string Join(const google::protobuf::RepeatedPtrField<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+int RunMetadata(const ConnectionFlags& flags, const std::string& model, bool as_json) {
+  InferenceClient client = MakeClient(flags);
+  if (model.empty()) {
+    inference::ServerMetadataResponse metadata;
+    const grpc::Status status = client.ServerMetadata(&metadata);
+    if (!status.ok()) return Fail(status);
+    if (as_json) {
+      const std::vector<std::string> extensions(metadata.extensions().begin(),
+                                                metadata.extensions().end());
+      std::cout << json{{"name", metadata.name()},
+                        {"version", metadata.version()},
+                        {"extensions", extensions}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::cout << "name: " << metadata.name() << "\nversion: " << metadata.version()
+                << "\nextensions: " << Join(metadata.extensions()) << "\n";
+    }
+    return 0;
+  }
+  inference::ModelMetadataResponse metadata;
+  const grpc::Status status = client.ModelMetadata(model, &metadata);
+  if (!status.ok()) return Fail(status);
+  if (as_json) {
+    const std::vector<std::string> versions(metadata.versions().begin(), metadata.versions().end());
+    std::cout << json{{"name", metadata.name()},
+                      {"versions", versions},
+                      {"platform", metadata.platform()},
+                      {"inputs", TensorsJson(metadata.inputs())},
+                      {"outputs", TensorsJson(metadata.outputs())}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << "name: " << metadata.name() << "\nversions: " << Join(metadata.versions())
+              << "\nplatform: " << metadata.platform() << "\n";
+    PrintTensors("inputs", metadata.inputs());
+    PrintTensors("outputs", metadata.outputs());
+  }
+  return 0;
+}
+
+// ---- infer ----------------------------------------------------------------------------------------
+
+// min/max/mean over the finite values; NaN and infinities are counted apart, since one of them is
+// usually the bug being looked for.
+struct Summary {
+  int64_t finite = 0;
+  int64_t non_finite = 0;
+  double min = 0;
+  double max = 0;
+  double mean = 0;
+  std::vector<double> first;
+};
+
+template <typename T>
+Summary Summarize(const std::vector<T>& values) {
+  Summary summary;
+  double sum = 0;
+  summary.min = std::numeric_limits<double>::infinity();
+  summary.max = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double value = static_cast<double>(values[i]);
+    if (i < kFirstValues) summary.first.push_back(value);
+    if (!std::isfinite(value)) {
+      ++summary.non_finite;
+      continue;
+    }
+    ++summary.finite;
+    sum += value;
+    summary.min = std::min(summary.min, value);
+    summary.max = std::max(summary.max, value);
+  }
+  if (summary.finite > 0) {
+    summary.mean = sum / static_cast<double>(summary.finite);
+  } else {
+    summary.min = summary.max = 0;
+  }
+  return summary;
+}
+
+// Summarises FP32 and INT64 outputs; other datatypes are reported by size only.
+grpc::Status SummarizeOutput(const graphserve::OutputView& output, bool* has_summary,
+                             Summary* summary) {
+  *has_summary = false;
+  if (output.datatype == "FP32") {
+    std::vector<float> values;
+    grpc::Status status = graphserve::OutputAsFloats(output, &values);
+    if (!status.ok()) return status;
+    *summary = Summarize(values);
+    *has_summary = true;
+  } else if (output.datatype == "INT64") {
+    std::vector<int64_t> values;
+    grpc::Status status = graphserve::OutputAsInt64s(output, &values);
+    if (!status.ok()) return status;
+    *summary = Summarize(values);
+    *has_summary = true;
+  }
+  return grpc::Status::OK;
+}
+
+int RunInfer(const ConnectionFlags& flags, const InferFlags& infer) {
+  InferenceClient client = MakeClient(flags);
+  graphserve::RequestSpec spec;
+  spec.model = infer.model;
+  spec.request_id = infer.request_id;
+  spec.rows = infer.rows;
+  spec.length = infer.length;
+  spec.seed = infer.seed;
+  spec.ids = infer.ids;
+  spec.encoding =
+      infer.contents == "typed" ? graphserve::InputEncoding::kTyped : graphserve::InputEncoding::kRaw;
+  spec.outputs = infer.outputs;
+
+  // The metadata says which inputs to fill; a server without ModelMetadata gets the encoder's inputs.
+  inference::ModelInferRequest request;
+  inference::ModelMetadataResponse metadata;
+  grpc::Status status = client.ModelMetadata(infer.model, &metadata);
+  if (status.ok()) {
+    status = graphserve::MakeRequestFromMetadata(metadata, spec, &request);
+  } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    status = graphserve::MakeTokenRequest(spec, &request);
+  }
+  if (!status.ok()) return Fail(status);
+
+  inference::ModelInferResponse response;
+  const auto start = std::chrono::steady_clock::now();
+  status = client.ModelInfer(request, &response);
+  const double latency_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!status.ok()) return Fail(status);
+
+  json outputs = json::array();
+  std::string text;
+  for (const auto& tensor : response.outputs()) {
+    graphserve::OutputView output;
+    status = graphserve::FindOutput(response, tensor.name(), &output);
+    if (!status.ok()) return Fail(status);
+    bool has_summary = false;
+    Summary summary;
+    status = SummarizeOutput(output, &has_summary, &summary);
+    if (!status.ok()) return Fail(status);
+
+    json entry = {{"name", tensor.name()}, {"datatype", tensor.datatype()}, {"shape", output.shape}};
+    text += tensor.name() + " " + tensor.datatype() + " " + ShapeString(output.shape);
+    if (has_summary) {
+      entry["min"] = summary.min;
+      entry["max"] = summary.max;
+      entry["mean"] = summary.mean;
+      entry["non_finite"] = summary.non_finite;
+      entry["first"] = summary.first;
+      text += "  min " + FormatNumber(summary.min) + "  max " + FormatNumber(summary.max) +
+              "  mean " + FormatNumber(summary.mean);
+      if (summary.non_finite > 0) text += "  non-finite " + std::to_string(summary.non_finite);
+      text += "\n  first:";
+      for (double value : summary.first) text += " " + FormatNumber(value);
+    } else {
+      entry["bytes"] = output.raw.size();
+      text += "  " + std::to_string(output.raw.size()) + " bytes";
+    }
+    text += "\n";
+    outputs.push_back(std::move(entry));
+  }
+
+  if (infer.json) {
+    std::cout << json{{"model_name", response.model_name()},
+                      {"model_version", response.model_version()},
+                      {"id", response.id()},
+                      {"latency_ms", latency_ms},
+                      {"outputs", outputs}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << "model: " << response.model_name() << " (version " << response.model_version()
+              << ")\nid: " << response.id() << "\nlatency: " << std::fixed << std::setprecision(3)
+              << latency_ms << " ms\n"
+              << text;
+  }
+  return 0;
+}
+
+void AddConnectionFlags(CLI::App* command, ConnectionFlags* flags) {
+  command->add_option("--address", flags->address, "Server address, host:port")
+      ->capture_default_str();
+  command->add_option("--timeout-ms", flags->timeout_ms, "Deadline of each RPC in ms; 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"graphserve-cli: talk to a KServe v2 gRPC inference server"};
+  app.require_subcommand(1);
+  ConnectionFlags connection;
+
+  CLI::App* health = app.add_subcommand(
+      "health", "Print whether the server is live and ready; exit 0 only when both are true");
+  AddConnectionFlags(health, &connection);
+  double wait_s = 0;
+  health->add_option("--wait-s", wait_s, "Wait up to this many seconds for readiness")
+      ->check(CLI::NonNegativeNumber);
+
+  CLI::App* metadata =
+      app.add_subcommand("metadata", "Print the server's metadata, or a model's with --model");
+  AddConnectionFlags(metadata, &connection);
+  std::string metadata_model;
+  bool metadata_json = false;
+  metadata->add_option("--model", metadata_model, "Model whose inputs and outputs to print");
+  metadata->add_flag("--json", metadata_json, "Print JSON");
+
+  CLI::App* infer = app.add_subcommand(
+      "infer", "Send one request of generated token ids and summarise the outputs");
+  AddConnectionFlags(infer, &connection);
+  InferFlags infer_flags;
+  infer->add_option("--model", infer_flags.model, "Model name")->required();
+  CLI::Option* rows = infer->add_option("--rows", infer_flags.rows, "Batch size")
+                          ->check(CLI::PositiveNumber)
+                          ->capture_default_str();
+  CLI::Option* length = infer->add_option("--length", infer_flags.length, "Tokens per row")
+                            ->check(CLI::PositiveNumber)
+                            ->capture_default_str();
+  infer->add_option("--ids", infer_flags.ids, "One row of these token ids, e.g. 101,2023,102")
+      ->delimiter(',')
+      ->excludes(rows)
+      ->excludes(length);
+  infer->add_option("--seed", infer_flags.seed, "Seed of the random ids and floats")
+      ->capture_default_str();
+  infer->add_option("--contents", infer_flags.contents, "How inputs travel: raw bytes or typed")
+      ->check(CLI::IsMember({"typed", "raw"}))
+      ->capture_default_str();
+  infer->add_option("--output", infer_flags.outputs, "Output to return (repeatable); default: all");
+  infer->add_option("--id", infer_flags.request_id, "Request id, echoed by the server");
+  infer->add_flag("--json", infer_flags.json, "Print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // CLI11 prints the help or the usage error; every failure exits 1, as promised above.
+    return app.exit(error) == 0 ? 0 : kFailure;
+  }
+
+  if (health->parsed()) return RunHealth(connection, wait_s);
+  if (metadata->parsed()) return RunMetadata(connection, metadata_model, metadata_json);
+  return RunInfer(connection, infer_flags);
+}

@@ -1,0 +1,151 @@
+// InferenceClient: one deadline per call, and readiness polling.
+#include "graphserve/client/client.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+namespace graphserve {
+
+namespace {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  // An encoder's last_hidden_state at batch 32 x 512 tokens is 16 MiB, beyond gRPC's 4 MiB default.
+  args.SetMaxReceiveMessageSize(-1);
+  if (options.max_reconnect_backoff_ms > 0) {
+    const int backoff_ms =
+        static_cast<int>(std::min<int64_t>(options.max_reconnect_backoff_ms, INT32_MAX));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
+    // The initial backoff (1 s by default) must not exceed the cap, or the cap has no effect at first.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(backoff_ms, 1000));
+  }
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+InferenceClient::InferenceClient(const std::string& address, const ClientOptions& options)
+    : address_(address),
+      options_(options),
+      channel_(MakeChannel(address, options)),
+      stub_(inference::GRPCInferenceService::NewStub(channel_)) {}
+
+void InferenceClient::SetDeadline(grpc::ClientContext* context) const {
+  if (options_.timeout_ms > 0) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(options_.timeout_ms));
+  }
+}
+
+grpc::Status InferenceClient::ServerLive(bool* live) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ServerLiveResponse response;
+  grpc::Status status = stub_->ServerLive(&context, inference::ServerLiveRequest(), &response);
+  *live = status.ok() && response.live();
+  return status;
+}
+
+grpc::Status InferenceClient::ServerReady(bool* ready) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ServerReadyResponse response;
+  grpc::Status status = stub_->ServerReady(&context, inference::ServerReadyRequest(), &response);
+  *ready = status.ok() && response.ready();
+  return status;
+}
+
+grpc::Status InferenceClient::ModelReady(const std::string& model, bool* ready) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ModelReadyRequest request;
+  request.set_name(model);
+  inference::ModelReadyResponse response;
+  grpc::Status status = stub_->ModelReady(&context, request, &response);
+  *ready = status.ok() && response.ready();
+  return status;
+}
+
+grpc::Status InferenceClient::ServerMetadata(inference::ServerMetadataResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  return stub_->ServerMetadata(&context, inference::ServerMetadataRequest(), response);
+}
+
+grpc::Status InferenceClient::ModelMetadata(const std::string& model,
+                                            inference::ModelMetadataResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ModelMetadataRequest request;
+  request.set_name(model);
+  return stub_->ModelMetadata(&context, request, response);
+}
+
+grpc::Status InferenceClient::ModelInfer(const inference::ModelInferRequest& request,
+                                         inference::ModelInferResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  return stub_->ModelInfer(&context, request, response);
+}
+
+grpc::Status InferenceClient::WaitForReady(std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point give_up = Clock::now() + timeout;
+  const auto poll_interval =
+      std::chrono::milliseconds(std::max<int64_t>(options_.ready_poll_interval_ms, 1));
+  std::string last = "no answer yet";
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
+    if (left.count() <= 0) break;
+    // One poll may not outlast the overall timeout, nor the per-call deadline.
+    grpc::ClientContext context;
+    auto poll_deadline = left;
+    if (options_.timeout_ms > 0) {
+      poll_deadline = std::min(poll_deadline, std::chrono::milliseconds(options_.timeout_ms));
+    }
+    context.set_deadline(std::chrono::system_clock::now() + poll_deadline);
+    inference::ServerReadyResponse response;
+    const grpc::Status status =
+        stub_->ServerReady(&context, inference::ServerReadyRequest(), &response);
+    if (status.ok() && response.ready()) return grpc::Status::OK;
+    last = status.ok() ? std::string("ready=false")
+                       : std::string(StatusCodeName(status.error_code())) + ": " +
+                             status.error_message();
+    std::this_thread::sleep_until(std::min(Clock::now() + poll_interval, give_up));
+  }
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      address_ + " not ready after " + std::to_string(timeout.count()) +
+                          " ms; last answer: " + last);
+}
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::DO_NOT_USE: break;
+  }
+  return "UNKNOWN_CODE";
+}
+
+}  // namespace graphserve
