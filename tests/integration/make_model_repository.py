@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Writes a graphserve model repository for the integration tests into the folder given as argv[1].
+
+Models are made here, at test time, with Debian's python3-torch (run it with /usr/bin/python3), so
+the tests prove that a user's own TorchScript file loads and serves:
+  tiny_scripted  torch.jit.script, masked attention, returns a tuple (hidden [B,L,16], pooled [B,16])
+  tiny_traced    torch.jit.trace, per-token projection, returns one tensor [B,L,4]
+  encoder        the built-in encoder with a small bucket grid, so that warm-up stays quick on CPUs
+"""
+import pathlib
+import sys
+
+import torch
+
+
+class TinyAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, 16)
+        self.query = torch.nn.Linear(16, 16)
+        self.key = torch.nn.Linear(16, 16)
+        self.value = torch.nn.Linear(16, 16)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        x = self.embed(input_ids.clamp(0, 999))
+        scores = self.query(x) @ self.key(x).transpose(1, 2) / 4.0
+        # Padded keys get no weight, so padding never changes a real position's output.
+        scores = scores.masked_fill(attention_mask[:, None, :] == 0, -1e9)
+        hidden = torch.softmax(scores, dim=-1) @ self.value(x)
+        mask = attention_mask[:, :, None].to(hidden.dtype)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return hidden, pooled
+
+
+class TinyProjection(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, 4)
+
+    def forward(self, input_ids, attention_mask):
+        return self.embed(input_ids.clamp(0, 999)) * attention_mask[:, :, None].float()
+
+
+TOKEN_INPUTS = """
+input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
+input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
+"""
+
+CONFIGS = {
+    "tiny_scripted": TOKEN_INPUTS + """
+platform: "pytorch_libtorch"
+max_batch_size: 4
+max_sequence_length: 32
+output { name: "hidden" data_type: TYPE_FP32 dims: [ -1, 16 ] }
+output { name: "pooled" data_type: TYPE_FP32 dims: [ 16 ] }
+buckets { batch_sizes: [ 1, 2, 4 ] sequence_lengths: [ 8, 16, 32 ] }
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+""",
+    "tiny_traced": TOKEN_INPUTS + """
+platform: "pytorch_libtorch"
+max_batch_size: 8
+max_sequence_length: 64
+output { name: "projected" data_type: TYPE_FP32 dims: [ -1, 4 ] }
+buckets { batch_sizes: [ 2, 8 ] sequence_lengths: [ 16, 64 ] }
+""",
+    "encoder": TOKEN_INPUTS + """
+platform: "graphserve_encoder"
+max_batch_size: 8
+max_sequence_length: 64
+output { name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 256 ] }
+output { name: "pooler_output" data_type: TYPE_FP32 dims: [ 256 ] }
+buckets { batch_sizes: [ 1, 2, 4, 8 ] sequence_lengths: [ 16, 32, 64 ] }
+dynamic_batching { max_queue_delay_microseconds: 5000 max_queue_size: 2000 }
+instance_group { count: 2 }
+""",
+}
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    torch.manual_seed(1234)
+    example = (torch.randint(1, 999, (2, 8)), torch.ones(2, 8, dtype=torch.int64))
+    models = {
+        "tiny_scripted": torch.jit.script(TinyAttention().eval()),
+        "tiny_traced": torch.jit.trace(TinyProjection().eval(), example),
+    }
+    for name, config in CONFIGS.items():
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.pbtxt").write_text(f'name: "{name}"\n' + config)
+        if name in models:
+            models[name].save(str(folder / "model.pt"))
+    write_reference_answers(root, models)
+    print(f"model repository written to {root}")
+
+
+def write_reference_answers(root, models):
+    """What PyTorch itself answers for fixed token ids, unpadded, for the tests to compare against."""
+    ids = torch.tensor([[5, 17, 256, 999, 3]], dtype=torch.int64)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        hidden, pooled = models["tiny_scripted"](ids, mask)
+        projected = models["tiny_traced"](ids, mask)
+    reference = root.parent / (root.name + "_reference")
+    reference.mkdir(parents=True, exist_ok=True)
+    ids.numpy().astype("<i8").tofile(reference / "ids.bin")
+    for name, tensor in (("hidden", hidden), ("pooled", pooled), ("projected", projected)):
+        tensor.numpy().astype("<f4").tofile(reference / f"{name}.bin")
+
+
+if __name__ == "__main__":
+    main()
