@@ -10,6 +10,9 @@
 #include <utility>
 
 #include "builtin_encoder.h"
+#ifdef GRAPHSERVE_WITH_CUDA
+#include "cuda_graph_executor.h"
+#endif
 #include "eager_executor.h"
 #include "graphserve/engine/executor.h"
 #include "torch_errors.h"
@@ -129,12 +132,32 @@ Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
                                kPlatformBuiltinEncoder + ")");
     }
     if (!status.ok()) return status;
+#ifdef GRAPHSERVE_WITH_CUDA
+    // A model marked non-capturable in its config runs eagerly (counted as "disabled").
+    if (device.is_cuda() && !spec.cuda_graphs_disabled) {
+      *executor = std::make_unique<CudaGraphExecutor>(spec, std::move(model), device);
+      return Status::Ok();
+    }
+#endif
     *executor = std::make_unique<EagerExecutor>(spec, std::move(model), device);
     return Status::Ok();
   } catch (const std::exception& error) {
     return Internal("model '" + spec.name + "': creating the executor on " + options.device +
                     " failed: " + ExceptionMessage(error));
   }
+}
+
+DeviceMemory GetDeviceMemory(const std::string& device) {
+#ifdef GRAPHSERVE_WITH_CUDA
+  c10::Device parsed(c10::kCPU);
+  try {
+    if (ParseDevice(device, &parsed).ok() && parsed.is_cuda()) return CudaDeviceMemory(parsed);
+  } catch (const std::exception&) {
+    // Memory figures are for metrics; a failing query reports zeros rather than throwing.
+  }
+#endif
+  (void)device;
+  return DeviceMemory{};
 }
 
 EngineInfo GetEngineInfo() {

@@ -99,8 +99,16 @@ Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& model_dir,
   try {
     module.eval();
     const at::ScalarType compute_type = PrecisionScalarType(spec.precision);
-    // Module::to(dtype) converts only floating-point parameters and buffers.
-    if (compute_type != at::kFloat) module.to(compute_type);
+    // Cast only floating-point parameters and buffers: Module::to(dtype) also converts integer
+    // buffers (BERT's position_ids), which then fail as gather indices.
+    if (compute_type != at::kFloat) {
+      for (at::Tensor tensor : module.parameters()) {
+        if (tensor.is_floating_point()) tensor.set_data(tensor.to(compute_type));
+      }
+      for (at::Tensor tensor : module.buffers()) {
+        if (tensor.is_floating_point()) tensor.set_data(tensor.to(compute_type));
+      }
+    }
   } catch (const std::exception& error) {
     return Internal("model '" + spec.name + "': preparing " + path + " for " +
                     PrecisionName(spec.precision) + " on " + device.str() +

@@ -201,7 +201,8 @@ TEST(EagerExecutorTest, Bf16EncoderReturnsFp32CloseToFp32) {
   }
 }
 
-// Runs only where libtorch sees a GPU (the CUDA host); CI has none.
+// Runs only where libtorch sees a GPU (the CUDA host); CI has none. CUDA graphs are turned off,
+// so that the eager executor itself runs on the GPU (cuda_graph_test covers the graphs).
 TEST(EagerExecutorTest, CudaEncoderMatchesCpu) {
   if (GetEngineInfo().cuda_device_count == 0) GTEST_SKIP() << "no CUDA device";
   auto cpu = MakeExecutor(EncoderSpec());
@@ -209,7 +210,9 @@ TEST(EagerExecutorTest, CudaEncoderMatchesCpu) {
   std::unique_ptr<Executor> cuda;
   ExecutorOptions options;
   options.device = "cuda";
-  const Status created = CreateExecutor(EncoderSpec(), options, &cuda);
+  ModelSpec eager_on_cuda = EncoderSpec();
+  eager_on_cuda.cuda_graphs_disabled = true;
+  const Status created = CreateExecutor(eager_on_cuda, options, &cuda);
   ASSERT_TRUE(created.ok()) << created.ToString();
   EXPECT_EQ(cuda->device(), "cuda:0");
   const Status warmup = cuda->Warmup();

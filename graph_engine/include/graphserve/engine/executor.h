@@ -78,6 +78,16 @@ struct BucketInfo {
   bool time_measured = false;
 };
 
+// What capturing the bucket grid cost, for the logs and the metrics. All zero on executors that
+// capture nothing (CPU, or CUDA graphs disabled).
+struct CaptureSummary {
+  int graphs_captured = 0;   // buckets that replay as graphs
+  int graphs_disabled = 0;   // buckets whose capture or verification failed (they run eagerly)
+  double capture_time_us = 0.0;     // warm-up, capture and verification of the whole grid
+  uint64_t graph_pool_bytes = 0;    // device memory held by the graphs' shared pool
+  uint64_t static_buffer_bytes = 0; // static device inputs and pinned host staging buffers
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -94,6 +104,7 @@ class Executor {
   // The bucket grid with what Warmup learnt about each bucket.
   virtual std::vector<BucketInfo> Buckets() const = 0;
   virtual ExecutionCounters Counters() const = 0;
+  virtual CaptureSummary capture_summary() const { return CaptureSummary{}; }
   // "cpu" or "cuda:N".
   virtual std::string device() const = 0;
 };
@@ -118,6 +129,13 @@ struct EngineInfo {
   int cuda_device_count = 0;
 };
 EngineInfo GetEngineInfo();
+
+// Memory of one device as libtorch's caching allocator sees it; zeros for "cpu". Thread-safe.
+struct DeviceMemory {
+  uint64_t allocated_bytes = 0;  // held by live tensors (graph pools included)
+  uint64_t reserved_bytes = 0;   // obtained from the driver by the allocator
+};
+DeviceMemory GetDeviceMemory(const std::string& device);
 
 // The engine cannot include spdlog (see ../shared/GPU.md, pitfall 2), so it reports through a sink
 // that the server installs once at start-up. Thread-safe: the sink may be called from any thread.

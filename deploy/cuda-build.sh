@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One command that builds graphserve and runs its tests on a CUDA host where libtorch comes from a
+# PyTorch wheel and gRPC/prometheus-cpp/CLI11/nlohmann-json come from Debian packages that
+# deploy/fetch-cuda-host-debs.sh downloaded (the recipe of ../shared/GPU.md). Nothing is installed
+# system-wide: the packages are unpacked into a private prefix.
+#
+#   deploy/cuda-build.sh [--debs DIR] [--prefix DIR] [--build-dir DIR] [--no-test] [-- ctest args]
+#
+# Afterwards `source BUILD_DIR/env.sh` sets LD_LIBRARY_PATH for running the binaries by hand.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+debs=$repo/.debs
+prefix=/tmp/graphserve-deps
+build_dir=$repo/build-cuda
+run_tests=1
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --debs) debs=$2; shift 2 ;;
+    --prefix) prefix=$2; shift 2 ;;
+    --build-dir) build_dir=$2; shift 2 ;;
+    --no-test) run_tests=0; shift ;;
+    --) shift; break ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+python=${PYTHON:-python3}
+torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+echo "libtorch: $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)') at $torch_prefix"
+
+if [[ ! -f "$prefix/.unpacked" ]]; then
+  shopt -s nullglob
+  files=("$debs"/*.deb)
+  [[ ${#files[@]} -gt 0 ]] || { echo "no .deb files in $debs (run deploy/fetch-cuda-host-debs.sh on Debian 12)" >&2; exit 1; }
+  mkdir -p "$prefix"
+  for f in "${files[@]}"; do dpkg -x "$f" "$prefix"; done
+  touch "$prefix/.unpacked"
+fi
+libdir=$prefix/usr/lib/x86_64-linux-gnu
+# RE2's pkg-config file names -L/usr/lib/...; the linker must search the prefix too.
+export LIBRARY_PATH=$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$prefix/usr/bin:/usr/local/cuda/bin:$PATH
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+  cmake -S "$repo" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" \
+    -DProtobuf_PROTOC_EXECUTABLE="$prefix/usr/bin/protoc" \
+    -DSYSTEM_PYTHON3="$(command -v "$python")"
+fi
+cmake --build "$build_dir" --parallel "${JOBS:-$(nproc)}"
+cat > "$build_dir/env.sh" <<ENV
+export LD_LIBRARY_PATH=$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+export PATH=$prefix/usr/bin:\$PATH
+ENV
+
+if [[ $run_tests == 1 ]]; then
+  cd "$build_dir"
+  ctest --output-on-failure --parallel "${CTEST_JOBS:-8}" "$@"
+fi

@@ -1,0 +1,93 @@
+#pragma once
+// The executor for CUDA devices: one CUDA graph per bucket of the grid, all of an instance's graphs
+// captured into one shared memory pool, replayed over static device buffers.
+//
+// Warmup (before the server reports ready), on a dedicated non-default stream: for each bucket,
+// largest first, a few eager runs (cuBLAS workspaces, lazy module state), then the capture, then a
+// verification replay on fresh random valid inputs compared with eager on the same inputs. A bucket
+// whose capture throws or whose replay disagrees beyond the tolerance is disabled and runs eagerly.
+//
+// Execute: the batch is padded into pinned host staging buffers, copied to the static inputs with one
+// asynchronous copy per input, the graph is replayed (the graph itself ends by copying its outputs
+// into static output buffers in the spec's dtypes), and only each request's own rows and length are
+// copied back (one strided copy per request and output) before one stream synchronisation.
+//
+// Static input and output buffers are shared by all buckets (each bucket uses a prefix of them):
+// batches on one instance run one at a time on one stream, so no two replays overlap. Intermediate
+// tensors freed during a capture are reused by later captures of the same pool; that is safe because
+// a graph's results are copied out of its temporaries before the next replay starts.
+//
+// Thread safety as Executor's.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "model.h"
+
+namespace graphserve {
+
+class CudaGraphExecutor : public Executor {
+ public:
+  CudaGraphExecutor(ModelSpec spec, std::unique_ptr<Model> model, c10::Device device);
+  ~CudaGraphExecutor() override;
+
+  Status Warmup() override;
+  Status Execute(const Batch& batch, BatchOutputs* outputs) override;
+  std::vector<BucketInfo> Buckets() const override;
+  ExecutionCounters Counters() const override;
+  CaptureSummary capture_summary() const override;
+  std::string device() const override;
+
+ private:
+  struct GraphBucket {
+    BucketInfo info;
+    std::unique_ptr<at::cuda::CUDAGraph> graph;  // null when the bucket runs eagerly
+    double eager_time_us = 0.0;                  // same padded batch, eager, for the logs
+  };
+
+  Status AllocateStaticBuffers();
+  // Eager warm-up, capture and verification of one bucket; a capture or verification failure
+  // disables the bucket (returns OK), anything else fails the warm-up.
+  Status PrepareBucket(GraphBucket* bucket);
+  Status CaptureBucket(GraphBucket* bucket, double* verify_difference);
+  // Runs the model eagerly on the current contents of the static inputs for `shape`.
+  Status ForwardEager(const BucketShape& shape, std::vector<at::Tensor>* outputs);
+  Status ExecuteGraph(GraphBucket* bucket, const Batch& batch, BatchOutputs* outputs);
+  Status ExecuteEager(const Batch& batch, BatchOutputs* outputs);
+  std::vector<at::Tensor> StaticInputs(const BucketShape& shape) const;
+  std::vector<at::Tensor> StaticOutputs(const BucketShape& shape) const;
+  GraphBucket* FindBucket(const BucketShape& shape);
+  void CountExecution(const Batch& batch, const GraphBucket* graph_bucket, EagerReason reason);
+
+  const ModelSpec spec_;
+  const std::unique_ptr<Model> model_;
+  const c10::Device device_;
+  c10::cuda::CUDAStream stream_;
+
+  // One flat buffer per input/output sized for the largest bucket; each bucket views a prefix.
+  std::vector<at::Tensor> static_inputs_;   // device
+  std::vector<at::Tensor> static_outputs_;  // device, the spec's output dtypes
+  std::vector<at::Tensor> pinned_inputs_;   // host staging for the padded batch
+  std::vector<at::Tensor> pinned_outputs_;  // host staging for the requests' own slices
+  std::vector<GraphBucket> buckets_;        // grid order; info guarded by mutex_ after Warmup
+  // Graphs of buckets that failed verification: never replayed, but they keep the pool alive.
+  std::vector<std::unique_ptr<at::cuda::CUDAGraph>> retired_graphs_;
+
+  mutable std::mutex mutex_;
+  ExecutionCounters counters_;  // guarded by mutex_
+  CaptureSummary summary_;      // guarded by mutex_
+  int64_t fallback_warnings_ = 0;      // guarded by mutex_
+  int64_t next_fallback_warning_ = 1;  // guarded by mutex_
+  decltype(at::cuda::graph_pool_handle()) pool_{};  // shared by all of this instance's graphs
+};
+
+// The caching allocator's view of `device`'s memory.
+DeviceMemory CudaDeviceMemory(const c10::Device& device);
+
+}  // namespace graphserve

@@ -1,0 +1,251 @@
+// The CUDA-graph executor, through the public, torch-free API. Every test skips (saying so) when no
+// CUDA device is present, as on CI's CPU machines; all of them run on the CUDA host.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "test_batches.h"
+
+namespace graphserve {
+namespace {
+
+using testing::Fp32Values;
+using testing::MakeBatch;
+using testing::RelativeDifference;
+using testing::TokenItem;
+
+constexpr int64_t kHidden = 256;
+constexpr int64_t kVocab = 1024;
+
+class CudaGraphTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (GetEngineInfo().cuda_device_count == 0) GTEST_SKIP() << "no CUDA device: CUDA-graph tests skipped";
+  }
+};
+
+ModelSpec EncoderSpec(std::vector<int64_t> batches, std::vector<int64_t> lengths,
+                      Precision precision = Precision::kFp32) {
+  ModelSpec spec;
+  spec.name = "encoder";
+  spec.platform = kPlatformBuiltinEncoder;
+  spec.max_batch_size = batches.back();
+  spec.max_sequence_length = lengths.back();
+  spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
+                 TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.outputs = {TensorSpec{"last_hidden_state", DataType::kFp32, {-1, kHidden}, 0.0},
+                  TensorSpec{"pooler_output", DataType::kFp32, {kHidden}, 0.0}};
+  spec.bucket_batch_sizes = std::move(batches);
+  spec.bucket_lengths = std::move(lengths);
+  spec.precision = precision;
+  return spec;
+}
+
+ModelSpec FeatureModelSpec(const std::string& name) {
+  ModelSpec spec;
+  spec.name = name;
+  spec.platform = kPlatformTorchScript;
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = 16;
+  spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
+                 TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.outputs = {TensorSpec{"per_token", DataType::kFp32, {-1, 8}, 0.0},
+                  TensorSpec{"pooled", DataType::kFp32, {8}, 0.0}};
+  spec.bucket_batch_sizes = {2, 4};
+  spec.bucket_lengths = {8, 16};
+  return spec;
+}
+
+std::unique_ptr<Executor> Ready(const ModelSpec& spec, const std::string& device,
+                                const std::string& model_dir = "") {
+  ExecutorOptions options;
+  options.device = device;
+  options.model_dir = model_dir;
+  std::unique_ptr<Executor> executor;
+  Status status = CreateExecutor(spec, options, &executor);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  if (!status.ok()) return nullptr;
+  status = executor->Warmup();
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return status.ok() ? std::move(executor) : nullptr;
+}
+
+BatchOutputs ExecuteOk(Executor& executor, const Batch& batch) {
+  BatchOutputs outputs;
+  Status status = executor.Execute(batch, &outputs);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return outputs;
+}
+
+uint64_t EagerCount(const ExecutionCounters& counters, EagerReason reason) {
+  return counters.eager_runs[static_cast<int>(reason)];
+}
+
+uint64_t ReplayCount(const ExecutionCounters& counters) {
+  uint64_t replays = 0;
+  for (const auto& [bucket, count] : counters.graph_replays) replays += count;
+  return replays;
+}
+
+TEST_F(CudaGraphTest, ReplaysEqualEagerForRandomMixedBatchesInEveryBucket) {
+  const ModelSpec spec = EncoderSpec({1, 2, 4, 8}, {16, 32, 64, 128});
+  auto graphs = Ready(spec, "cuda:0");
+  ModelSpec eager_spec = spec;
+  eager_spec.cuda_graphs_disabled = true;
+  auto eager = Ready(eager_spec, "cuda:0");
+  ASSERT_TRUE(graphs && eager);
+  for (const BucketInfo& bucket : graphs->Buckets()) {
+    EXPECT_TRUE(bucket.graph) << bucket.shape.ToString() << " was not captured";
+    EXPECT_GT(bucket.execute_time_us, 0.0);
+  }
+
+  std::mt19937 random(2024);
+  std::set<BucketShape> buckets_used;
+  int batches = 0;
+  for (const int64_t batch_size : spec.bucket_batch_sizes) {
+    for (const int64_t length : spec.bucket_lengths) {
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        // Items that together need exactly this bucket: their rows sum to more than the next
+        // smaller batch size and the longest is longer than the next smaller length.
+        std::vector<InferenceItem> items;
+        int64_t rows_left = batch_size - (repeat == 2 && batch_size > 1 ? 1 : 0);
+        while (rows_left > 0) {
+          const int64_t rows = std::uniform_int_distribution<int64_t>(1, rows_left)(random);
+          const int64_t item_length = std::uniform_int_distribution<int64_t>(1, length)(random);
+          items.push_back(TokenItem(rows, item_length, random(), kVocab, spec.outputs.size()));
+          rows_left -= rows;
+        }
+        items[0] = TokenItem(items[0].rows, length, random(), kVocab, spec.outputs.size());
+        std::vector<const InferenceItem*> pointers;
+        for (const InferenceItem& item : items) pointers.push_back(&item);
+        const Batch batch = MakeBatch(pointers, BucketShape{batch_size, length});
+        const BatchOutputs from_graph = ExecuteOk(*graphs, batch);
+        const BatchOutputs from_eager = ExecuteOk(*eager, batch);
+        ASSERT_EQ(from_graph.size(), items.size());
+        for (size_t k = 0; k < items.size(); ++k) {
+          for (size_t o = 0; o < spec.outputs.size(); ++o) {
+            EXPECT_EQ(from_graph[k][o].shape, from_eager[k][o].shape);
+            EXPECT_LT(RelativeDifference(Fp32Values(from_graph[k][o]), Fp32Values(from_eager[k][o])), 1e-4)
+                << "bucket " << batch.padded_shape.ToString() << " item " << k << " output " << o;
+          }
+        }
+        buckets_used.insert(batch.padded_shape);
+        ++batches;
+      }
+    }
+  }
+  const ExecutionCounters counters = graphs->Counters();
+  EXPECT_EQ(ReplayCount(counters), static_cast<uint64_t>(batches));
+  EXPECT_EQ(counters.graph_replays.size(), buckets_used.size());
+  EXPECT_EQ(counters.batches, static_cast<uint64_t>(batches));
+  EXPECT_GE(counters.padded_elements, counters.real_elements);
+}
+
+TEST_F(CudaGraphTest, UnwantedOutputsAreNotCopiedBack) {
+  auto executor = Ready(EncoderSpec({1, 2}, {16}), "cuda:0");
+  ASSERT_TRUE(executor);
+  InferenceItem item = TokenItem(1, 9, 5, kVocab, 2);
+  item.outputs_wanted = {false, true};
+  const BatchOutputs outputs = ExecuteOk(*executor, MakeBatch({&item}, BucketShape{1, 16}));
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_TRUE(outputs[0][0].bytes.empty());
+  EXPECT_EQ(outputs[0][1].shape, (std::vector<int64_t>{1, kHidden}));
+}
+
+TEST_F(CudaGraphTest, SharedPoolKeepsTheGridNearTheLargestBucketAlone) {
+  const std::vector<int64_t> batches = DefaultBucketBatchSizes(32);
+  const std::vector<int64_t> lengths = DefaultBucketLengths(512);
+  auto largest_alone = Ready(EncoderSpec({32}, {512}), "cuda:0");
+  auto whole_grid = Ready(EncoderSpec(batches, lengths), "cuda:0");
+  ASSERT_TRUE(largest_alone && whole_grid);
+  const CaptureSummary alone = largest_alone->capture_summary();
+  const CaptureSummary grid = whole_grid->capture_summary();
+  EXPECT_EQ(grid.graphs_captured, static_cast<int>(batches.size() * lengths.size()));
+  ASSERT_GT(alone.graph_pool_bytes, 0u);
+  const double ratio = static_cast<double>(grid.graph_pool_bytes) / static_cast<double>(alone.graph_pool_bytes);
+  std::cout << "[ figures  ] graph pool: largest bucket alone " << alone.graph_pool_bytes / 1048576.0
+            << " MiB, whole grid of " << grid.graphs_captured << " graphs " << grid.graph_pool_bytes / 1048576.0
+            << " MiB (ratio " << ratio << "), grid captured in " << grid.capture_time_us / 1e6 << " s\n";
+  EXPECT_LT(ratio, 1.3);
+}
+
+TEST_F(CudaGraphTest, ReducedPrecisionEncodersCaptureAndVerify) {
+  for (Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    auto executor = Ready(EncoderSpec({1, 4}, {16, 64}, precision), "cuda:0");
+    ASSERT_TRUE(executor);
+    for (const BucketInfo& bucket : executor->Buckets()) EXPECT_TRUE(bucket.graph) << bucket.shape.ToString();
+    const InferenceItem item = TokenItem(3, 40, 11, kVocab, 2);
+    const BatchOutputs outputs = ExecuteOk(*executor, MakeBatch({&item}, BucketShape{4, 64}));
+    ASSERT_EQ(outputs.size(), 1u);
+    EXPECT_EQ(outputs[0][0].dtype, DataType::kFp32);
+    EXPECT_EQ(outputs[0][0].shape, (std::vector<int64_t>{3, 40, kHidden}));
+  }
+}
+
+TEST_F(CudaGraphTest, UncapturableModelIsServedEagerlyAsCaptureFailed) {
+  auto executor = Ready(FeatureModelSpec("item_model"), "cuda:0",
+                        std::string(GRAPHSERVE_CUDA_TEST_MODELS_DIR) + "/item_model");
+  ASSERT_TRUE(executor);
+  for (const BucketInfo& bucket : executor->Buckets()) {
+    EXPECT_FALSE(bucket.graph);
+    EXPECT_EQ(bucket.eager_reason, EagerReason::kCaptureFailed) << bucket.shape.ToString();
+  }
+  EXPECT_EQ(executor->capture_summary().graphs_disabled, 4);
+  const InferenceItem item = TokenItem(2, 5, 3, 1000, 2);
+  const BatchOutputs outputs = ExecuteOk(*executor, MakeBatch({&item}, BucketShape{2, 8}));
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0][0].shape, (std::vector<int64_t>{2, 5, 8}));
+  EXPECT_EQ(EagerCount(executor->Counters(), EagerReason::kCaptureFailed), 1u);
+  EXPECT_EQ(ReplayCount(executor->Counters()), 0u);
+}
+
+TEST_F(CudaGraphTest, ModelThatDisagreesWithItsReplayIsServedEagerlyAsVerifyFailed) {
+  auto executor = Ready(FeatureModelSpec("counting_model"), "cuda:0",
+                        std::string(GRAPHSERVE_CUDA_TEST_MODELS_DIR) + "/counting_model");
+  ASSERT_TRUE(executor);
+  for (const BucketInfo& bucket : executor->Buckets()) {
+    EXPECT_FALSE(bucket.graph);
+    EXPECT_EQ(bucket.eager_reason, EagerReason::kVerifyFailed) << bucket.shape.ToString();
+  }
+  const InferenceItem item = TokenItem(1, 7, 3, 1000, 2);
+  ExecuteOk(*executor, MakeBatch({&item}, BucketShape{2, 8}));
+  EXPECT_EQ(EagerCount(executor->Counters(), EagerReason::kVerifyFailed), 1u);
+}
+
+TEST_F(CudaGraphTest, EveryOtherFallbackReasonIsCounted) {
+  // oversize: a batch beyond the largest bucket.
+  auto graphs = Ready(EncoderSpec({1, 2}, {16, 32}), "cuda:0");
+  ASSERT_TRUE(graphs);
+  const InferenceItem long_item = TokenItem(1, 40, 1, kVocab, 2);
+  BatchOutputs outputs = ExecuteOk(*graphs, MakeBatch({&long_item}, BucketShape{1, 40}));
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0][0].shape, (std::vector<int64_t>{1, 40, kHidden}));
+  EXPECT_EQ(EagerCount(graphs->Counters(), EagerReason::kOversize), 1u);
+
+  // disabled: the config turns CUDA graphs off.
+  ModelSpec disabled_spec = EncoderSpec({1, 2}, {16, 32});
+  disabled_spec.cuda_graphs_disabled = true;
+  auto disabled = Ready(disabled_spec, "cuda:0");
+  ASSERT_TRUE(disabled);
+  const InferenceItem item = TokenItem(1, 10, 2, kVocab, 2);
+  ExecuteOk(*disabled, MakeBatch({&item}, BucketShape{1, 16}));
+  EXPECT_EQ(EagerCount(disabled->Counters(), EagerReason::kDisabled), 1u);
+
+  // no_cuda: the same model on the CPU.
+  auto cpu = Ready(EncoderSpec({1, 2}, {16, 32}), "cpu");
+  ASSERT_TRUE(cpu);
+  ExecuteOk(*cpu, MakeBatch({&item}, BucketShape{1, 16}));
+  EXPECT_EQ(EagerCount(cpu->Counters(), EagerReason::kNoCuda), 1u);
+}
+
+}  // namespace
+}  // namespace graphserve

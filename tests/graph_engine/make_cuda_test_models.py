@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""TorchScript models that CUDA graphs cannot serve, for cuda_graph_test (argv[1]: output folder).
+
+  item_model   calls .item() in forward: a host sync, which capture refuses (capture_failed)
+  counting_model  scales by a host-side call count that a capture freezes: replay != eager
+                  (verify_failed)
+Both take (input_ids, attention_mask) INT64 [B, L] and return (per_token [B, L, 8], pooled [B, 8]).
+"""
+import pathlib
+import sys
+
+import torch
+
+
+class ItemModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, 8)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.embed(input_ids.clamp(0, 999)) * attention_mask[:, :, None].float()
+        scale = float(x.abs().max().item()) + 1.0  # reads a device value on the host
+        x = x / scale
+        return x, x.sum(dim=1)
+
+
+class CountingModel(torch.nn.Module):
+    """Scales by how often it was called: a capture bakes in the count of its own call."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, 8)
+        self.calls = 0
+
+    def forward(self, input_ids, attention_mask):
+        self.calls += 1
+        x = self.embed(input_ids.clamp(0, 999)) * attention_mask[:, :, None].float() * float(self.calls)
+        return x, x.sum(dim=1)
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    torch.manual_seed(7)
+    for name, module in (("item_model", ItemModel()), ("counting_model", CountingModel())):
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.jit.script(module.eval()).save(str(folder / "model.pt"))
+    print(f"CUDA test models written to {root}")
+
+
+if __name__ == "__main__":
+    main()
