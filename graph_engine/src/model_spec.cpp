@@ -59,13 +59,24 @@ std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size) {
 std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   std::vector<int64_t> lengths;
   if (max_sequence_length < 1) return lengths;
-  // 16, then powers of two with their 1.5x midpoints (32, 48, 64, 96, ...): padding wastes at most
-  // a third of a bucket while the number of buckets (one CUDA graph each) grows only
-  // logarithmically. Below 32 a midpoint would save too little to be worth a graph.
-  for (int64_t power = 16; power < max_sequence_length; power *= 2) {
+  // Steps of 16 up to 96, where most requests of a typical (log-normal, median ~50) mix fall: a
+  // fixed step wastes at most 15 positions per request, a fifth of a length of 80. Above, powers of
+  // two and their 1.5x midpoints (128, 192, 256, 384, 512, ...): the relative waste stays within a
+  // third to a half where requests are rare, and the count (one CUDA graph per length and batch
+  // size) grows only logarithmically: 11 lengths x 6 batch sizes for 512 x 32 (66 graphs). On a
+  // log-normal mix (median 48, sigma 0.8) length padding alone is 1.18x, against 1.21x without the
+  // steps of 16 and 1.43x for powers of two only (tests/server/batch_policy_test.cpp simulates the
+  // whole policy).
+  constexpr int64_t kStep = 16;
+  constexpr int64_t kLastStep = 96;
+  for (int64_t length = kStep; length <= kLastStep && length < max_sequence_length;
+       length += kStep) {
+    lengths.push_back(length);
+  }
+  for (int64_t power = 128; power < max_sequence_length; power *= 2) {
     lengths.push_back(power);
     const int64_t midpoint = power + power / 2;
-    if (power >= 32 && midpoint < max_sequence_length) lengths.push_back(midpoint);
+    if (midpoint < max_sequence_length) lengths.push_back(midpoint);
     if (power > std::numeric_limits<int64_t>::max() / 4) break;
   }
   lengths.push_back(max_sequence_length);

@@ -105,14 +105,14 @@ TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
 
 TEST(ModelSpecTest, DefaultLengthsAreDenseAtSmallSizesAndEndAtTheMax) {
   EXPECT_EQ(DefaultBucketLengths(512),
-            (std::vector<int64_t>{16, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
-  EXPECT_EQ(DefaultBucketLengths(100), (std::vector<int64_t>{16, 32, 48, 64, 96, 100}));
-  EXPECT_EQ(DefaultBucketLengths(128), (std::vector<int64_t>{16, 32, 48, 64, 96, 128}));
+            (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 128, 192, 256, 384, 512}));
+  EXPECT_EQ(DefaultBucketLengths(100), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 100}));
+  EXPECT_EQ(DefaultBucketLengths(128), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 128}));
   EXPECT_EQ(DefaultBucketLengths(40), (std::vector<int64_t>{16, 32, 40}));
   EXPECT_EQ(DefaultBucketLengths(16), (std::vector<int64_t>{16}));
   EXPECT_EQ(DefaultBucketLengths(8), (std::vector<int64_t>{8}));
   EXPECT_EQ(DefaultBucketLengths(2048).back(), 2048);
-  EXPECT_EQ(DefaultBucketLengths(2048).size(), 14u);  // ..., 512, 768, 1024, 1536, 2048
+  EXPECT_EQ(DefaultBucketLengths(2048).size(), 15u);  // ..., 512, 768, 1024, 1536, 2048
 }
 
 TEST(ExecutorTypesTest, EagerReasonNamesAreMetricLabels) {

@@ -140,7 +140,7 @@ TEST(BatchPlannerTest, FullBinDispatchesBeforeTheDelay) {
   BatchPlanner planner(TestSpec(), Options(1000));
   AddAt(planner, clock, MakeRequest(1, 20, 1));
   AddAt(planner, clock, MakeRequest(2, 30, 2));
-  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));  // 3 rows of 4, delay not run out
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // 3 rows of 4, delay not run out
 
   clock.Set(1);
   AddAt(planner, clock, MakeRequest(1, 25, 3));
@@ -151,17 +151,68 @@ TEST(BatchPlannerTest, FullBinDispatchesBeforeTheDelay) {
   EXPECT_EQ(planner.queued_requests(), 0u);
 }
 
-TEST(BatchPlannerTest, LoneRequestDispatchesExactlyWhenTheDelayRunsOut) {
+TEST(BatchPlannerTest, WithoutAnIdleExecutorALoneRequestWaitsExactlyItsDelay) {
   FakeClock clock;
   clock.Set(100);
   BatchPlanner planner(TestSpec(), Options(1000));
   AddAt(planner, clock, MakeRequest(1, 10));
 
-  EXPECT_FALSE(planner.Next(1099, true));
   EXPECT_FALSE(planner.Next(1099, false));
   auto decision = planner.Next(1100, false);
   ASSERT_TRUE(decision);
   EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, IdleExecutorRunsARequestNobodyIsExpectedToJoinAtOnce) {
+  FakeClock clock;
+  clock.Set(100);
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 10));  // the first arrival: no rate suggests company
+  auto decision = planner.Next(100, true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, IdleExecutorWaitsWhileCompanyIsExpectedAndNoLonger) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t t : {0, 100, 200}) {  // one arrival per 100 us in bin 16
+    clock.Set(t);
+    AddAt(planner, clock, MakeRequest(1, 10));
+  }
+  // 800 us of delay left and the next arrival expected in 100: wait. The expected gap grows with
+  // the silence since the last arrival (t - 200); it meets the remaining delay (1000 - t) at 600.
+  EXPECT_FALSE(planner.Next(200, true));
+  EXPECT_EQ(planner.NextWakeUp(200, true), 600);
+  EXPECT_EQ(planner.NextWakeUp(200, false), 1000);  // busy executors wait for the delay
+  EXPECT_FALSE(planner.Next(599, true));
+  auto decision = planner.Next(600, true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 3u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(BatchPlannerTest, ShorterBinsArrivalsCountAsCompanyOnlyForSpareRows) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t t : {0, 10, 20}) {  // bin 16: an arrival every 10 us, 3 rows waiting for a fourth
+    clock.Set(t);
+    AddAt(planner, clock, MakeRequest(1, 10));
+  }
+  // Bin 64's first request, 2 rows: its 2x64 batch has no spare row for bin 16's arrivals to ride
+  // in, and nothing is known to arrive in bin 64 itself. It goes; bin 16 waits for its fourth row.
+  AddAt(planner, clock, MakeRequest(2, 60));
+  auto decision = planner.Next(20, true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+  EXPECT_FALSE(planner.Next(20, true));
+
+  // Bin 32's first request, 3 rows: its 4x32 batch has a spare row that bin 16's next arrival, due
+  // any microsecond, could fill. It waits too.
+  clock.Set(30);
+  AddAt(planner, clock, MakeRequest(3, 25));
+  EXPECT_FALSE(planner.Next(30, true));
+  EXPECT_EQ(planner.queued_requests(), 4u);
 }
 
 TEST(BatchPlannerTest, PadsToTheSmallestBucket) {
@@ -285,6 +336,9 @@ TEST(BatchPlannerTest, TakeDeadRemovesExpiredAndCancelledRequests) {
 
   EXPECT_TRUE(planner.TakeDead(100).empty());
   cancelled->cancelled = true;
+  // Cancellations are announced (ModelScheduler::Poke); until then the queue is not scanned.
+  EXPECT_TRUE(planner.TakeDead(200).empty());
+  planner.NoteCancellation();
   EXPECT_EQ(planner.TakeDead(499), (std::vector<std::shared_ptr<PendingRequest>>{cancelled}));
   EXPECT_EQ(planner.TakeDead(500), (std::vector<std::shared_ptr<PendingRequest>>{expires_500}));
   EXPECT_EQ(planner.queued_requests(), 2u);
@@ -303,29 +357,207 @@ TEST(BatchPlannerTest, TakeDeadRemovesExpiredAndCancelledRequests) {
 TEST(BatchPlannerTest, NextWakeUpIsTheEarliestDelayExpiryOrDeadline) {
   FakeClock clock;
   BatchPlanner planner(TestSpec(), Options(1000));
-  EXPECT_EQ(planner.NextWakeUp(), std::nullopt);
+  EXPECT_EQ(planner.NextWakeUp(0, false), std::nullopt);
 
+  // Busy executors: requests wait their delay, and no arrival rate is known yet.
   clock.Set(100);
   AddAt(planner, clock, MakeRequest(1, 20));
-  EXPECT_EQ(planner.NextWakeUp(), 1100);
+  EXPECT_FALSE(planner.Next(100, false));
+  EXPECT_EQ(planner.NextWakeUp(100, false), 1100);
 
   clock.Set(150);
-  AddAt(planner, clock, MakeRequest(1, 10));  // another bin, younger: no change
-  EXPECT_EQ(planner.NextWakeUp(), 1100);
+  AddAt(planner, clock, MakeRequest(1, 40));  // another bin, younger: no change
+  EXPECT_EQ(planner.NextWakeUp(150, false), 1100);
 
   clock.Set(200);
-  auto with_deadline = MakeRequest(1, 10);  // behind the bin's front, but with an early deadline
+  auto with_deadline = MakeRequest(1, 50);  // behind bin 64's front, but with an early deadline
   with_deadline->deadline_us = 700;
   AddAt(planner, clock, with_deadline);
-  EXPECT_EQ(planner.NextWakeUp(), 700);
+  EXPECT_EQ(planner.NextWakeUp(200, false), 700);
 
   EXPECT_EQ(planner.TakeDead(700).size(), 1u);
-  EXPECT_EQ(planner.NextWakeUp(), 1100);
+  EXPECT_EQ(planner.NextWakeUp(700, false), 1100);
 
   ASSERT_TRUE(planner.Next(1100, false));  // the bin-32 request
-  EXPECT_EQ(planner.NextWakeUp(), 1150);
+  EXPECT_EQ(planner.NextWakeUp(1100, false), 1150);
   ASSERT_TRUE(planner.Next(1150, false));
-  EXPECT_EQ(planner.NextWakeUp(), std::nullopt);
+  EXPECT_EQ(planner.NextWakeUp(1150, false), std::nullopt);
+}
+
+TEST(BatchPlannerTest, ADispatchedRequestsDeadlineNoLongerCounts) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 4; ++i) {  // a full bin, each with a deadline
+    requests.push_back(MakeRequest(1, 10));
+    requests.back()->deadline_us = 5000 + i;
+    AddAt(planner, clock, requests.back());
+  }
+  auto later = MakeRequest(1, 60);
+  later->deadline_us = 9000;
+  AddAt(planner, clock, later);
+  auto full = planner.Next(0, false);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->requests,
+            (std::vector<std::shared_ptr<PendingRequest>>(requests.begin(), requests.end())));
+  // Gone from the queue: their deadlines neither wake anyone nor expire anything.
+  EXPECT_EQ(planner.NextWakeUp(0, false), 1000);
+  EXPECT_TRUE(planner.TakeDead(8999).empty());
+  EXPECT_EQ(planner.TakeDead(9000), (std::vector<std::shared_ptr<PendingRequest>>{later}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, DeadlinesExpireInTheirOrderWhateverTheArrivalOrder) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(10'000'000));
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 200; ++i) {
+    requests.push_back(MakeRequest(1, 1 + i % 64));
+    requests.back()->deadline_us = 1000 + (i * 7919) % 200;  // a permutation of 1000..1199
+    AddAt(planner, clock, requests.back());
+  }
+  for (int64_t t = 1000; t < 1200; ++t) {
+    std::vector<std::shared_ptr<PendingRequest>> dead = planner.TakeDead(t);
+    ASSERT_EQ(dead.size(), 1u) << t;
+    EXPECT_EQ(dead[0]->deadline_us, t);
+    EXPECT_EQ(planner.queued_requests(), static_cast<size_t>(1199 - t));
+  }
+}
+
+TEST(BatchPlannerTest, RideAlongsFillSpareRowsLongestShorterBinFirst) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t length : {40, 50, 60}) AddAt(planner, clock, MakeRequest(1, length));  // bin 64, t=0
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 30));  // bin 32
+  clock.Set(2);
+  AddAt(planner, clock, MakeRequest(1, 10));  // bin 16
+  // Bin 64 is due; its 3 rows take a 4-row bucket, whose spare row carries the bin-32 request.
+  auto decision = planner.Next(1000, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{40, 50, 60, 30}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(decision->ride_alongs, 1);
+  EXPECT_EQ(planner.queued_requests(), 1u);
+}
+
+TEST(BatchPlannerTest, DueRideAlongsGoBeforeLongerOnes) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t length : {40, 50, 60}) AddAt(planner, clock, MakeRequest(1, length));  // bin 64, t=0
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 10));  // bin 16, due at 1001
+  clock.Set(2);
+  AddAt(planner, clock, MakeRequest(1, 30));  // bin 32, due at 1002
+  auto decision = planner.Next(1001, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{40, 50, 60, 10}));
+  EXPECT_EQ(decision->ride_alongs, 1);
+}
+
+TEST(BatchPlannerTest, RideAlongsNeverMakeABucketLarger) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(2, 60));
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 10));
+  auto decision = planner.Next(1001, false);  // both due; bin 16's is the younger
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{60}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+  auto next = planner.Next(1001, false);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->padded_shape, (BucketShape{1, 16}));
+}
+
+// Costs over TestSpec's grid: `per_row_us` per row at every length, plus `fixed_us` per batch.
+BucketCosts Costs(double fixed_us, double per_row_us) {
+  BucketCosts costs;
+  for (int64_t batch : {1, 2, 4}) {
+    for (int64_t length : {16, 32, 64})
+      costs[BucketShape{batch, length}] = fixed_us + per_row_us * batch;
+  }
+  return costs;
+}
+
+TEST(BatchPlannerTest, FewerRowsInASmallerBucketWhenThatDoesMoreWorkPerMicrosecond) {
+  // Bin 64 holds 3 rows, its oldest due, the others not yet: they may wait for another batch.
+  auto fill = [](BatchPlanner& planner, FakeClock& clock) {
+    clock.Set(0);
+    AddAt(planner, clock, MakeRequest(1, 60));
+    clock.Set(10);
+    AddAt(planner, clock, MakeRequest(1, 60));
+    AddAt(planner, clock, MakeRequest(1, 60));
+  };
+  {
+    // Time proportional to rows (as on a CPU): 2 rows in 2 beat 3 rows in 4.
+    FakeClock clock;
+    BatchPlanner planner(TestSpec(), Options(1000), Costs(0, 100));
+    fill(planner, clock);
+    auto decision = planner.Next(1000, false);
+    ASSERT_TRUE(decision);
+    EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+    EXPECT_EQ(planner.queued_requests(), 1u);
+  }
+  {
+    // Launch-bound (as small batches on a GPU): 4 rows cost what 2 do, so all 3 go.
+    FakeClock clock;
+    BatchPlanner planner(TestSpec(), Options(1000), Costs(700, 1));
+    fill(planner, clock);
+    auto decision = planner.Next(1000, false);
+    ASSERT_TRUE(decision);
+    EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+    EXPECT_EQ(planner.queued_requests(), 0u);
+  }
+}
+
+TEST(BatchPlannerTest, BelowCapacityADueBinsDueRequestsAllGo) {
+  // Same queue, but all three are due: they go together even where two rows would be cheaper per
+  // row, so that none waits a second batch.
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000), Costs(0, 100));
+  for (int i = 0; i < 3; ++i) AddAt(planner, clock, MakeRequest(1, 60));
+  auto decision = planner.Next(1000, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, BeforeAnythingIsDueTheMostRealWorkPerMicrosecondGoesFirst) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(),
+                       Options(1000));       // no costs: time ~ padded elements + a fixed cost
+  AddAt(planner, clock, MakeRequest(1, 4));  // the oldest, but 4 of 16 elements real
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(2, 30));  // 60 of 64 real
+  // Both bins are first arrivals (nobody expected to join) and the executor is idle.
+  auto first = planner.Next(1, true);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->padded_shape, (BucketShape{2, 32}));
+  auto second = planner.Next(1, true);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, CostTableScalesWhatWasNotMeasured) {
+  BucketCosts measured = {
+      {BucketShape{1, 16}, 100}, {BucketShape{4, 16}, 300}, {BucketShape{2, 64}, 500}};
+  BatchPlanner planner(TestSpec(), Options(1000), measured);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{1, 16}), 100);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{4, 16}), 300);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{2, 16}), 200);   // from 1x16, linear in rows
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{4, 64}), 1000);  // from 2x64, linear in rows
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{1, 64}),
+                   500);  // only a larger one: its time, a bound
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{2, 32}),
+                   250);  // no length-32 time: by elements from 2x64
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{3, 100}),
+                   1000 * 300.0 / 256.0);  // oversize: from 4x64
+
+  // Nothing measured: padded elements plus a full batch of the shortest length (4 x 16).
+  BatchPlanner unmeasured(TestSpec(), Options(1000));
+  EXPECT_DOUBLE_EQ(unmeasured.CostUs(BucketShape{4, 64}), 256 + 64);
+  EXPECT_DOUBLE_EQ(unmeasured.CostUs(BucketShape{2, 16}), 32 + 64);
 }
 
 TEST(SchedulerOptionsTest, ValidateNamesTheField) {
@@ -350,6 +582,7 @@ TEST(SchedulerOptionsTest, ValidateNamesTheField) {
 
 // What the executor saw of one batch.
 struct RecordedBatch {
+  int instance = 0;  // which executor ran it
   std::vector<int64_t> rows;
   std::vector<int64_t> lengths;
   BucketShape padded_shape;
@@ -368,12 +601,14 @@ class FakeExecutor : public Executor {
     Status error;
   };
 
-  explicit FakeExecutor(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  FakeExecutor(std::shared_ptr<Shared> shared, int instance, std::vector<BucketInfo> buckets = {})
+      : shared_(std::move(shared)), instance_(instance), buckets_(std::move(buckets)) {}
 
   Status Warmup() override { return Status::Ok(); }
 
   Status Execute(const Batch& batch, BatchOutputs* outputs) override {
     RecordedBatch record;
+    record.instance = instance_;
     record.padded_shape = batch.padded_shape;
     for (const InferenceItem* item : batch.items) {
       record.rows.push_back(item->rows);
@@ -390,12 +625,14 @@ class FakeExecutor : public Executor {
     return Status::Ok();
   }
 
-  std::vector<BucketInfo> Buckets() const override { return {}; }
+  std::vector<BucketInfo> Buckets() const override { return buckets_; }
   ExecutionCounters Counters() const override { return {}; }
   std::string device() const override { return "cpu"; }
 
  private:
   std::shared_ptr<Shared> shared_;
+  const int instance_;
+  const std::vector<BucketInfo> buckets_;
 };
 
 // The outcome a `done` callback delivered.
@@ -409,7 +646,7 @@ class ModelSchedulerTest : public ::testing::Test {
  protected:
   void MakeScheduler(const SchedulerOptions& options, int executors = 1) {
     std::vector<std::unique_ptr<Executor>> list;
-    for (int i = 0; i < executors; ++i) list.push_back(std::make_unique<FakeExecutor>(shared_));
+    for (int i = 0; i < executors; ++i) list.push_back(std::make_unique<FakeExecutor>(shared_, i));
     scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list), &clock_);
   }
 
@@ -585,29 +822,40 @@ TEST_F(ModelSchedulerTest, ExpiredDeadlineIsNeverExecuted) {
 }
 
 TEST_F(ModelSchedulerTest, CancelledWhileQueuedIsAnsweredCancelledAfterPoke) {
-  // The longest delay: only Poke can wake the worker before the request would be dispatched.
+  // The longest delay. Three requests in one bin: from the second on, the bin's arrival rate says
+  // company is coming, so the second and third wait (about 5 s, until the expected gap reaches the
+  // remaining delay); only Poke can wake the worker sooner.
   MakeScheduler(Options(10'000'000));
   scheduler_->Start();
-  std::future<Outcome> outcome;
-  auto request = Request(1, 10, 1, &outcome);
-  ASSERT_TRUE(scheduler_->Enqueue(request).ok());
-  request->cancelled = true;
+  std::vector<std::future<Outcome>> outcomes(3);
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.push_back(Request(1, 10, i, &outcomes[i]));
+    ASSERT_TRUE(scheduler_->Enqueue(requests.back()).ok());
+  }
+  requests[2]->cancelled = true;
   scheduler_->Poke();
 
-  ASSERT_EQ(outcome.wait_for(seconds(5)), std::future_status::ready);
-  EXPECT_EQ(outcome.get().status.code(), StatusCode::kCancelled);
+  ASSERT_EQ(outcomes[2].wait_for(seconds(2)), std::future_status::ready);
+  EXPECT_EQ(outcomes[2].get().status.code(), StatusCode::kCancelled);
   scheduler_->Stop();
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(outcomes[i].get().status.ok()) << i;
 
-  EXPECT_TRUE(Batches().empty());
+  for (const RecordedBatch& batch : Batches()) EXPECT_EQ(batch.lengths.size(), batch.rows.size());
   SchedulerCounters counters = scheduler_->Counters();
   EXPECT_EQ(counters.cancelled, 1u);
-  EXPECT_EQ(counters.batches, 0u);
+  EXPECT_EQ(counters.batch_rows, 2u);
 }
 
 TEST_F(ModelSchedulerTest, StopDrainsQueuedRequests) {
   MakeScheduler(Options(10'000'000));
   scheduler_->Start();
-  // Three rows in bin 16 and three in bin 32: neither full, so nothing leaves before Stop.
+  Hold();
+  // A first request occupies the only executor, so that the next six queue: three rows in bin 16
+  // and three in bin 32, neither full, with the longest delay.
+  std::future<Outcome> blocker;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 60, 99, &blocker)).ok());
+  ASSERT_TRUE(WaitForStarted(1));
   std::vector<std::future<Outcome>> outcomes(6);
   std::vector<std::shared_ptr<PendingRequest>> requests;
   for (int i = 0; i < 6; ++i) {
@@ -615,8 +863,11 @@ TEST_F(ModelSchedulerTest, StopDrainsQueuedRequests) {
     ASSERT_TRUE(scheduler_->Enqueue(requests.back()).ok());
   }
   EXPECT_EQ(scheduler_->QueueDepth(), 6u);
+  // Released, the worker finds both bins expecting company and sleeps again: only Stop drains them.
+  Release();
 
   scheduler_->Stop();
+  ASSERT_EQ(blocker.wait_for(seconds(0)), std::future_status::ready);
   for (int i = 0; i < 6; ++i) {
     // Stop returns only after every queued request has been answered.
     ASSERT_EQ(outcomes[i].wait_for(seconds(0)), std::future_status::ready) << i;
@@ -626,12 +877,12 @@ TEST_F(ModelSchedulerTest, StopDrainsQueuedRequests) {
     EXPECT_EQ(result.outputs[0].bytes, requests[i]->item.inputs[0].bytes) << i;
   }
   std::vector<RecordedBatch> batches = Batches();
-  ASSERT_EQ(batches.size(), 2u);
-  EXPECT_EQ(batches[0].padded_shape, (BucketShape{4, 16}));
-  EXPECT_EQ(batches[1].padded_shape, (BucketShape{4, 32}));
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[1].padded_shape, (BucketShape{4, 16}));
+  EXPECT_EQ(batches[2].padded_shape, (BucketShape{4, 32}));
   SchedulerCounters counters = scheduler_->Counters();
-  EXPECT_EQ(counters.batches, 2u);
-  EXPECT_EQ(counters.batch_rows, 6u);
+  EXPECT_EQ(counters.batches, 3u);
+  EXPECT_EQ(counters.batch_rows, 7u);
   EXPECT_EQ(scheduler_->QueueDepth(), 0u);
   scheduler_->Stop();  // idempotent
 }
@@ -666,12 +917,12 @@ TEST_F(ModelSchedulerTest, EnqueueAfterStopIsUnavailable) {
 TEST_F(ModelSchedulerTest, ExecutorErrorFailsEveryRequestOfTheBatch) {
   shared_->error = Internal("model 'echo' bucket 4x16: boom");
   MakeScheduler(Options(10'000'000));
-  scheduler_->Start();
-  // Four rows fill bin 16, so the batch leaves at once, as one.
+  // Not started: Stop runs the queue on this thread, and four rows of bin 16 make one batch.
   std::vector<std::future<Outcome>> outcomes(3);
   ASSERT_TRUE(scheduler_->Enqueue(Request(2, 10, 0, &outcomes[0])).ok());
   ASSERT_TRUE(scheduler_->Enqueue(Request(1, 11, 1, &outcomes[1])).ok());
   ASSERT_TRUE(scheduler_->Enqueue(Request(1, 12, 2, &outcomes[2])).ok());
+  scheduler_->Stop();
   for (auto& f : outcomes) {
     ASSERT_TRUE(Ready(f));
     Outcome result = f.get();
@@ -679,12 +930,88 @@ TEST_F(ModelSchedulerTest, ExecutorErrorFailsEveryRequestOfTheBatch) {
     EXPECT_EQ(result.status.message(), "model 'echo' bucket 4x16: boom");
     EXPECT_TRUE(result.outputs.empty());
   }
-  scheduler_->Stop();
   ASSERT_EQ(Batches().size(), 1u);
   SchedulerCounters counters = scheduler_->Counters();
   EXPECT_EQ(counters.accepted, 3u);
   EXPECT_EQ(counters.batches, 1u);
   EXPECT_EQ(counters.batch_rows, 4u);
+}
+
+TEST_F(ModelSchedulerTest, RideAlongsAreCountedAndGetTheirOwnRowsBack) {
+  MakeScheduler(Options(10'000'000));
+  // Not started: Stop runs the queue on this thread. Three rows of bin 64, then one of bin 16, which
+  // fills the fourth row of the 4x64 batch.
+  std::vector<std::future<Outcome>> outcomes(4);
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  const int64_t lengths[] = {40, 50, 60, 10};
+  for (int i = 0; i < 4; ++i) {
+    requests.push_back(Request(1, lengths[i], i, &outcomes[i]));
+    ASSERT_TRUE(scheduler_->Enqueue(requests.back()).ok());
+  }
+  scheduler_->Stop();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Ready(outcomes[i]));
+    Outcome result = outcomes[i].get();
+    ASSERT_TRUE(result.status.ok());
+    EXPECT_EQ(result.outputs.at(0).shape, (std::vector<int64_t>{1, lengths[i]}));
+    EXPECT_EQ(result.outputs.at(0).bytes, requests[i]->item.inputs[0].bytes) << i;
+    EXPECT_EQ(result.timing.padded_shape, (BucketShape{4, 64}));
+  }
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.batches, 1u);
+  EXPECT_EQ(counters.ride_alongs, 1u);
+  EXPECT_EQ(counters.batch_rows, 4u);
+}
+
+TEST_F(ModelSchedulerTest, EveryInstanceRunsBatchesFromTheOneQueue) {
+  MakeScheduler(Options(0), /*executors=*/3);
+  scheduler_->Start();
+  Hold();
+  // Each request reaches a different idle instance while the others are busy with theirs.
+  std::vector<std::future<Outcome>> outcomes(4);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10 + 20 * i, i, &outcomes[i])).ok());
+    ASSERT_TRUE(WaitForStarted(i + 1));
+  }
+  // All three busy: the fourth waits in the queue for whichever frees up first.
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 5, 3, &outcomes[3])).ok());
+  EXPECT_EQ(scheduler_->QueueDepth(), 1u);
+  std::vector<int> instances;
+  for (const RecordedBatch& batch : Batches()) instances.push_back(batch.instance);
+  std::sort(instances.begin(), instances.end());
+  EXPECT_EQ(instances, (std::vector<int>{0, 1, 2}));
+
+  Release();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Ready(outcomes[i]));
+    Outcome result = outcomes[i].get();
+    ASSERT_TRUE(result.status.ok());
+    EXPECT_EQ(result.outputs.at(0).shape, (std::vector<int64_t>{1, i < 3 ? 10 + 20 * i : 5}));
+  }
+  scheduler_->Stop();
+  EXPECT_EQ(scheduler_->Counters().batches, 4u);
+}
+
+TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {
+  auto shared = std::make_shared<FakeExecutor::Shared>();
+  auto bucket = [](int64_t batch, int64_t length, double time_us) {
+    BucketInfo info;
+    info.shape = BucketShape{batch, length};
+    info.execute_time_us = time_us;
+    info.time_measured = true;
+    return info;
+  };
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(
+      std::make_unique<FakeExecutor>(shared, 0, std::vector<BucketInfo>{bucket(1, 16, 100)}));
+  executors.push_back(std::make_unique<FakeExecutor>(
+      shared, 1,
+      std::vector<BucketInfo>{bucket(1, 16, 300), bucket(2, 16, 400), bucket(4, 16, 0)}));
+  SteadyClock clock;
+  ModelScheduler scheduler(TestSpec(), Options(0), std::move(executors), &clock);
+  // 1x16 averaged over both; 2x16 from the one that measured it; 4x16 had no time (not measured).
+  EXPECT_EQ(scheduler.bucket_costs(),
+            (BucketCosts{{BucketShape{1, 16}, 200}, {BucketShape{2, 16}, 400}}));
 }
 
 }  // namespace

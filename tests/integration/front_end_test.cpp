@@ -1,0 +1,90 @@
+// The non-blocking front end, black-box: the real graphserve binary holds more than a thousand
+// ModelInfer calls at once on one connection, and answers each with its own result.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <regex>
+
+#include "async_calls.h"
+#include "infer_helpers.h"
+#include "server_process.h"
+
+namespace graphserve::testing {
+namespace {
+
+constexpr int kCalls = 1200;
+
+TEST(FrontEndTest, HoldsOverAThousandCallsInFlightAndAnswersEachWithItsOwnResult) {
+  const std::string root = std::string(TEST_OUTPUT_DIR) + "/front_end_repository";
+  ASSERT_TRUE(WriteProjectionRepository(root, ProjectionConfig(8, 2 * kCalls, 2),
+                                        std::string(MODEL_REPOSITORY) + "/tiny_traced/model.pt"));
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", "cpu", "--model-repository", root, "--log-level", "debug"},
+                       std::string(TEST_OUTPUT_DIR) + "/front_end_server.log");
+  ASSERT_TRUE(server.WaitUntilReady(std::chrono::seconds(240))) << server.Log();
+
+  // Random token ids of random shapes: the model maps each token on its own, so a token's 4 numbers
+  // are the same wherever it appears, and a request answered with another's rows would break that.
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int64_t> rows(1, 4), length(1, 64);
+  std::vector<inference::ModelInferRequest> requests;
+  for (int i = 0; i < kCalls; ++i) {
+    requests.push_back(
+        TokenRequest("projection", RandomTokens(random, rows(random), length(random)), i % 3 != 0));
+    requests.back().set_id("call-" + std::to_string(i));
+  }
+
+  AsyncCaller caller(server.address());
+  for (int i = 0; i < kCalls; ++i)
+    caller.Start(requests[i], static_cast<size_t>(i), std::chrono::seconds(120));
+  // Every call was sent before any answer was read.
+  EXPECT_EQ(caller.in_flight(), kCalls);
+
+  std::vector<int> answers(kCalls, 0);
+  std::map<int64_t, std::vector<float>> token_values;
+  for (int received = 0; received < kCalls; ++received) {
+    std::unique_ptr<AsyncCall> call = caller.Next();
+    ASSERT_NE(call, nullptr);
+    const size_t i = call->index;
+    ++answers[i];
+    ASSERT_TRUE(call->status.ok()) << "call " << i << ": " << call->status.error_message();
+    EXPECT_EQ(call->response.id(), requests[i].id());
+
+    const inference::InferTensorContents& ids_contents = requests[i].inputs(0).contents();
+    std::vector<int64_t> ids(ids_contents.int64_contents().begin(),
+                             ids_contents.int64_contents().end());
+    if (ids.empty()) {  // raw input contents
+      const std::string& raw = requests[i].raw_input_contents(0);
+      ids.resize(raw.size() / sizeof(int64_t));
+      std::memcpy(ids.data(), raw.data(), raw.size());
+    }
+    const int64_t request_rows = requests[i].inputs(0).shape(0);
+    const int64_t request_length = requests[i].inputs(0).shape(1);
+    const FloatOutput projected = GetFloatOutput(call->response, "projected");
+    ASSERT_EQ(projected.shape, (std::vector<int64_t>{request_rows, request_length, 4}))
+        << "call " << i;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const std::vector<float> values(projected.values.begin() + 4 * t,
+                                      projected.values.begin() + 4 * t + 4);
+      auto [known, inserted] = token_values.emplace(ids[t], values);
+      if (!inserted) {
+        ASSERT_EQ(known->second, values) << "token " << ids[t] << " in call " << i;
+      }
+    }
+  }
+  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(answers[i], 1) << "call " << i;
+  // Distinct tokens seen many times over: the consistency check above had teeth.
+  EXPECT_GT(token_values.size(), 900u);
+
+  // The server held many at once: it batched them.
+  EXPECT_TRUE(std::regex_search(server.Log(),
+                                std::regex("model 'projection' on cpu: batch requests=[2-8] ")))
+      << "no batch of several requests was formed";
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.Log();
+}
+
+}  // namespace
+}  // namespace graphserve::testing

@@ -1,0 +1,414 @@
+#include "batch_simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <random>
+#include <tuple>
+
+namespace graphserve::sim {
+namespace {
+
+// One batch a policy chose: indexes of its requests and its padded shape.
+struct Choice {
+  std::vector<int> requests;
+  BucketShape padded_shape;
+  int ride_alongs = 0;
+};
+
+// A batching policy as the event loop drives it. Add sees every arrival in time order; Next is
+// asked whenever an executor is idle; NextWakeUp says when Next could change its mind without an
+// arrival.
+class Batcher {
+ public:
+  virtual ~Batcher() = default;
+  virtual void Add(int index, const Arrival& request) = 0;
+  virtual std::optional<Choice> Next(int64_t now_us) = 0;
+  virtual std::optional<int64_t> NextWakeUp(int64_t now_us) const = 0;
+};
+
+// graphserve's planner, on requests that carry only their rows and length (no tensors).
+class PlannerBatcher : public Batcher {
+ public:
+  explicit PlannerBatcher(const SimulationConfig& config)
+      : planner_(config.spec, config.options, CostTable(config)) {}
+
+  void Add(int index, const Arrival& request) override {
+    auto pending = std::make_shared<PendingRequest>();
+    pending->item.rows = request.rows;
+    pending->item.length = request.length;
+    pending->enqueue_us = request.time_us;
+    index_of_[pending.get()] = index;
+    planner_.Add(std::move(pending));
+  }
+
+  std::optional<Choice> Next(int64_t now_us) override {
+    std::optional<DispatchDecision> decision = planner_.Next(now_us, /*executor_idle=*/true);
+    if (!decision) return std::nullopt;
+    Choice choice;
+    choice.padded_shape = decision->padded_shape;
+    choice.ride_alongs = decision->ride_alongs;
+    for (const auto& request : decision->requests) {
+      auto found = index_of_.find(request.get());
+      choice.requests.push_back(found->second);
+      index_of_.erase(found);
+    }
+    return choice;
+  }
+
+  std::optional<int64_t> NextWakeUp(int64_t now_us) const override {
+    return planner_.NextWakeUp(now_us, /*executor_idle=*/true);
+  }
+
+ private:
+  // What warm-up would have measured: the cost model on every bucket of the grid.
+  static BucketCosts CostTable(const SimulationConfig& config) {
+    BucketCosts costs;
+    for (int64_t batch : config.spec.bucket_batch_sizes) {
+      for (int64_t length : config.spec.bucket_lengths) {
+        costs[BucketShape{batch, length}] = config.cost(batch, length);
+      }
+    }
+    return costs;
+  }
+
+  BatchPlanner planner_;
+  std::map<const PendingRequest*, int> index_of_;
+};
+
+// Shared by the two baselines: a FIFO of (index, request).
+struct Queued {
+  int index;
+  Arrival request;
+};
+
+class FifoBatcher : public Batcher {
+ public:
+  explicit FifoBatcher(const SimulationConfig& config)
+      : max_batch_(config.spec.max_batch_size), delay_us_(config.options.max_queue_delay_us) {}
+
+  void Add(int index, const Arrival& request) override {
+    queue_.push_back(Queued{index, request});
+    rows_ += request.rows;
+  }
+
+  std::optional<Choice> Next(int64_t now_us) override {
+    if (queue_.empty()) return std::nullopt;
+    if (rows_ < max_batch_ && now_us - delay_us_ < queue_.front().request.time_us)
+      return std::nullopt;
+    Choice choice;
+    int64_t rows = 0, longest = 0;
+    while (!queue_.empty() &&
+           (choice.requests.empty() || rows + queue_.front().request.rows <= max_batch_)) {
+      rows += queue_.front().request.rows;
+      longest = std::max(longest, queue_.front().request.length);
+      choice.requests.push_back(queue_.front().index);
+      queue_.pop_front();
+    }
+    rows_ -= rows;
+    choice.padded_shape = BucketShape{rows, longest};
+    return choice;
+  }
+
+  std::optional<int64_t> NextWakeUp(int64_t) const override {
+    if (queue_.empty()) return std::nullopt;
+    return queue_.front().request.time_us + delay_us_;
+  }
+
+ private:
+  const int64_t max_batch_;
+  const int64_t delay_us_;
+  std::deque<Queued> queue_;
+  int64_t rows_ = 0;
+};
+
+class GreedyBinBatcher : public Batcher {
+ public:
+  explicit GreedyBinBatcher(const SimulationConfig& config)
+      : spec_(config.spec),
+        delay_us_(config.options.max_queue_delay_us),
+        bins_(spec_.bucket_lengths.size() + 1) {}
+
+  void Add(int index, const Arrival& request) override {
+    const size_t bin = static_cast<size_t>(
+        std::lower_bound(spec_.bucket_lengths.begin(), spec_.bucket_lengths.end(), request.length) -
+        spec_.bucket_lengths.begin());
+    bins_[bin].requests.push_back(Queued{index, request});
+    bins_[bin].rows += request.rows;
+  }
+
+  std::optional<Choice> Next(int64_t now_us) override {
+    const int64_t largest = spec_.bucket_batch_sizes.back();
+    Bin* chosen = nullptr;
+    for (Bin& bin : bins_) {
+      if (bin.requests.empty()) continue;
+      const int64_t oldest = bin.requests.front().request.time_us;
+      if (bin.rows < largest && now_us - delay_us_ < oldest) continue;
+      if (chosen == nullptr || oldest < chosen->requests.front().request.time_us) chosen = &bin;
+    }
+    if (chosen == nullptr) return std::nullopt;
+    Choice choice;
+    int64_t rows = 0, longest = 0;
+    while (!chosen->requests.empty() &&
+           (choice.requests.empty() || rows + chosen->requests.front().request.rows <= largest)) {
+      rows += chosen->requests.front().request.rows;
+      longest = std::max(longest, chosen->requests.front().request.length);
+      choice.requests.push_back(chosen->requests.front().index);
+      chosen->requests.pop_front();
+    }
+    chosen->rows -= rows;
+    const bool oversize = chosen == &bins_.back() || rows > largest;
+    choice.padded_shape = oversize
+                              ? BucketShape{rows, longest}
+                              : spec_.BucketFor(rows, spec_.bucket_lengths[chosen - bins_.data()]);
+    return choice;
+  }
+
+  std::optional<int64_t> NextWakeUp(int64_t) const override {
+    std::optional<int64_t> earliest;
+    for (const Bin& bin : bins_) {
+      if (bin.requests.empty()) continue;
+      const int64_t t = bin.requests.front().request.time_us + delay_us_;
+      if (!earliest || t < *earliest) earliest = t;
+    }
+    return earliest;
+  }
+
+ private:
+  struct Bin {
+    std::deque<Queued> requests;
+    int64_t rows = 0;
+  };
+  const ModelSpec spec_;
+  const int64_t delay_us_;
+  std::vector<Bin> bins_;
+};
+
+std::unique_ptr<Batcher> MakeBatcher(const SimulationConfig& config) {
+  switch (config.policy) {
+    case Policy::kPlanner:
+      return std::make_unique<PlannerBatcher>(config);
+    case Policy::kFifoPadToLongest:
+      return std::make_unique<FifoBatcher>(config);
+    case Policy::kGreedyFullBins:
+      return std::make_unique<GreedyBinBatcher>(config);
+  }
+  return nullptr;
+}
+
+int64_t SampleLength(std::mt19937_64& random, const LengthMix& mix) {
+  std::lognormal_distribution<double> length(std::log(mix.median), mix.sigma);
+  const double value = std::round(length(random));
+  return std::clamp(static_cast<int64_t>(value), mix.min, mix.max);
+}
+
+// The event loop shared by the open and closed loops: arrivals, executors finishing and policy
+// wake-ups, in time order. In a closed loop `on_answered` schedules each client's next request.
+class EventLoop {
+ public:
+  EventLoop(const SimulationConfig& config, SimulationResult* result)
+      : config_(config),
+        result_(result),
+        batcher_(MakeBatcher(config)),
+        free_at_(config.executors, 0) {}
+
+  // Schedules a request; `time_us` may not be earlier than the current time.
+  void Schedule(const Arrival& request) {
+    future_.push(std::make_tuple(request.time_us, sequence_++, request));
+  }
+
+  // Runs until every scheduled request (and any it causes) has been answered. `on_answered` is
+  // called with each request's answer time.
+  void Run(const std::function<void(int64_t answered_us)>& on_answered) {
+    int64_t now_us = future_.empty() ? 0 : std::get<0>(future_.top());
+    const int64_t first_us = now_us;
+    int64_t last_end_us = now_us;
+    while (true) {
+      while (!future_.empty() && std::get<0>(future_.top()) <= now_us) {
+        const Arrival request = std::get<2>(future_.top());
+        future_.pop();
+        const int index = static_cast<int>(result_->requests.size());
+        result_->requests.push_back(request);
+        result_->queue_wait_us.push_back(-1);
+        result_->answers.push_back(0);
+        batcher_->Add(index, request);
+      }
+      for (int64_t& free_at : free_at_) {
+        if (free_at > now_us) continue;
+        std::optional<Choice> choice = batcher_->Next(now_us);
+        if (!choice) break;
+        SimulatedBatch batch;
+        batch.start_us = now_us;
+        batch.padded_shape = choice->padded_shape;
+        batch.ride_alongs = choice->ride_alongs;
+        batch.end_us = now_us + static_cast<int64_t>(std::ceil(config_.cost(
+                                    batch.padded_shape.batch, batch.padded_shape.length)));
+        free_at = batch.end_us;
+        last_end_us = std::max(last_end_us, batch.end_us);
+        result_->padded_elements +=
+            static_cast<double>(batch.padded_shape.batch * batch.padded_shape.length);
+        std::sort(choice->requests.begin(), choice->requests.end());
+        for (int index : choice->requests) {
+          const Arrival& request = result_->requests[index];
+          result_->queue_wait_us[index] = now_us - request.time_us;
+          ++result_->answers[index];
+          result_->real_elements += static_cast<double>(request.rows * request.length);
+          if (on_answered) on_answered(batch.end_us);
+        }
+        batch.requests = std::move(choice->requests);
+        result_->batches.push_back(std::move(batch));
+      }
+
+      // The next moment anything can happen: an arrival, an executor finishing, a policy wake-up.
+      std::optional<int64_t> next;
+      auto consider = [&next, now_us](int64_t t) {
+        if (t > now_us && (!next || t < *next)) next = t;
+      };
+      if (!future_.empty()) consider(std::get<0>(future_.top()));
+      bool idle = false;
+      for (int64_t free_at : free_at_) {
+        consider(free_at);
+        idle = idle || free_at <= now_us;
+      }
+      if (idle) {
+        if (std::optional<int64_t> wake = batcher_->NextWakeUp(now_us))
+          consider(std::max(*wake, now_us + 1));
+      }
+      if (!next) break;
+      now_us = *next;
+    }
+    result_->makespan_us = last_end_us - first_us;
+  }
+
+ private:
+  const SimulationConfig& config_;
+  SimulationResult* result_;
+  std::unique_ptr<Batcher> batcher_;
+  std::vector<int64_t> free_at_;
+  // (time, sequence, request): earliest first, then in scheduling order.
+  using Event = std::tuple<int64_t, int64_t, Arrival>;
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+      return std::tie(std::get<0>(a), std::get<1>(a)) > std::tie(std::get<0>(b), std::get<1>(b));
+    }
+  };
+  std::priority_queue<Event, std::vector<Event>, Later> future_;
+  int64_t sequence_ = 0;
+};
+
+}  // namespace
+
+double H200BertBaseUs(int64_t batch, int64_t length) {
+  // a + c·bL + d·bL² through (8x128, 1000), (32x128, 2170), (32x512, 8400); floored at the
+  // launch-bound 730 µs of the small buckets.
+  const double elements = static_cast<double>(batch * length);
+  return std::max(
+      730.0, 610.0 + 0.34932454 * elements + 2.4636587e-4 * elements * static_cast<double>(length));
+}
+
+std::vector<Arrival> PoissonArrivals(double per_second, int count, const LengthMix& mix,
+                                     uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::exponential_distribution<double> gap_us(per_second / 1e6);
+  std::vector<Arrival> arrivals;
+  double t = 0;
+  for (int i = 0; i < count; ++i) {
+    t += gap_us(random);
+    arrivals.push_back(Arrival{static_cast<int64_t>(t), 1, SampleLength(random, mix)});
+  }
+  return arrivals;
+}
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kPlanner:
+      return "graphserve planner";
+    case Policy::kFifoPadToLongest:
+      return "FIFO, pad to longest";
+    case Policy::kGreedyFullBins:
+      return "greedy bins 6x6";
+  }
+  return "?";
+}
+
+double SimulationResult::requests_per_second() const {
+  return makespan_us > 0
+             ? static_cast<double>(requests.size()) * 1e6 / static_cast<double>(makespan_us)
+             : 0;
+}
+
+double SimulationResult::real_tokens_per_second() const {
+  return makespan_us > 0 ? real_elements * 1e6 / static_cast<double>(makespan_us) : 0;
+}
+
+int64_t SimulationResult::wait_percentile_us(double percentile) const {
+  if (queue_wait_us.empty()) return 0;
+  std::vector<int64_t> sorted = queue_wait_us;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t rank =
+      static_cast<size_t>(std::ceil(percentile / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+int64_t SimulationResult::ride_alongs() const {
+  int64_t total = 0;
+  for (const SimulatedBatch& batch : batches) total += batch.ride_alongs;
+  return total;
+}
+
+double SimulationResult::mean_batch_rows() const {
+  double rows = 0;
+  for (const Arrival& request : requests) rows += static_cast<double>(request.rows);
+  return batches.empty() ? 0 : rows / static_cast<double>(batches.size());
+}
+
+double SimulationResult::longest_batch_us() const {
+  int64_t longest = 0;
+  for (const SimulatedBatch& batch : batches)
+    longest = std::max(longest, batch.end_us - batch.start_us);
+  return static_cast<double>(longest);
+}
+
+SimulationResult Simulate(const SimulationConfig& config, const std::vector<Arrival>& arrivals) {
+  SimulationResult result;
+  EventLoop loop(config, &result);
+  for (const Arrival& arrival : arrivals) loop.Schedule(arrival);
+  loop.Run(nullptr);
+  return result;
+}
+
+SimulationResult SimulateClosedLoop(const SimulationConfig& config, int clients, int total,
+                                    const LengthMix& mix, uint64_t seed) {
+  SimulationResult result;
+  EventLoop loop(config, &result);
+  std::mt19937_64 random(seed);
+  int sent = 0;
+  for (; sent < std::min(clients, total); ++sent)
+    loop.Schedule(Arrival{0, 1, SampleLength(random, mix)});
+  loop.Run([&](int64_t answered_us) {
+    if (sent < total) {
+      loop.Schedule(Arrival{answered_us, 1, SampleLength(random, mix)});
+      ++sent;
+    }
+  });
+  return result;
+}
+
+ModelSpec EncoderSpec(bool six_by_six) {
+  ModelSpec spec;
+  spec.name = "encoder";
+  spec.platform = kPlatformBuiltinEncoder;
+  spec.max_batch_size = 32;
+  spec.max_sequence_length = 512;
+  spec.bucket_batch_sizes = DefaultBucketBatchSizes(32);
+  spec.bucket_lengths =
+      six_by_six ? std::vector<int64_t>{16, 32, 64, 128, 256, 512} : DefaultBucketLengths(512);
+  if (six_by_six) spec.bucket_batch_sizes = {1, 2, 4, 8, 16, 32};
+  return spec;
+}
+
+}  // namespace graphserve::sim

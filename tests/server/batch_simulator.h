@@ -1,0 +1,112 @@
+#pragma once
+// A deterministic discrete-event simulation of one model's batching, for comparing batching
+// policies on padding, throughput and queue wait without a GPU: requests arrive (scripted, Poisson,
+// or from a closed loop of clients), a policy forms batches, and fake executors take as long per
+// batch as a cost model says. Simulated time only, so results are exact and repeatable, whatever
+// the host.
+//
+// Policies:
+//   kPlanner          graphserve's BatchPlanner (bins, ride-alongs, measured costs, rate-aware
+//   waits)
+//                     on the spec's grid; the cost model evaluated on the grid is its cost table.
+//   kFifoPadToLongest FIFO batching padded to the batch maximum (what servers without size binning
+//                     do): up to max_batch_size rows in arrival order, padded to the longest
+//                     request, run eagerly at that exact shape; dispatched when full or when the
+//                     oldest request has waited the delay.
+//   kGreedyFullBins   bins on the spec's grid, a bin dispatched when it fills the largest batch or
+//   its
+//                     oldest request has waited the delay, oldest first, padded to the smallest
+//                     bucket (graphserve's batcher before the padding-aware planner).
+//
+// Used by batch_policy_test (assertions) and batch_policy_report (the comparison table).
+// Not thread-safe; every function is a pure function of its arguments.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/model_spec.h"
+#include "graphserve/server/scheduler.h"
+
+namespace graphserve::sim {
+
+// Execution time in µs of one batch of `batch` rows padded to `length`.
+using CostModel = std::function<double(int64_t batch, int64_t length)>;
+
+// A BERT-base bf16 encoder on an H200, replayed as a CUDA graph: 0.73 ms at 1x16 and 1x64 (launch
+// bound), 1.00 ms at 8x128, 2.17 ms at 32x128, 8.4 ms at 32x512; in between
+// max(730, 610 + c·b·L + d·b·L²), the quadratic term being attention, fitted through the last
+// three.
+double H200BertBaseUs(int64_t batch, int64_t length);
+
+// Request lengths: log-normal with this median and σ (of the log), rounded, clipped to [min, max].
+// The default is the skewed mix.
+struct LengthMix {
+  double median = 48;
+  double sigma = 0.8;
+  int64_t min = 8;
+  int64_t max = 512;
+};
+
+struct Arrival {
+  int64_t time_us = 0;
+  int64_t rows = 1;
+  int64_t length = 1;
+};
+
+// `count` single-row requests with exponential gaps at `per_second`, from a fixed seed.
+std::vector<Arrival> PoissonArrivals(double per_second, int count, const LengthMix& mix,
+                                     uint64_t seed);
+
+enum class Policy { kPlanner, kFifoPadToLongest, kGreedyFullBins };
+const char* PolicyName(Policy policy);
+
+struct SimulationConfig {
+  Policy policy = Policy::kPlanner;
+  ModelSpec spec;  // the grid (kPlanner, kGreedyFullBins) and max_batch_size (all)
+  SchedulerOptions options;
+  int executors = 1;
+  CostModel cost = H200BertBaseUs;
+};
+
+// What the executors saw of one batch.
+struct SimulatedBatch {
+  int64_t start_us = 0;
+  int64_t end_us = 0;
+  BucketShape padded_shape;
+  std::vector<int> requests;  // indexes into the simulation's requests, in arrival order
+  int ride_alongs = 0;
+};
+
+struct SimulationResult {
+  std::vector<Arrival> requests;       // every request, in arrival order
+  std::vector<int64_t> queue_wait_us;  // per request: arrival → its batch's start
+  std::vector<int> answers;            // per request: how many batches it was part of
+  std::vector<SimulatedBatch> batches;
+  double real_elements = 0;    // Σ rows × length
+  double padded_elements = 0;  // Σ padded batch × padded length
+  int64_t makespan_us = 0;     // first arrival → last batch's end
+
+  double padding_ratio() const { return padded_elements / real_elements; }
+  double requests_per_second() const;
+  double real_tokens_per_second() const;  // real elements per second of makespan
+  int64_t wait_percentile_us(double percentile) const;
+  int64_t ride_alongs() const;
+  double mean_batch_rows() const;
+  double longest_batch_us() const;
+};
+
+// Open loop: the given arrivals (sorted by time).
+SimulationResult Simulate(const SimulationConfig& config, const std::vector<Arrival>& arrivals);
+
+// Closed loop: `clients` clients each send a single-row request at time 0 and the next one as soon
+// as the previous is answered, `total` requests in all, lengths from `mix` with `seed`. Keeps the
+// queue as deep as the clients allow: the saturation throughput.
+SimulationResult SimulateClosedLoop(const SimulationConfig& config, int clients, int total,
+                                    const LengthMix& mix, uint64_t seed);
+
+// The built-in encoder's spec (max batch 32, length 512) on its default grid, or on the 6x6 grid
+// {1..32} x {16..512} when `six_by_six`.
+ModelSpec EncoderSpec(bool six_by_six);
+
+}  // namespace graphserve::sim
