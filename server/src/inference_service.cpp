@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 
+#include "graphserve/server/metrics.h"
 #include "graphserve/server/request_codec.h"
 
 namespace graphserve {
@@ -107,35 +108,47 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
+  const int64_t arrival_us = clock_->NowMicros();
   if (!ready_.load()) {
+    metrics_->CountUnroutedRequest(StatusCode::kUnavailable);
     return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
   }
   const LoadedModel* model = repository_->Find(request->model_name());
   if (model == nullptr) {
+    metrics_->CountUnroutedRequest(StatusCode::kNotFound);
     return FinishNow(context, ToGrpcStatus(NotFound("model_name: unknown model '" +
                                                     request->model_name() + "'")));
   }
   ModelScheduler* scheduler = model->scheduler.get();
   const ModelSpec& spec = scheduler->spec();
+  ModelRequestMetrics* model_metrics = metrics_->ForModel(spec.name);
 
   auto pending = std::make_shared<PendingRequest>();
   // The request belongs to this RPC until it finishes; decoding moves its raw buffers out instead of
   // copying them, hence the const_cast.
   Status status =
       DecodeInferRequest(spec, const_cast<inference::ModelInferRequest*>(request), &pending->item);
-  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  if (!status.ok()) {
+    model_metrics->Refused(status.code());
+    return FinishNow(context, ToGrpcStatus(status));
+  }
   pending->deadline_us = DeadlineMicros(*context, *clock_);
 
   auto* reactor = new InferReactor(scheduler, pending);
-  pending->done = [reactor, request, response, &spec](const Status& outcome,
-                                                      std::vector<HostTensor>&& outputs,
-                                                      const RequestTiming&) {
+  const Clock* clock = clock_;
+  // Counted before Finish, so that a client that has its answer finds it in the next scrape.
+  pending->done = [reactor, request, response, &spec, model_metrics, clock, arrival_us](
+                      const Status& outcome, std::vector<HostTensor>&& outputs,
+                      const RequestTiming& timing) {
     if (outcome.ok()) EncodeInferResponse(spec, *request, std::move(outputs), response);
+    model_metrics->Finished(outcome, clock->NowMicros() - arrival_us, timing);
     reactor->Finish(ToGrpcStatus(outcome));
   };
+  model_metrics->Started();
   status = scheduler->Enqueue(pending);
   if (!status.ok()) {
     // Not accepted: `done` will never run, so finish here.
+    model_metrics->Finished(status, clock_->NowMicros() - arrival_us, RequestTiming{});
     reactor->Finish(ToGrpcStatus(status));
   }
   return reactor;

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include "graphserve/server/inference_service.h"
+#include "graphserve/server/metrics.h"
+#include "graphserve/server/metrics_endpoint.h"
 
 namespace graphserve {
 
@@ -20,8 +22,19 @@ Status GraphServer::Start(const ServerOptions& options) {
                engine.libtorch_version, engine.cuda_version.empty() ? "none" : engine.cuda_version,
                engine.cuda_device_count);
 
+  ServerMetricsOptions metrics_options;
+  metrics_options.version = GRAPHSERVE_VERSION;
+  metrics_options.engine = engine;
+  metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
+  // Before the long model warm-up: a bad --metrics-address fails at once, and Prometheus sees the
+  // target (with graphserve_build_info) while the models load.
+  Status status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_);
+  if (!status.ok()) return status;
+  spdlog::info("metrics endpoint listening on {} (port {}): http /metrics", options.metrics_address,
+               metrics_endpoint_->port());
+
   repository_ = std::make_unique<ModelRepository>(&clock_);
-  service_ = std::make_unique<InferenceService>(repository_.get(), &clock_);
+  service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
@@ -37,8 +50,9 @@ Status GraphServer::Start(const ServerOptions& options) {
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
 
-  Status status = repository_->Load(options.repository);
+  status = repository_->Load(options.repository);
   if (!status.ok()) return status;
+  for (const auto& [name, model] : repository_->models()) metrics_->AddModel(model->scheduler.get());
   service_->SetReady(true);
   spdlog::info("ready: serving {} model(s)", repository_->models().size());
   return Status::Ok();
@@ -54,6 +68,8 @@ void GraphServer::Shutdown() {
     grpc_server_->Wait();
     grpc_server_.reset();
   }
+  // Scrapes read the schedulers: stop serving them before the schedulers go away.
+  metrics_endpoint_.reset();
   if (repository_) {
     repository_->Stop();
     repository_.reset();

@@ -1,8 +1,10 @@
 #pragma once
 // The KServe v2 gRPC service on gRPC's callback API: no RPC thread ever waits on inference. ModelInfer
 // validates, enqueues into the model's scheduler and returns; the scheduler's completion callback
-// finishes the RPC. Converts graphserve::Status to grpc::Status here and nowhere else.
+// finishes the RPC. Converts graphserve::Status to grpc::Status here and nowhere else, and counts every
+// ModelInfer call's final status and latency in ServerMetrics just before answering it.
 // Thread safety: all methods are called by gRPC from any thread; the readiness flag is atomic.
+// Lifetime: the repository, clock and metrics must outlive the service and every request it queued.
 #include <atomic>
 
 #include <grpcpp/grpcpp.h>
@@ -13,14 +15,17 @@
 
 namespace graphserve {
 
+class ServerMetrics;
+
 grpc::Status ToGrpcStatus(const Status& status);
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  InferenceService(const ModelRepository* repository, const Clock* clock)
-      : repository_(repository), clock_(clock) {}
+  InferenceService(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics)
+      : repository_(repository), clock_(clock), metrics_(metrics) {}
 
-  // Ready: models loaded and warmed up, and not draining.
+  // Ready: models loaded and warmed up, and not draining. Every model of the repository must have been
+  // added to the metrics (ServerMetrics::AddModel) before the service turns ready.
   void SetReady(bool ready) { ready_.store(ready); }
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
@@ -45,6 +50,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  private:
   const ModelRepository* const repository_;
   const Clock* const clock_;
+  ServerMetrics* const metrics_;
   std::atomic<bool> ready_{false};
 };
 

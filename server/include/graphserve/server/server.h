@@ -1,8 +1,9 @@
 #pragma once
-// A whole graphserve process minus its flags: the gRPC endpoint, the model repository and their
-// lifetime. Start brings the endpoint up at once (so liveness answers during warm-up), loads and warms
-// up the models, then reports ready. Shutdown stops accepting, lets in-flight requests finish, and
-// stops the schedulers.
+// A whole graphserve process minus its flags: the gRPC endpoint, the /metrics endpoint, the model
+// repository and their lifetime. Start brings both endpoints up at once (so liveness answers and
+// Prometheus sees the target during warm-up), loads and warms up the models, exports their metrics,
+// then reports ready. Shutdown stops accepting, lets in-flight requests finish, stops serving /metrics,
+// and stops the schedulers.
 // Not thread-safe: call Start, Wait-for-signal and Shutdown from one controlling thread.
 #include <chrono>
 #include <memory>
@@ -19,9 +20,12 @@ class Server;
 namespace graphserve {
 
 class InferenceService;
+class MetricsEndpoint;
+class ServerMetrics;
 
 struct ServerOptions {
   std::string grpc_address = "0.0.0.0:8001";
+  // HTTP /metrics for Prometheus, apart from the gRPC port.
   std::string metrics_address = "0.0.0.0:8002";
   RepositoryOptions repository;
   // How long Shutdown waits for in-flight requests before cancelling them.
@@ -43,6 +47,9 @@ class GraphServer {
  private:
   ServerOptions options_;
   SteadyClock clock_;
+  // Outlives the repository: requests drained by its schedulers are still counted.
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -1,0 +1,129 @@
+#pragma once
+// graphserve's Prometheus metrics (the README's "Metrics" section lists them with their meaning).
+//
+// Two sources, no double bookkeeping:
+//   - What the engine and the scheduler already count (graph replays, eager executions by reason,
+//     batches, padded and real elements, queue depth, capture cost, device memory) stays counted
+//     there and is read at scrape time: a collector turns those counters into metric families on
+//     every scrape, with no polling thread and no copy kept here.
+//   - What only the RPC edge knows (requests by final status, latency, queue and compute time
+//     histograms, requests in flight) lives in prometheus-cpp counters, histograms and gauges that
+//     InferenceService updates through ModelRequestMetrics.
+//
+// MetricsEndpoint (metrics_endpoint.h) serves both on HTTP /metrics, apart from the gRPC port.
+// prometheus-cpp stays private to graphserve_server: it appears here only as forward declarations.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "graphserve/engine/status.h"
+#include "graphserve/server/scheduler.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace graphserve {
+
+class SchedulerCollector;
+
+// The `code` label of graphserve_requests_total: "success" for OK, otherwise the lower-case gRPC code
+// name ("invalid_argument", "resource_exhausted", "deadline_exceeded", ...).
+const char* RequestCodeLabel(StatusCode code);
+
+// Upper bounds in seconds of the latency histograms: 1, 2.5 and 5 per decade from 100 µs to 10 s.
+std::vector<double> LatencyBucketsSeconds();
+
+// One served model's series at the RPC edge. Created and owned by ServerMetrics, which keeps every
+// series of the model alive, so the request path does no label lookup.
+// Thread-safe: any method may be called from any thread.
+class ModelRequestMetrics {
+ public:
+  // A request enters the model's scheduler: in flight until Finished. Call before Enqueue, so that an
+  // answer arriving before Enqueue returns cannot take the gauge below zero.
+  void Started();
+  // The end of a Started request: leaves the in-flight gauge and is counted under the outcome's code;
+  // a successful one is observed in the latency histograms. `latency_us` runs from the RPC's arrival
+  // to its answer; `timing` is the scheduler's (ignored unless the outcome is OK).
+  void Finished(const Status& outcome, int64_t latency_us, const RequestTiming& timing);
+  // A request refused before it reached the scheduler (e.g. INVALID_ARGUMENT): counted only.
+  void Refused(StatusCode code);
+
+ private:
+  friend class ServerMetrics;
+  ModelRequestMetrics() = default;
+  void Count(StatusCode code);
+
+  std::string model_;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  // Series created up front, indexed by StatusCode value (gRPC's codes are 0..16); null for codes
+  // ModelInfer does not answer a served model with, which are created through requests_ on first use.
+  std::array<prometheus::Counter*, 17> by_code_{};
+  prometheus::Histogram* request_seconds_ = nullptr;
+  prometheus::Histogram* queue_seconds_ = nullptr;
+  prometheus::Histogram* compute_seconds_ = nullptr;
+  prometheus::Gauge* in_flight_ = nullptr;
+};
+
+struct ServerMetricsOptions {
+  // graphserve's version, and the engine's libtorch/CUDA build: the labels of graphserve_build_info.
+  std::string version;
+  EngineInfo engine;
+  // Memory of a CUDA device ("cuda:N"), read at scrape time for every CUDA device an executor runs on.
+  std::function<DeviceMemory(const std::string& device)> device_memory = GetDeviceMemory;
+};
+
+// Every graphserve metric: the RPC edge's registry and the collector over the schedulers and their
+// executors.
+// Thread safety: any method may be called from any thread, and scrapes may run concurrently with all
+// of them. Lifetime: each scheduler passed to AddModel must outlive every later scrape (stop the
+// MetricsEndpoint before destroying the schedulers); the ModelRequestMetrics handed out live as long
+// as this object.
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(ServerMetricsOptions options);
+  ~ServerMetrics();
+
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // Starts exporting `scheduler`'s model (its spec's name; not yet added) and creates its request
+  // series at zero, so that rates and ratios are defined before the first request.
+  void AddModel(const ModelScheduler* scheduler);
+
+  // The model's RPC-edge series; nullptr when no model of that name was added.
+  ModelRequestMetrics* ForModel(const std::string& model);
+
+  // A ModelInfer call that reached no served model: an unknown name (not_found) or a call before the
+  // models were ready (unavailable). Counted with model="" so that clients cannot create series.
+  void CountUnroutedRequest(StatusCode code);
+
+  // Prometheus text exposition (format 0.0.4) of every family: what /metrics serves.
+  std::string TextExposition() const;
+
+ private:
+  std::unique_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<SchedulerCollector> collector_;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* request_seconds_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* queue_seconds_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* compute_seconds_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
+
+  std::mutex mutex_;
+  // Values are never removed, so handed-out pointers stay valid.
+  std::map<std::string, std::unique_ptr<ModelRequestMetrics>> models_;  // guarded by mutex_
+};
+
+}  // namespace graphserve

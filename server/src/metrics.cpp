@@ -1,0 +1,330 @@
+#include "graphserve/server/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <set>
+#include <utility>
+
+namespace graphserve {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// ---------------------------------------------------------------------------------------------------
+// Scrape-time families over the schedulers and their executors
+
+// Reads each model's scheduler and executors on every Collect and turns their counters into metric
+// families; it keeps no copy. Thread-safe: Add and Collect may run concurrently.
+class SchedulerCollector final : public prometheus::Collectable {
+ public:
+  explicit SchedulerCollector(ServerMetricsOptions options) : options_(std::move(options)) {}
+
+  void Add(const ModelScheduler* scheduler) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    schedulers_.push_back(scheduler);
+  }
+
+  std::vector<MetricFamily> Collect() const override;
+
+ private:
+  const ServerMetricsOptions options_;
+  mutable std::mutex mutex_;
+  std::vector<const ModelScheduler*> schedulers_;  // guarded by mutex_; never shrinks
+};
+
+namespace {
+
+// What one model's executors on one device have counted, summed over the instances there.
+struct DeviceTotals {
+  uint64_t batches = 0;
+  uint64_t real_elements = 0;
+  uint64_t padded_elements = 0;
+  std::map<BucketShape, uint64_t> graph_replays;
+  std::array<uint64_t, kEagerReasonCount> eager_runs{};
+  double capture_time_us = 0.0;
+  uint64_t graph_pool_bytes = 0;
+};
+
+MetricFamily NewFamily(const char* name, const char* help, MetricType type) {
+  MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+// Appends one sample; `family` is a counter or a gauge.
+void AddSample(MetricFamily* family, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (family->type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family->metric.push_back(std::move(metric));
+}
+
+bool IsCudaDevice(const std::string& device) { return device.rfind("cuda", 0) == 0; }
+
+}  // namespace
+
+std::vector<MetricFamily> SchedulerCollector::Collect() const {
+  std::vector<const ModelScheduler*> schedulers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    schedulers = schedulers_;
+  }
+
+  MetricFamily build_info = NewFamily(
+      "graphserve_build_info",
+      "graphserve's version and its engine's libtorch and CUDA versions; always 1", MetricType::Gauge);
+  AddSample(&build_info,
+            {{"version", options_.version},
+             {"libtorch", options_.engine.libtorch_version},
+             {"cuda", options_.engine.cuda_version.empty() ? "none" : options_.engine.cuda_version}},
+            1.0);
+
+  MetricFamily queue_depth = NewFamily(
+      "graphserve_queue_depth", "Requests waiting in the model's queue for a batch", MetricType::Gauge);
+  MetricFamily batch_rows = NewFamily(
+      "graphserve_batch_rows_total",
+      "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
+      "graphserve_batches_total's rate)",
+      MetricType::Counter);
+  MetricFamily batches = NewFamily(
+      "graphserve_batches_total",
+      "Batches executed: graphserve_graph_replays_total plus graphserve_eager_executions_total",
+      MetricType::Counter);
+  MetricFamily replays = NewFamily("graphserve_graph_replays_total",
+                                   "Batches executed as a CUDA graph replay, by bucket (batch x length)",
+                                   MetricType::Counter);
+  MetricFamily eager = NewFamily(
+      "graphserve_eager_executions_total",
+      "Batches executed eagerly instead of as a graph replay, by reason (oversize, capture_failed, "
+      "verify_failed, disabled, no_cuda)",
+      MetricType::Counter);
+  MetricFamily real_elements =
+      NewFamily("graphserve_real_elements_total",
+                "Request elements (rows x length) executed; padding waste = 1 - this / padded elements",
+                MetricType::Counter);
+  MetricFamily padded_elements = NewFamily(
+      "graphserve_padded_elements_total",
+      "Elements (bucket batch x bucket length) executed, padding included", MetricType::Counter);
+  MetricFamily capture_seconds =
+      NewFamily("graphserve_graph_capture_seconds",
+                "Time spent warming up, capturing and verifying the model's CUDA graphs on the device",
+                MetricType::Gauge);
+  MetricFamily pool_bytes =
+      NewFamily("graphserve_graph_pool_bytes",
+                "Device memory held by the model's CUDA graph pool on the device", MetricType::Gauge);
+  MetricFamily memory_allocated = NewFamily(
+      "graphserve_gpu_memory_allocated_bytes",
+      "GPU memory held by live tensors (graph pools included), per CUDA device", MetricType::Gauge);
+  MetricFamily memory_reserved =
+      NewFamily("graphserve_gpu_memory_reserved_bytes",
+                "GPU memory obtained from the driver by libtorch's caching allocator, per CUDA device",
+                MetricType::Gauge);
+
+  std::set<std::string> cuda_devices;
+  for (const ModelScheduler* scheduler : schedulers) {
+    const std::string& model = scheduler->spec().name;
+    const SchedulerCounters counters = scheduler->Counters();
+    AddSample(&queue_depth, {{"model", model}}, static_cast<double>(scheduler->QueueDepth()));
+    AddSample(&batch_rows, {{"model", model}}, static_cast<double>(counters.batch_rows));
+
+    std::map<std::string, DeviceTotals> by_device;
+    for (const auto& executor : scheduler->executors()) {
+      const std::string device = executor->device();
+      if (IsCudaDevice(device)) cuda_devices.insert(device);
+      DeviceTotals& totals = by_device[device];
+      // One snapshot per executor, so that replays + eager runs = batches holds in every scrape.
+      const ExecutionCounters executed = executor->Counters();
+      totals.batches += executed.batches;
+      totals.real_elements += executed.real_elements;
+      totals.padded_elements += executed.padded_elements;
+      // Buckets that replay as graphs are exported from zero, before their first replay.
+      for (const BucketInfo& bucket : executor->Buckets()) {
+        if (bucket.graph) totals.graph_replays[bucket.shape] += 0;
+      }
+      for (const auto& [shape, count] : executed.graph_replays) totals.graph_replays[shape] += count;
+      for (int i = 0; i < kEagerReasonCount; ++i) totals.eager_runs[i] += executed.eager_runs[i];
+      const CaptureSummary capture = executor->capture_summary();
+      totals.capture_time_us += capture.capture_time_us;
+      totals.graph_pool_bytes += capture.graph_pool_bytes;
+    }
+
+    for (const auto& [device, totals] : by_device) {
+      AddSample(&batches, {{"model", model}, {"device", device}}, static_cast<double>(totals.batches));
+      for (const auto& [shape, count] : totals.graph_replays) {
+        AddSample(&replays, {{"model", model}, {"device", device}, {"bucket", shape.ToString()}},
+                  static_cast<double>(count));
+      }
+      // Every reason is exported, zeros included, so that a dashboard shows each from the start.
+      for (int i = 0; i < kEagerReasonCount; ++i) {
+        AddSample(&eager,
+                  {{"model", model},
+                   {"device", device},
+                   {"reason", EagerReasonName(static_cast<EagerReason>(i))}},
+                  static_cast<double>(totals.eager_runs[i]));
+      }
+      AddSample(&real_elements, {{"model", model}, {"device", device}},
+                static_cast<double>(totals.real_elements));
+      AddSample(&padded_elements, {{"model", model}, {"device", device}},
+                static_cast<double>(totals.padded_elements));
+      AddSample(&capture_seconds, {{"model", model}, {"device", device}}, totals.capture_time_us / 1e6);
+      AddSample(&pool_bytes, {{"model", model}, {"device", device}},
+                static_cast<double>(totals.graph_pool_bytes));
+    }
+  }
+
+  // Per device rather than per model: the caching allocator is shared by every model on a device.
+  for (const std::string& device : cuda_devices) {
+    const DeviceMemory memory = options_.device_memory(device);
+    AddSample(&memory_allocated, {{"device", device}}, static_cast<double>(memory.allocated_bytes));
+    AddSample(&memory_reserved, {{"device", device}}, static_cast<double>(memory.reserved_bytes));
+  }
+
+  // Families without samples (no CUDA device, no graph buckets) are still listed, with their HELP and
+  // TYPE lines, so that every name graphserve exports is visible on every machine.
+  std::vector<MetricFamily> families;
+  for (MetricFamily* family :
+       {&build_info, &queue_depth, &batch_rows, &batches, &replays, &eager, &real_elements,
+        &padded_elements, &capture_seconds, &pool_bytes, &memory_allocated, &memory_reserved}) {
+    families.push_back(std::move(*family));
+  }
+  return families;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RPC edge
+
+namespace {
+
+// The codes ModelInfer can answer a served model with: their series exist from the start, at zero.
+constexpr StatusCode kExpectedCodes[] = {
+    StatusCode::kOk,          StatusCode::kInvalidArgument,  StatusCode::kResourceExhausted,
+    StatusCode::kUnavailable, StatusCode::kDeadlineExceeded, StatusCode::kCancelled,
+    StatusCode::kInternal,
+};
+
+double Seconds(int64_t micros) { return static_cast<double>(micros) / 1e6; }
+
+}  // namespace
+
+const char* RequestCodeLabel(StatusCode code) {
+  return code == StatusCode::kOk ? "success" : StatusCodeName(code);
+}
+
+std::vector<double> LatencyBucketsSeconds() {
+  std::vector<double> bounds;
+  for (double decade = 1e-4; decade < 10.0; decade *= 10.0) {
+    for (double step : {1.0, 2.5, 5.0}) bounds.push_back(step * decade);
+  }
+  bounds.push_back(10.0);
+  return bounds;
+}
+
+void ModelRequestMetrics::Started() { in_flight_->Increment(); }
+
+void ModelRequestMetrics::Finished(const Status& outcome, int64_t latency_us,
+                                   const RequestTiming& timing) {
+  in_flight_->Decrement();
+  Count(outcome.code());
+  if (!outcome.ok()) return;
+  request_seconds_->Observe(Seconds(latency_us));
+  queue_seconds_->Observe(Seconds(timing.queue_us));
+  compute_seconds_->Observe(Seconds(timing.compute_us));
+}
+
+void ModelRequestMetrics::Refused(StatusCode code) { Count(code); }
+
+void ModelRequestMetrics::Count(StatusCode code) {
+  const auto index = static_cast<size_t>(code);
+  if (index < by_code_.size() && by_code_[index] != nullptr) {
+    by_code_[index]->Increment();
+    return;
+  }
+  // A code not created up front: the family's own lookup is thread-safe and idempotent.
+  requests_->Add({{"model", model_}, {"code", RequestCodeLabel(code)}}).Increment();
+}
+
+ServerMetrics::ServerMetrics(ServerMetricsOptions options)
+    : registry_(std::make_unique<prometheus::Registry>()),
+      collector_(std::make_unique<SchedulerCollector>(std::move(options))) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("graphserve_requests_total")
+                   .Help(
+                       "ModelInfer calls by final status: code is \"success\" or the lower-case "
+                       "gRPC status code name")
+                   .Register(*registry_);
+  request_seconds_ = &prometheus::BuildHistogram()
+                          .Name("graphserve_request_duration_seconds")
+                          .Help("Successful requests: from the call's arrival to its answer")
+                          .Register(*registry_);
+  queue_seconds_ = &prometheus::BuildHistogram()
+                        .Name("graphserve_queue_duration_seconds")
+                        .Help("Successful requests: from entering the queue to their batch's start")
+                        .Register(*registry_);
+  compute_seconds_ = &prometheus::BuildHistogram()
+                          .Name("graphserve_compute_duration_seconds")
+                          .Help(
+                              "Successful requests: their batch's execution, padding and copies "
+                              "included")
+                          .Register(*registry_);
+  in_flight_ = &prometheus::BuildGauge()
+                    .Name("graphserve_requests_in_flight")
+                    .Help("Requests the model's scheduler holds: queued or executing")
+                    .Register(*registry_);
+}
+
+ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
+  const std::string& model = scheduler->spec().name;
+  std::unique_ptr<ModelRequestMetrics> metrics(new ModelRequestMetrics());
+  metrics->model_ = model;
+  metrics->requests_ = requests_;
+  for (StatusCode code : kExpectedCodes) {
+    metrics->by_code_[static_cast<size_t>(code)] =
+        &requests_->Add({{"model", model}, {"code", RequestCodeLabel(code)}});
+  }
+  const std::vector<double> buckets = LatencyBucketsSeconds();
+  metrics->request_seconds_ = &request_seconds_->Add({{"model", model}}, buckets);
+  metrics->queue_seconds_ = &queue_seconds_->Add({{"model", model}}, buckets);
+  metrics->compute_seconds_ = &compute_seconds_->Add({{"model", model}}, buckets);
+  metrics->in_flight_ = &in_flight_->Add({{"model", model}});
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    models_.emplace(model, std::move(metrics));
+  }
+  collector_->Add(scheduler);
+}
+
+ModelRequestMetrics* ServerMetrics::ForModel(const std::string& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = models_.find(model);
+  return it == models_.end() ? nullptr : it->second.get();
+}
+
+void ServerMetrics::CountUnroutedRequest(StatusCode code) {
+  requests_->Add({{"model", ""}, {"code", RequestCodeLabel(code)}}).Increment();
+}
+
+std::string ServerMetrics::TextExposition() const {
+  std::vector<MetricFamily> families = registry_->Collect();
+  std::vector<MetricFamily> collected = collector_->Collect();
+  families.insert(families.end(), std::make_move_iterator(collected.begin()),
+                  std::make_move_iterator(collected.end()));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace graphserve
