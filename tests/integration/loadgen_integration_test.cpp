@@ -1,0 +1,155 @@
+// graphserve-loadgen, as a user runs it, against the real graphserve on the CPU serving the test model
+// repository: closed and open loop, the --json report read back and checked, and the exit statuses.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+
+namespace graphserve::testing {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr auto kStartTimeout = std::chrono::seconds(240);
+
+struct LoadgenRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+  json report;         // null when no --json file was written
+};
+
+// One server for the suite: its warm-up is the slow part.
+class LoadgenIntegrationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess(GRAPHSERVE_BINARY,
+                                {"--model-repository", MODEL_REPOSITORY, "--device", "cpu"},
+                                std::string(TEST_OUTPUT_DIR) + "/loadgen_server.log");
+    ASSERT_TRUE(server_->WaitUntilReady(kStartTimeout)) << server_->Log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->Stop(SIGTERM, std::chrono::seconds(60)), 0) << server_->Log();
+    delete server_;
+    server_ = nullptr;
+  }
+
+  // Runs graphserve-loadgen with `args` against the server, its report going to `json_name`.
+  static LoadgenRun Run(const std::string& args, const std::string& json_name) {
+    const std::string json_path = std::string(TEST_OUTPUT_DIR) + "/" + json_name;
+    std::remove(json_path.c_str());
+    const std::string command = std::string(GRAPHSERVE_LOADGEN) + " --address " +
+                                server_->address() + " " + args + " --json " + json_path + " 2>&1";
+    LoadgenRun run;
+    FILE* pipe = popen(command.c_str(), "r");
+    char buffer[4096];
+    while (pipe != nullptr && fgets(buffer, sizeof buffer, pipe) != nullptr) run.output += buffer;
+    const int status = pipe != nullptr ? pclose(pipe) : -1;
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream file(json_path);
+    if (file) run.report = json::parse(file, nullptr, /*allow_exceptions=*/false);
+    return run;
+  }
+
+  static inline ServerProcess* server_ = nullptr;
+};
+
+// What holds for every report: counts add up and percentiles are ordered.
+void ExpectConsistent(const json& report) {
+  ASSERT_TRUE(report.is_object()) << report;
+  EXPECT_EQ(report["ok"].get<int64_t>() + report["error_count"].get<int64_t>(),
+            report["issued"].get<int64_t>())
+      << report.dump(2);
+  const json& latency = report["latency_ms"];
+  EXPECT_EQ(latency["count"], report["ok"]);
+  if (latency["count"].get<int64_t>() == 0) return;
+  EXPECT_LE(latency["min"].get<double>(), latency["p50"].get<double>());
+  EXPECT_LE(latency["p50"].get<double>(), latency["p90"].get<double>());
+  EXPECT_LE(latency["p90"].get<double>(), latency["p99"].get<double>());
+  EXPECT_LE(latency["p99"].get<double>(), latency["max"].get<double>());
+  EXPECT_GT(latency["min"].get<double>(), 0);
+}
+
+TEST_F(LoadgenIntegrationTest, ClosedLoopOfEightCallersGetsEveryAnswerRight) {
+  const LoadgenRun run = Run(
+      "--model encoder --concurrency 8 --requests 200 --rows 2 --lengths uniform:8-64 "
+      "--warmup-s 0.5",
+      "loadgen_closed.json");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const json& report = run.report;
+  ExpectConsistent(report);
+  EXPECT_EQ(report["mode"], "closed");
+  EXPECT_EQ(report["concurrency"], 8);
+  EXPECT_EQ(report["model"], "encoder");
+  // Every answer arrived and passed the shape check (last_hidden_state [2, length, 256],
+  // pooler_output [2, 256]).
+  EXPECT_EQ(report["issued"], 200);
+  EXPECT_EQ(report["ok"], 200);
+  EXPECT_EQ(report["error_count"], 0) << report["error_examples"];
+  EXPECT_GT(report["warmup_requests"].get<int64_t>(), 0);
+  EXPECT_GT(report["requests_per_s"].get<double>(), 0);
+  EXPECT_GT(report["tokens_per_s"].get<double>(), 0);
+  const int64_t tokens = report["tokens"];
+  EXPECT_GE(tokens, 200 * 2 * 8);
+  EXPECT_LE(tokens, 200 * 2 * 64);
+  // The text report is printed too.
+  EXPECT_NE(run.output.find("200 issued, 200 ok, 0 errors"), std::string::npos) << run.output;
+}
+
+TEST_F(LoadgenIntegrationTest, OpenLoopForTwoSecondsAtAModestRate) {
+  const LoadgenRun run = Run(
+      "--model tiny_traced --rate 40 --duration-s 2 --lengths lognormal:24,0.8,8-64 "
+      "--warmup-s 0.5 --seed 3",
+      "loadgen_open.json");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const json& report = run.report;
+  ExpectConsistent(report);
+  EXPECT_EQ(report["mode"], "open");
+  EXPECT_EQ(report["rate_rps"], 40.0);
+  // 80 arrivals expected in 2 s, standard deviation about 9.
+  const int64_t issued = report["issued"];
+  EXPECT_GT(issued, 40);
+  EXPECT_LT(issued, 130);
+  EXPECT_EQ(report["ok"], issued);
+  EXPECT_EQ(report["error_count"], 0) << report["error_examples"];
+  EXPECT_GT(report["elapsed_s"].get<double>(), 1.5);
+  EXPECT_LT(report["elapsed_s"].get<double>(), 3.5);
+  EXPECT_GT(report["requests_per_s"].get<double>(), 15);
+  EXPECT_LT(report["requests_per_s"].get<double>(), 70);
+  EXPECT_GT(report["tokens_per_s"].get<double>(), 0);
+}
+
+TEST_F(LoadgenIntegrationTest, RejectedRequestsAreCountedByCode) {
+  // The fixture's models take at most 64 tokens.
+  const LoadgenRun run = Run(
+      "--model tiny_traced --concurrency 2 --requests 20 --lengths fixed:65 --warmup-s 0",
+      "loadgen_rejected.json");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  const json& report = run.report;
+  ExpectConsistent(report);
+  EXPECT_EQ(report["issued"], 20);
+  EXPECT_EQ(report["ok"], 0);
+  EXPECT_EQ(report["errors"]["INVALID_ARGUMENT"], 20) << report.dump(2);
+  EXPECT_NE(report["error_examples"]["INVALID_ARGUMENT"].get<std::string>().find(
+                "max_sequence_length"),
+            std::string::npos)
+      << report.dump(2);
+  EXPECT_TRUE(report["latency_ms"]["p50"].is_null());
+}
+
+TEST_F(LoadgenIntegrationTest, UnknownModelCannotRun) {
+  const LoadgenRun run = Run("--model no_such_model --requests 5", "loadgen_unknown.json");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("NOT_FOUND"), std::string::npos) << run.output;
+  EXPECT_TRUE(run.report.is_null()) << "no report for a run that did not happen";
+}
+
+}  // namespace
+}  // namespace graphserve::testing
