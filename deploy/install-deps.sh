@@ -28,7 +28,7 @@ build_packages=(
 )
 runtime_packages=(
   libtorch1.13 libopenblas0-pthread libgrpc++1.51 libprotobuf32 libspdlog1.10 libfmt9
-  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 ca-certificates
+  libprometheus-cpp-core1.0 ca-certificates
 )
 
 if [[ $runtime_only == 1 ]]; then packages=("${runtime_packages[@]}"); else packages=("${build_packages[@]}"); fi
