@@ -287,49 +287,6 @@ TEST_F(LiveMetricsTest, PromtoolAcceptsTheDeployedPrometheusConfig) {
 // A real Prometheus scraping a real graphserve.
 
 // A child process with its output in a log; SIGKILLed if still running at destruction.
-class ChildProcess {
- public:
-  ChildProcess(std::vector<std::string> argv, const std::string& log_path) : log_path_(log_path) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-      std::vector<char*> args;
-      for (std::string& arg : argv) args.push_back(arg.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~ChildProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // SIGTERM, then the exit status (-1 when killed by a signal, -2 when still running at `timeout`).
-  int Stop(seconds timeout) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    const auto give_up = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < give_up) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -2;
-  }
-  std::string Log() const { return ReadText(log_path_); }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_path_;
-};
-
 // Polls `condition` every 250 ms until it holds or `timeout` passes.
 template <typename Condition>
 bool Eventually(seconds timeout, Condition condition) {
@@ -428,7 +385,7 @@ TEST(PrometheusServerTest, PrometheusScrapesRequestAndBatchCounts) {
     }
   }
 
-  EXPECT_EQ(prometheus.Stop(seconds(30)), 0) << prometheus.Log();
+  EXPECT_EQ(prometheus.Stop(SIGTERM, seconds(30)), 0) << prometheus.Log();
   EXPECT_EQ(server.Stop(SIGTERM, seconds(60)), 0) << server.Log();
   // Prometheus's database and log stay behind only when something failed.
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);

@@ -30,35 +30,29 @@ int FreeLoopbackPort() {
   return ntohs(address.sin_port);
 }
 
-ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args,
-                             const std::string& log_path)
+ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path)
     : log_path_(log_path) {
-  address_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
-  metrics_port_ = FreeLoopbackPort();
-  std::vector<std::string> argv_strings = {binary, "--grpc-address", address_, "--metrics-address",
-                                           "127.0.0.1:" + std::to_string(metrics_port_)};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {
     const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (std::string& arg : argv_strings) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
+    std::vector<char*> args;
+    for (std::string& arg : argv) args.push_back(arg.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
     _exit(127);
   }
 }
 
-ServerProcess::~ServerProcess() {
+ChildProcess::~ChildProcess() {
   if (Running()) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
 }
 
-bool ServerProcess::Running() {
+bool ChildProcess::Running() {
   if (pid_ <= 0) return false;
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -66,6 +60,38 @@ bool ServerProcess::Running() {
     return false;
   }
   return true;
+}
+
+int ChildProcess::Stop(int signal, std::chrono::seconds timeout) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < give_up) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -2;
+}
+
+std::string ChildProcess::Log() const {
+  std::ifstream file(log_path_);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args,
+                             const std::string& log_path) {
+  address_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  metrics_port_ = FreeLoopbackPort();
+  std::vector<std::string> argv = {binary, "--grpc-address", address_, "--metrics-address",
+                                   "127.0.0.1:" + std::to_string(metrics_port_)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  process_ = std::make_unique<ChildProcess>(std::move(argv), log_path);
 }
 
 bool ServerProcess::WaitUntilReady(std::chrono::seconds timeout) {
@@ -80,28 +106,6 @@ bool ServerProcess::WaitUntilReady(std::chrono::seconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
-}
-
-int ServerProcess::Stop(int signal, std::chrono::seconds timeout) {
-  if (pid_ <= 0) return -1;
-  kill(pid_, signal);
-  const auto give_up = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < give_up) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return -2;  // still running; the destructor kills it
-}
-
-std::string ServerProcess::Log() const {
-  std::ifstream file(log_path_);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
 }
 
 std::unique_ptr<inference::GRPCInferenceService::Stub> ServerProcess::NewStub() const {

@@ -1,6 +1,6 @@
 #pragma once
-// Starts the real graphserve binary as a child process on a free loopback port, for black-box tests.
-// Not thread-safe: one test thread owns a ServerProcess.
+// Child processes for black-box tests: any program (ChildProcess), and the real graphserve binary on
+// a free loopback port (ServerProcess). Not thread-safe: one test thread owns each.
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
@@ -13,28 +13,45 @@
 
 namespace graphserve::testing {
 
+// Runs argv[0] (a path) with its stdout and stderr in `log_path`.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, const std::string& log_path);
+  ~ChildProcess();  // SIGKILLs a child still running
+
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool Running();
+  // Sends `signal` and waits for the exit: the exit status, -1 when killed by a signal, -2 when still
+  // running at `timeout` (the destructor kills it).
+  int Stop(int signal, std::chrono::seconds timeout);
+  std::string Log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
 class ServerProcess {
  public:
   // `args` are passed after --grpc-address/--metrics-address; the log goes to `log_path`.
   ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path);
-  ~ServerProcess();  // SIGKILLs a server still running
 
   // Polls ServerReady until true; false when the process exits or `timeout` passes first.
   bool WaitUntilReady(std::chrono::seconds timeout);
-  // Sends `signal` and waits for the exit; returns the exit status (-1 when killed by a signal).
-  int Stop(int signal, std::chrono::seconds timeout);
-  bool Running();
+  int Stop(int signal, std::chrono::seconds timeout) { return process_->Stop(signal, timeout); }
+  bool Running() { return process_->Running(); }
 
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
-  std::string Log() const;
+  std::string Log() const { return process_->Log(); }
   std::unique_ptr<inference::GRPCInferenceService::Stub> NewStub() const;
 
  private:
-  pid_t pid_ = -1;
   std::string address_;
   int metrics_port_ = 0;
-  std::string log_path_;
+  std::unique_ptr<ChildProcess> process_;
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
