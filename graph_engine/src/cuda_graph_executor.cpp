@@ -189,15 +189,18 @@ Status CudaGraphExecutor::AllocateStaticBuffers() {
   }
   uint64_t bytes = 0;
   auto allocate = [&](const TensorSpec& tensor, std::vector<at::Tensor>* device_buffers,
-                      std::vector<at::Tensor>* pinned_buffers) {
+                      std::vector<at::Tensor> StagingSlot::*pinned_buffers) {
     const int64_t elements = ElementCount(PaddedShape(tensor, largest));
     const at::ScalarType type = ToScalarType(tensor.dtype);
     device_buffers->push_back(at::zeros({elements}, at::TensorOptions().dtype(type).device(device_)));
-    pinned_buffers->push_back(at::empty({elements}, at::TensorOptions().dtype(type).pinned_memory(true)));
-    bytes += 2 * static_cast<uint64_t>(elements) * ElementSize(tensor.dtype);
+    for (StagingSlot& slot : staging_) {
+      (slot.*pinned_buffers)
+          .push_back(at::empty({elements}, at::TensorOptions().dtype(type).pinned_memory(true)));
+    }
+    bytes += (1 + kStagingSlots) * static_cast<uint64_t>(elements) * ElementSize(tensor.dtype);
   };
-  for (const TensorSpec& input : spec_.inputs) allocate(input, &static_inputs_, &pinned_inputs_);
-  for (const TensorSpec& output : spec_.outputs) allocate(output, &static_outputs_, &pinned_outputs_);
+  for (const TensorSpec& input : spec_.inputs) allocate(input, &static_inputs_, &StagingSlot::inputs);
+  for (const TensorSpec& output : spec_.outputs) allocate(output, &static_outputs_, &StagingSlot::outputs);
   std::lock_guard<std::mutex> lock(mutex_);
   summary_.static_buffer_bytes = bytes;
   return Status::Ok();
@@ -404,38 +407,72 @@ CudaGraphExecutor::GraphBucket* CudaGraphExecutor::FindBucket(const BucketShape&
   return nullptr;
 }
 
+// What Complete needs of a launched batch: for a graph, where in its staging slot each request's
+// slices land; for an eager run, the finished outputs.
+class CudaGraphExecutor::CudaLaunchedBatch : public LaunchedBatch {
+ public:
+  struct Slice {
+    size_t item, output;
+    size_t staging_offset_bytes, bytes;
+    std::vector<int64_t> shape;
+  };
+  const Batch* batch = nullptr;
+  GraphBucket* graph_bucket = nullptr;  // null: ran eagerly, for `eager_reason`
+  EagerReason eager_reason = EagerReason::kOversize;
+  int slot = 0;
+  std::vector<Slice> slices;
+  BatchOutputs eager_outputs;
+};
+
 Status CudaGraphExecutor::Execute(const Batch& batch, BatchOutputs* outputs) {
-  outputs->clear();
+  std::unique_ptr<LaunchedBatch> launched;
+  Status status = Launch(batch, &launched);
+  if (!status.ok()) {
+    outputs->clear();
+    return status;
+  }
+  return Complete(std::move(launched), outputs);
+}
+
+Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBatch>* launched) {
+  auto run = std::make_unique<CudaLaunchedBatch>();
+  run->batch = &batch;
   GraphBucket* bucket = FindBucket(batch.padded_shape);
+  if (bucket != nullptr && bucket->graph) {
+    run->graph_bucket = bucket;
+  } else {
+    run->eager_reason = bucket == nullptr ? EagerReason::kOversize : bucket->info.eager_reason;
+  }
   try {
     c10::cuda::CUDAGuard device_guard(device_);
     c10::cuda::CUDAStreamGuard stream_guard(stream_);
     c10::InferenceMode inference_mode;
-    Status status = bucket != nullptr && bucket->graph ? ExecuteGraph(bucket, batch, outputs)
-                                                       : ExecuteEager(batch, outputs);
-    if (!status.ok()) {
-      outputs->clear();
-      return status;
-    }
+    Status status = run->graph_bucket != nullptr ? LaunchGraph(run->graph_bucket, run.get())
+                                                 : ExecuteEager(batch, &run->eager_outputs);
+    if (!status.ok()) return status;
   } catch (const std::exception& error) {
-    outputs->clear();
     return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
                     " failed: " + ExceptionMessage(error));
   }
-  const EagerReason reason = bucket == nullptr ? EagerReason::kOversize : bucket->info.eager_reason;
-  CountExecution(batch, bucket != nullptr && bucket->graph ? bucket : nullptr, reason);
+  *launched = std::move(run);
   return Status::Ok();
 }
 
-Status CudaGraphExecutor::ExecuteGraph(GraphBucket* bucket, const Batch& batch, BatchOutputs* outputs) {
+Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* launched) {
+  const Batch& batch = *launched->batch;
   const BucketShape shape = batch.padded_shape;
   const std::string bucket_name = shape.ToString();
+  launched->slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % kStagingSlots;
+  StagingSlot& slot = staging_[launched->slot];
   {
     NvtxRange range("assemble " + bucket_name);
+    // Normally long done: the batch that used this slot before has been completed.
+    slot.done.synchronize();
     std::vector<at::Tensor> staging;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       const std::vector<int64_t> padded = PaddedShape(spec_.inputs[i], shape);
-      staging.push_back(pinned_inputs_[i].narrow(0, 0, ElementCount(padded)).view(padded));
+      staging.push_back(slot.inputs[i].narrow(0, 0, ElementCount(padded)).view(padded));
     }
     Status status = FillPaddedInputs(spec_, batch, staging);
     if (!status.ok()) return status;
@@ -449,57 +486,70 @@ Status CudaGraphExecutor::ExecuteGraph(GraphBucket* bucket, const Batch& batch, 
   }
 
   // Copy back only what each request owns: per request and output one strided copy of its rows
-  // and, along the variable dimension, its own length, packed into the pinned staging buffer.
-  struct Slice {
-    size_t item, output;
-    size_t staging_offset_bytes, bytes;
-    std::vector<int64_t> shape;
-  };
-  std::vector<Slice> slices;
-  {
-    NvtxRange range("copy-out " + bucket_name);
-    const std::vector<at::Tensor> static_outputs = StaticOutputs(shape);
-    for (size_t o = 0; o < spec_.outputs.size(); ++o) {
-      const TensorSpec& output = spec_.outputs[o];
-      const size_t element_size = ElementSize(output.dtype);
-      const std::vector<int64_t> padded = PaddedShape(output, shape);
-      const int64_t row_elements = Product(padded, 1, padded.size());
-      const int variable_dim = output.variable_dim();
-      const char* source = static_cast<const char*>(static_outputs[o].data_ptr());
-      char* staging = static_cast<char*>(pinned_outputs_[o].data_ptr());
-      size_t staging_offset = 0;
-      int64_t row_offset = 0;
-      for (size_t k = 0; k < batch.items.size(); ++k) {
-        const InferenceItem& item = *batch.items[k];
-        const int64_t first_row = row_offset;
-        row_offset += item.rows;
-        if (!item.outputs_wanted[o]) continue;
-        Slice slice{k, o, staging_offset, 0, PaddedShape(output, BucketShape{item.rows, item.length})};
-        slice.bytes = static_cast<size_t>(ElementCount(slice.shape)) * element_size;
-        const char* from = source + first_row * row_elements * element_size;
-        if (variable_dim < 0 || item.length == shape.length) {
-          CheckCuda(cudaMemcpyAsync(staging + staging_offset, from, slice.bytes, cudaMemcpyDeviceToHost,
+  // and, along the variable dimension, its own length, packed into the slot's pinned outputs.
+  NvtxRange range("copy-out " + bucket_name);
+  const std::vector<at::Tensor> static_outputs = StaticOutputs(shape);
+  for (size_t o = 0; o < spec_.outputs.size(); ++o) {
+    const TensorSpec& output = spec_.outputs[o];
+    const size_t element_size = ElementSize(output.dtype);
+    const std::vector<int64_t> padded = PaddedShape(output, shape);
+    const int64_t row_elements = Product(padded, 1, padded.size());
+    const int variable_dim = output.variable_dim();
+    const char* source = static_cast<const char*>(static_outputs[o].data_ptr());
+    char* staging = static_cast<char*>(slot.outputs[o].data_ptr());
+    size_t staging_offset = 0;
+    int64_t row_offset = 0;
+    for (size_t k = 0; k < batch.items.size(); ++k) {
+      const InferenceItem& item = *batch.items[k];
+      const int64_t first_row = row_offset;
+      row_offset += item.rows;
+      if (!item.outputs_wanted[o]) continue;
+      CudaLaunchedBatch::Slice slice{k, o, staging_offset, 0,
+                                     PaddedShape(output, BucketShape{item.rows, item.length})};
+      slice.bytes = static_cast<size_t>(ElementCount(slice.shape)) * element_size;
+      const char* from = source + first_row * row_elements * element_size;
+      if (variable_dim < 0 || item.length == shape.length) {
+        CheckCuda(cudaMemcpyAsync(staging + staging_offset, from, slice.bytes, cudaMemcpyDeviceToHost,
+                                  stream_.stream()),
+                  "copy-out");
+      } else {
+        // Rows of `outer` blocks, each holding `length` × `inner` elements of which the request
+        // owns the first item.length × inner.
+        const int64_t outer = Product(padded, 1, variable_dim + 1);
+        const int64_t inner = Product(padded, variable_dim + 2, padded.size());
+        const size_t width = static_cast<size_t>(item.length * inner) * element_size;
+        const size_t pitch = static_cast<size_t>(shape.length * inner) * element_size;
+        CheckCuda(cudaMemcpy2DAsync(staging + staging_offset, width, from, pitch, width,
+                                    static_cast<size_t>(item.rows * outer), cudaMemcpyDeviceToHost,
                                     stream_.stream()),
-                    "copy-out");
-        } else {
-          // Rows of `outer` blocks, each holding `length` × `inner` elements of which the request
-          // owns the first item.length × inner.
-          const int64_t outer = Product(padded, 1, variable_dim + 1);
-          const int64_t inner = Product(padded, variable_dim + 2, padded.size());
-          const size_t width = static_cast<size_t>(item.length * inner) * element_size;
-          const size_t pitch = static_cast<size_t>(shape.length * inner) * element_size;
-          CheckCuda(cudaMemcpy2DAsync(staging + staging_offset, width, from, pitch, width,
-                                      static_cast<size_t>(item.rows * outer), cudaMemcpyDeviceToHost,
-                                      stream_.stream()),
-                    "copy-out");
-        }
-        staging_offset += slice.bytes;
-        slices.push_back(std::move(slice));
+                  "copy-out");
       }
+      staging_offset += slice.bytes;
+      launched->slices.push_back(std::move(slice));
     }
-    stream_.synchronize();
   }
+  slot.done.record(stream_);
+  return Status::Ok();
+}
 
+Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs* outputs) {
+  outputs->clear();
+  auto* run = dynamic_cast<CudaLaunchedBatch*>(launched.get());
+  if (run == nullptr) return Internal("Complete: the batch was not launched by this executor");
+  const Batch& batch = *run->batch;
+  if (run->graph_bucket == nullptr) {
+    *outputs = std::move(run->eager_outputs);
+    CountExecution(batch, nullptr, run->eager_reason);
+    return Status::Ok();
+  }
+  const StagingSlot& slot = staging_[run->slot];
+  try {
+    NvtxRange range("wait " + batch.padded_shape.ToString());
+    slot.done.synchronize();
+  } catch (const std::exception& error) {
+    return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
+                    " failed: " + ExceptionMessage(error));
+  }
   outputs->assign(batch.items.size(), std::vector<HostTensor>(spec_.outputs.size()));
   for (size_t k = 0; k < batch.items.size(); ++k) {
     for (size_t o = 0; o < spec_.outputs.size(); ++o) {
@@ -508,13 +558,14 @@ Status CudaGraphExecutor::ExecuteGraph(GraphBucket* bucket, const Batch& batch, 
       tensor.shape = {0};  // not wanted, unless a slice fills it below
     }
   }
-  for (const Slice& slice : slices) {
+  for (const CudaLaunchedBatch::Slice& slice : run->slices) {
     HostTensor& tensor = (*outputs)[slice.item][slice.output];
     tensor.shape = slice.shape;
-    tensor.bytes.assign(static_cast<const char*>(pinned_outputs_[slice.output].data_ptr()) +
+    tensor.bytes.assign(static_cast<const char*>(slot.outputs[slice.output].data_ptr()) +
                             slice.staging_offset_bytes,
                         slice.bytes);
   }
+  CountExecution(batch, run->graph_bucket, run->eager_reason);
   return Status::Ok();
 }
 

@@ -7,21 +7,30 @@
 // verification replay on fresh random valid inputs compared with eager on the same inputs. A bucket
 // whose capture throws or whose replay disagrees beyond the tolerance is disabled and runs eagerly.
 //
-// Execute: the batch is padded into pinned host staging buffers, copied to the static inputs with one
+// Launch: the batch is padded into a pinned host staging slot, copied to the static inputs with one
 // asynchronous copy per input, the graph is replayed (the graph itself ends by copying its outputs
 // into static output buffers in the spec's dtypes), and only each request's own rows and length are
-// copied back (one strided copy per request and output) before one stream synchronisation.
+// queued for copying back into the slot (one strided copy per request and output); an event marks
+// the end. Complete waits for that event and hands the slices out. With two staging slots the
+// scheduler assembles and launches batch N+1 while the GPU still runs batch N (pipeline depth 2).
 //
-// Static input and output buffers are shared by all buckets (each bucket uses a prefix of them):
-// batches on one instance run one at a time on one stream, so no two replays overlap. Intermediate
-// tensors freed during a capture are reused by later captures of the same pool; that is safe because
-// a graph's results are copied out of its temporaries before the next replay starts.
+// Why that is safe without more synchronisation: everything runs on one stream, so batch N+1's copy
+// into the static inputs starts after batch N's replay has read them, and batch N's copies out of
+// the static outputs are queued before batch N+1's replay overwrites them. A slot is reused two
+// launches later, after its event (its own copies in and out) has completed.
+//
+// Static input and output buffers are shared by all buckets (each bucket uses a prefix of them).
+// Intermediate tensors freed during a capture are reused by later captures of the same pool; that is
+// safe because a graph's results are copied out of its temporaries before the next replay starts.
+// Eager batches (oversize, disabled buckets) run synchronously inside Launch.
 //
 // Thread safety as Executor's.
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,12 +48,24 @@ class CudaGraphExecutor : public Executor {
 
   Status Warmup() override;
   Status Execute(const Batch& batch, BatchOutputs* outputs) override;
+  Status Launch(const Batch& batch, std::unique_ptr<LaunchedBatch>* launched) override;
+  Status Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs* outputs) override;
+  int pipeline_depth() const override { return kStagingSlots; }
   std::vector<BucketInfo> Buckets() const override;
   ExecutionCounters Counters() const override;
   CaptureSummary capture_summary() const override;
   std::string device() const override;
 
  private:
+  // Two: one batch's staging is filled while the other batch runs.
+  static constexpr int kStagingSlots = 2;
+  struct StagingSlot {
+    std::vector<at::Tensor> inputs;   // pinned host, the padded batch
+    std::vector<at::Tensor> outputs;  // pinned host, the requests' own slices, packed
+    at::cuda::CUDAEvent done;         // recorded after the slot's last copy out
+  };
+  class CudaLaunchedBatch;
+
   struct GraphBucket {
     BucketInfo info;
     std::unique_ptr<at::cuda::CUDAGraph> graph;  // null when the bucket runs eagerly
@@ -58,7 +79,8 @@ class CudaGraphExecutor : public Executor {
   Status CaptureBucket(GraphBucket* bucket, double* verify_difference);
   // Runs the model eagerly on the current contents of the static inputs for `shape`.
   Status ForwardEager(const BucketShape& shape, std::vector<at::Tensor>* outputs);
-  Status ExecuteGraph(GraphBucket* bucket, const Batch& batch, BatchOutputs* outputs);
+  // Queues copy-in, replay and copy-out of `launched`'s batch on the stream, without waiting.
+  Status LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* launched);
   Status ExecuteEager(const Batch& batch, BatchOutputs* outputs);
   std::vector<at::Tensor> StaticInputs(const BucketShape& shape) const;
   std::vector<at::Tensor> StaticOutputs(const BucketShape& shape) const;
@@ -73,8 +95,8 @@ class CudaGraphExecutor : public Executor {
   // One flat buffer per input/output sized for the largest bucket; each bucket views a prefix.
   std::vector<at::Tensor> static_inputs_;   // device
   std::vector<at::Tensor> static_outputs_;  // device, the spec's output dtypes
-  std::vector<at::Tensor> pinned_inputs_;   // host staging for the padded batch
-  std::vector<at::Tensor> pinned_outputs_;  // host staging for the requests' own slices
+  std::array<StagingSlot, kStagingSlots> staging_;
+  int next_slot_ = 0;  // the slot the next graph launch fills
   std::vector<GraphBucket> buckets_;        // grid order; info guarded by mutex_ after Warmup
   // Graphs of buckets that failed verification: never replayed, but they keep the pool alive.
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> retired_graphs_;

@@ -185,6 +185,10 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
       return InvalidArgument("instance_group[" + std::to_string(i) + "].count: must not be negative");
     }
   }
+  if (!config::DynamicBatching::Policy_IsValid(config.dynamic_batching().policy())) {
+    return InvalidArgument("dynamic_batching.policy: unknown value " +
+                           std::to_string(config.dynamic_batching().policy()) + " (SIZE_BINNED, FIFO)");
+  }
   return SchedulerOptionsFromConfig(config).Validate();
 }
 
@@ -232,6 +236,8 @@ SchedulerOptions SchedulerOptionsFromConfig(const config::ModelConfig& config) {
   options.max_queue_size = batching.max_queue_size() > 0
                                ? static_cast<int64_t>(batching.max_queue_size())
                                : static_cast<int64_t>(kDefaultMaxQueueSize);
+  options.policy = batching.policy() == config::DynamicBatching::FIFO ? BatchingPolicy::kFifo
+                                                                      : BatchingPolicy::kSizeBinned;
   return options;
 }
 

@@ -413,7 +413,44 @@ DispatchDecision BatchPlanner::Take(const Candidate& candidate) {
   return decision;
 }
 
+std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
+  // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time.
+  std::vector<size_t> taken(bins_.size(), 0);
+  auto oldest_untaken = [&]() -> size_t {
+    size_t oldest = bins_.size();
+    for (size_t i = 0; i < bins_.size(); ++i) {
+      if (taken[i] == bins_[i].requests.size()) continue;
+      if (oldest == bins_.size() ||
+          bins_[i].requests[taken[i]]->enqueue_us < bins_[oldest].requests[taken[oldest]]->enqueue_us) {
+        oldest = i;
+      }
+    }
+    return oldest;
+  };
+  const size_t first = oldest_untaken();
+  if (first == bins_.size()) return std::nullopt;
+  int64_t queued_rows = 0;
+  for (const Bin& bin : bins_) queued_rows += bin.rows;
+  if (queued_rows < largest_batch_ && !Overdue(*bins_[first].requests.front(), now_us)) {
+    return std::nullopt;
+  }
+  Candidate candidate;
+  candidate.bin = first;
+  int64_t longest = 0;
+  for (size_t next = first; next < bins_.size(); next = oldest_untaken()) {
+    const PendingRequest& request = *bins_[next].requests[taken[next]];
+    if (candidate.rows > 0 && candidate.rows + request.item.rows > largest_batch_) break;
+    ++taken[next];
+    candidate.rows += request.item.rows;
+    longest = std::max(longest, request.item.length);
+  }
+  candidate.take = taken;
+  candidate.shape = spec_.BucketFor(candidate.rows, longest);
+  return Take(candidate);
+}
+
 std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {
+  if (options_.policy == BatchingPolicy::kFifo) return NextInArrivalOrder(now_us);
   // An overdue request goes first, oldest first.
   size_t oldest_overdue = bins_.size();
   for (size_t i = 0; i < bins_.size(); ++i) {
@@ -477,6 +514,8 @@ bool BatchPlanner::WaitingCannotHelp(size_t bin, int64_t now_us) const {
 }
 
 std::optional<int64_t> BatchPlanner::NextWakeUp(int64_t now_us, bool executor_idle) const {
+  // Arrival order waits for a full batch or the delay, idle executor or not.
+  if (options_.policy == BatchingPolicy::kFifo) executor_idle = false;
   std::optional<int64_t> earliest;
   auto consider = [&earliest](int64_t t) {
     if (!earliest || t < *earliest) earliest = t;
@@ -610,15 +649,32 @@ void ModelScheduler::Finish(const std::shared_ptr<PendingRequest>& request, cons
   request->done(status, {}, timing);
 }
 
-void ModelScheduler::RunBatch(Executor* executor, const DispatchDecision& decision) {
+// A batch handed to an executor's Launch and not yet answered.
+struct ModelScheduler::InFlightBatch {
+  DispatchDecision decision;
   Batch batch;
-  batch.padded_shape = decision.padded_shape;
-  batch.items.reserve(decision.requests.size());
-  for (const auto& request : decision.requests) batch.items.push_back(&request->item);
+  std::unique_ptr<LaunchedBatch> launched;
+  Status launch_status;  // a failed Launch leaves nothing to complete
+  int64_t start_us = 0;
+};
 
+std::unique_ptr<ModelScheduler::InFlightBatch> ModelScheduler::LaunchBatch(Executor* executor,
+                                                                           DispatchDecision decision) {
+  auto run = std::make_unique<InFlightBatch>();
+  run->decision = std::move(decision);
+  run->batch.padded_shape = run->decision.padded_shape;
+  run->batch.items.reserve(run->decision.requests.size());
+  for (const auto& request : run->decision.requests) run->batch.items.push_back(&request->item);
+  run->start_us = clock_->NowMicros();
+  run->launch_status = executor->Launch(run->batch, &run->launched);
+  return run;
+}
+
+void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run) {
+  const DispatchDecision& decision = run->decision;
   BatchOutputs outputs;
-  const int64_t start_us = clock_->NowMicros();
-  Status status = executor->Execute(batch, &outputs);
+  Status status = run->launch_status;
+  if (status.ok()) status = executor->Complete(std::move(run->launched), &outputs);
   const int64_t end_us = clock_->NowMicros();
   if (status.ok() && outputs.size() != decision.requests.size()) {
     status = Internal("model '" + spec_.name + "': executor returned " +
@@ -631,19 +687,19 @@ void ModelScheduler::RunBatch(Executor* executor, const DispatchDecision& decisi
       spdlog::debug(
           "model '{}' on {}: batch requests={} (ride-alongs {}) padded to {} ran in {} us",
           spec_.name, executor->device(), decision.requests.size(), decision.ride_alongs,
-          batch.padded_shape.ToString(), end_us - start_us);
+          decision.padded_shape.ToString(), end_us - run->start_us);
     }
   } else {
     spdlog::error("model '{}' on {}: batch of {} requests padded to {} failed: {}", spec_.name,
-                  executor->device(), decision.requests.size(), batch.padded_shape.ToString(),
+                  executor->device(), decision.requests.size(), decision.padded_shape.ToString(),
                   status.ToString());
   }
 
   for (size_t i = 0; i < decision.requests.size(); ++i) {
     const auto& request = decision.requests[i];
     RequestTiming timing;
-    timing.queue_us = start_us - request->enqueue_us;
-    timing.compute_us = end_us - start_us;
+    timing.queue_us = run->start_us - request->enqueue_us;
+    timing.compute_us = end_us - run->start_us;
     timing.padded_shape = decision.padded_shape;
     std::vector<HostTensor> own = status.ok() ? std::move(outputs[i]) : std::vector<HostTensor>{};
     request->done(status, std::move(own), timing);
@@ -651,6 +707,9 @@ void ModelScheduler::RunBatch(Executor* executor, const DispatchDecision& decisi
 }
 
 void ModelScheduler::WorkerLoop(Executor* executor) {
+  const size_t depth = static_cast<size_t>(std::max(executor->pipeline_depth(), 1));
+  // Launched and not yet completed, oldest first; at most `depth`.
+  std::deque<std::unique_ptr<InFlightBatch>> in_flight;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     const int64_t now_us = clock_->NowMicros();
@@ -676,8 +735,12 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
       continue;
     }
 
-    std::optional<DispatchDecision> decision =
-        planner_.Next(stopping_ ? kEndOfTime : now_us, /*executor_idle=*/true);
+    // With a batch in flight the executor is busy: the planner then offers only batches that are
+    // ready anyway (full or due), so that a batch still worth waiting for keeps waiting.
+    std::optional<DispatchDecision> decision;
+    if (in_flight.size() < depth) {
+      decision = planner_.Next(stopping_ ? kEndOfTime : now_us, /*executor_idle=*/in_flight.empty());
+    }
     if (decision) {
       ++counters_.batches;
       counters_.ride_alongs += static_cast<uint64_t>(decision->ride_alongs);
@@ -685,7 +748,22 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
       // Work may remain that another sleeping worker could take right away.
       if (planner_.queued_requests() > 0 && idle_workers_ > 0) work_available_.notify_one();
       lock.unlock();
-      RunBatch(executor, *decision);
+      // The new batch is assembled and queued on the device while the one before it still runs;
+      // only then is the older one waited for and answered.
+      in_flight.push_back(LaunchBatch(executor, std::move(*decision)));
+      if (in_flight.size() >= depth) {
+        CompleteBatch(executor, std::move(in_flight.front()));
+        in_flight.pop_front();
+      }
+      lock.lock();
+      continue;
+    }
+    if (!in_flight.empty()) {
+      // Nothing is ready to overlap with it: answer the batch in flight, then look again as an
+      // idle executor.
+      lock.unlock();
+      CompleteBatch(executor, std::move(in_flight.front()));
+      in_flight.pop_front();
       lock.lock();
       continue;
     }

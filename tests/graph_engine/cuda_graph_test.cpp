@@ -95,12 +95,50 @@ uint64_t ReplayCount(const ExecutionCounters& counters) {
   return replays;
 }
 
+// The executor under test and, for its expected answers, the same spec run eagerly on the GPU.
+std::unique_ptr<Executor> EagerTwin(const ModelSpec& spec) {
+  ModelSpec eager_spec = spec;
+  eager_spec.cuda_graphs_disabled = true;
+  return Ready(eager_spec, "cuda:0");
+}
+
+// Random items whose rows sum to `rows` and whose longest is exactly `length` (the first item's).
+std::vector<InferenceItem> RandomItems(int64_t rows, int64_t length, size_t output_count,
+                                       std::mt19937& random) {
+  std::vector<InferenceItem> items;
+  int64_t rows_left = rows;
+  while (rows_left > 0) {
+    const int64_t item_rows = std::uniform_int_distribution<int64_t>(1, rows_left)(random);
+    const int64_t item_length = std::uniform_int_distribution<int64_t>(1, length)(random);
+    items.push_back(TokenItem(item_rows, item_length, random(), kVocab, output_count));
+    rows_left -= item_rows;
+  }
+  items[0] = TokenItem(items[0].rows, length, random(), kVocab, output_count);
+  return items;
+}
+
+Batch BatchOf(const std::vector<InferenceItem>& items, BucketShape shape) {
+  std::vector<const InferenceItem*> pointers;
+  for (const InferenceItem& item : items) pointers.push_back(&item);
+  return MakeBatch(pointers, shape);
+}
+
+void ExpectSameOutputs(const BatchOutputs& actual, const BatchOutputs& expected, const std::string& where) {
+  ASSERT_EQ(actual.size(), expected.size()) << where;
+  for (size_t k = 0; k < expected.size(); ++k) {
+    ASSERT_EQ(actual[k].size(), expected[k].size()) << where;
+    for (size_t o = 0; o < expected[k].size(); ++o) {
+      EXPECT_EQ(actual[k][o].shape, expected[k][o].shape) << where << " item " << k << " output " << o;
+      EXPECT_LT(RelativeDifference(Fp32Values(actual[k][o]), Fp32Values(expected[k][o])), 1e-4)
+          << where << " item " << k << " output " << o;
+    }
+  }
+}
+
 TEST_F(CudaGraphTest, ReplaysEqualEagerForRandomMixedBatchesInEveryBucket) {
   const ModelSpec spec = EncoderSpec({1, 2, 4, 8}, {16, 32, 64, 128});
   auto graphs = Ready(spec, "cuda:0");
-  ModelSpec eager_spec = spec;
-  eager_spec.cuda_graphs_disabled = true;
-  auto eager = Ready(eager_spec, "cuda:0");
+  auto eager = EagerTwin(spec);
   ASSERT_TRUE(graphs && eager);
   for (const BucketInfo& bucket : graphs->Buckets()) {
     EXPECT_TRUE(bucket.graph) << bucket.shape.ToString() << " was not captured";
@@ -115,28 +153,12 @@ TEST_F(CudaGraphTest, ReplaysEqualEagerForRandomMixedBatchesInEveryBucket) {
       for (int repeat = 0; repeat < 3; ++repeat) {
         // Items that together need exactly this bucket: their rows sum to more than the next
         // smaller batch size and the longest is longer than the next smaller length.
-        std::vector<InferenceItem> items;
-        int64_t rows_left = batch_size - (repeat == 2 && batch_size > 1 ? 1 : 0);
-        while (rows_left > 0) {
-          const int64_t rows = std::uniform_int_distribution<int64_t>(1, rows_left)(random);
-          const int64_t item_length = std::uniform_int_distribution<int64_t>(1, length)(random);
-          items.push_back(TokenItem(rows, item_length, random(), kVocab, spec.outputs.size()));
-          rows_left -= rows;
-        }
-        items[0] = TokenItem(items[0].rows, length, random(), kVocab, spec.outputs.size());
-        std::vector<const InferenceItem*> pointers;
-        for (const InferenceItem& item : items) pointers.push_back(&item);
-        const Batch batch = MakeBatch(pointers, BucketShape{batch_size, length});
+        const std::vector<InferenceItem> items = RandomItems(
+            batch_size - (repeat == 2 && batch_size > 1 ? 1 : 0), length, spec.outputs.size(), random);
+        const Batch batch = BatchOf(items, BucketShape{batch_size, length});
         const BatchOutputs from_graph = ExecuteOk(*graphs, batch);
-        const BatchOutputs from_eager = ExecuteOk(*eager, batch);
         ASSERT_EQ(from_graph.size(), items.size());
-        for (size_t k = 0; k < items.size(); ++k) {
-          for (size_t o = 0; o < spec.outputs.size(); ++o) {
-            EXPECT_EQ(from_graph[k][o].shape, from_eager[k][o].shape);
-            EXPECT_LT(RelativeDifference(Fp32Values(from_graph[k][o]), Fp32Values(from_eager[k][o])), 1e-4)
-                << "bucket " << batch.padded_shape.ToString() << " item " << k << " output " << o;
-          }
-        }
+        ExpectSameOutputs(from_graph, ExecuteOk(*eager, batch), "bucket " + batch.padded_shape.ToString());
         buckets_used.insert(batch.padded_shape);
         ++batches;
       }
@@ -147,6 +169,50 @@ TEST_F(CudaGraphTest, ReplaysEqualEagerForRandomMixedBatchesInEveryBucket) {
   EXPECT_EQ(counters.graph_replays.size(), buckets_used.size());
   EXPECT_EQ(counters.batches, static_cast<uint64_t>(batches));
   EXPECT_GE(counters.padded_elements, counters.real_elements);
+}
+
+TEST_F(CudaGraphTest, PipelinedLaunchesEqualEagerWhileTheNextBatchIsAssembled) {
+  // Batch i+1 is assembled and launched while batch i is still on the GPU, as the scheduler does:
+  // consecutive batches share the static buffers (different buckets view prefixes of them) and
+  // alternate between the two staging slots; an oversize batch runs eagerly in between.
+  const ModelSpec spec = EncoderSpec({1, 2, 4, 8}, {16, 32, 64, 128});
+  auto graphs = Ready(spec, "cuda:0");
+  auto eager = EagerTwin(spec);
+  ASSERT_TRUE(graphs && eager);
+  ASSERT_EQ(graphs->pipeline_depth(), 2);
+
+  std::mt19937 random(7);
+  const std::vector<BucketShape> shapes = {{8, 128}, {1, 16}, {4, 64}, {8, 128}, {2, 32},
+                                           {12, 40}, {8, 16}, {1, 128}, {4, 128}};
+  std::vector<std::vector<InferenceItem>> items;
+  std::vector<Batch> batches;
+  for (const BucketShape& shape : shapes) {
+    items.push_back(RandomItems(shape.batch, shape.length, spec.outputs.size(), random));
+  }
+  for (size_t b = 0; b < shapes.size(); ++b) batches.push_back(BatchOf(items[b], shapes[b]));
+
+  std::vector<BatchOutputs> from_graph(batches.size());
+  std::unique_ptr<LaunchedBatch> previous;
+  for (size_t b = 0; b <= batches.size(); ++b) {
+    std::unique_ptr<LaunchedBatch> current;
+    if (b < batches.size()) {
+      Status status = graphs->Launch(batches[b], &current);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+    }
+    if (previous) {
+      Status status = graphs->Complete(std::move(previous), &from_graph[b - 1]);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+    }
+    previous = std::move(current);
+  }
+  for (size_t b = 0; b < batches.size(); ++b) {
+    ASSERT_EQ(from_graph[b].size(), items[b].size());
+    ExpectSameOutputs(from_graph[b], ExecuteOk(*eager, batches[b]),
+                      "batch " + std::to_string(b) + " (" + shapes[b].ToString() + ")");
+  }
+  const ExecutionCounters counters = graphs->Counters();
+  EXPECT_EQ(ReplayCount(counters), batches.size() - 1);
+  EXPECT_EQ(EagerCount(counters, EagerReason::kOversize), 1u);
 }
 
 TEST_F(CudaGraphTest, UnwantedOutputsAreNotCopiedBack) {

@@ -47,6 +47,20 @@ TEST(ConfigTest, ValidConfigBecomesSpec) {
   const SchedulerOptions options = SchedulerOptionsFromConfig(Parse(kValidConfig));
   EXPECT_EQ(options.max_queue_delay_us, 250);
   EXPECT_EQ(options.max_queue_size, 7);
+  EXPECT_EQ(options.policy, BatchingPolicy::kSizeBinned);
+}
+
+TEST(ConfigTest, BatchingPolicyFifoIsReadAndUnknownValuesAreRejected) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config.mutable_dynamic_batching()->set_policy(config::DynamicBatching::FIFO);
+  EXPECT_EQ(SchedulerOptionsFromConfig(config).policy, BatchingPolicy::kFifo);
+  ModelSpec spec;
+  EXPECT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+
+  config.mutable_dynamic_batching()->set_policy(static_cast<config::DynamicBatching::Policy>(7));
+  const Status status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("dynamic_batching.policy"), std::string::npos) << status.message();
 }
 
 TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {

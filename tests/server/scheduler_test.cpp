@@ -560,6 +560,39 @@ TEST(BatchPlannerTest, CostTableScalesWhatWasNotMeasured) {
   EXPECT_DOUBLE_EQ(unmeasured.CostUs(BucketShape{2, 16}), 32 + 64);
 }
 
+TEST(BatchPlannerTest, FifoPolicyTakesArrivalOrderAndPadsToTheLongest) {
+  SchedulerOptions options = Options(100);
+  options.policy = BatchingPolicy::kFifo;
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), options);
+  const auto a = MakeRequest(1, 60), b = MakeRequest(1, 5), c = MakeRequest(1, 20), d = MakeRequest(2, 7);
+  for (const auto& r : {a, b, c}) {
+    AddAt(planner, clock, r);
+    clock.Set(clock.NowMicros() + 10);
+  }
+  // 3 rows do not fill the largest batch (4) and nobody is due yet, so even an idle executor waits
+  // (the size-binned policy would run a batch nobody is expected to join at once).
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), /*executor_idle=*/true));
+  EXPECT_EQ(planner.NextWakeUp(clock.NowMicros(), /*executor_idle=*/true), 100);
+  AddAt(planner, clock, d);
+  std::optional<DispatchDecision> batch = planner.Next(clock.NowMicros(), true);
+  ASSERT_TRUE(batch);
+  // a, b, c in arrival order; d's 2 rows do not fit beside them. Padded to the longest: 60 → 64.
+  std::vector<std::shared_ptr<PendingRequest>> taken = batch->requests;
+  std::sort(taken.begin(), taken.end());
+  std::vector<std::shared_ptr<PendingRequest>> expected = {a, b, c};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(taken, expected);
+  EXPECT_EQ(batch->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(batch->ride_alongs, 0);
+  // d alone goes once it has waited the delay.
+  EXPECT_FALSE(planner.Next(clock.NowMicros() + 99, true));
+  batch = planner.Next(clock.NowMicros() + 100, true);
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->requests, (std::vector<std::shared_ptr<PendingRequest>>{d}));
+  EXPECT_EQ(batch->padded_shape, (BucketShape{2, 16}));
+}
+
 TEST(SchedulerOptionsTest, ValidateNamesTheField) {
   EXPECT_TRUE(Options(0, 1).Validate().ok());
   EXPECT_TRUE(Options(10'000'000, 1).Validate().ok());
@@ -1012,6 +1045,147 @@ TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {
   // 1x16 averaged over both; 2x16 from the one that measured it; 4x16 had no time (not measured).
   EXPECT_EQ(scheduler.bucket_costs(),
             (BucketCosts{{BucketShape{1, 16}, 200}, {BucketShape{2, 16}, 400}}));
+}
+
+// Launch returns at once, as on a GPU; Complete waits until the test releases the batch. Records the
+// order of launches and completions, so that a test can see batches overlap.
+class PipelinedFakeExecutor : public Executor {
+ public:
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::string> events;  // "launch N" / "complete N", N counting launches from 1
+    int launched = 0;
+    int in_flight = 0;
+    int most_in_flight = 0;
+    bool held = true;
+    bool fail_launches = false;
+  };
+
+  explicit PipelinedFakeExecutor(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  Status Warmup() override { return Status::Ok(); }
+  Status Execute(const Batch& batch, BatchOutputs* outputs) override {
+    std::unique_ptr<LaunchedBatch> launched;
+    Status status = Launch(batch, &launched);
+    return status.ok() ? Complete(std::move(launched), outputs) : status;
+  }
+  Status Launch(const Batch& batch, std::unique_ptr<LaunchedBatch>* launched) override {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->fail_launches) return Internal("launch refused");
+    auto run = std::make_unique<Run>();
+    run->number = ++shared_->launched;
+    for (const InferenceItem* item : batch.items) run->outputs.push_back({item->inputs.at(0)});
+    shared_->events.push_back("launch " + std::to_string(run->number));
+    shared_->most_in_flight = std::max(shared_->most_in_flight, ++shared_->in_flight);
+    shared_->changed.notify_all();
+    *launched = std::move(run);
+    return Status::Ok();
+  }
+  Status Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs* outputs) override {
+    auto* run = static_cast<Run*>(launched.get());
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    shared_->changed.wait(lock, [this] { return !shared_->held; });
+    shared_->events.push_back("complete " + std::to_string(run->number));
+    --shared_->in_flight;
+    *outputs = std::move(run->outputs);
+    return Status::Ok();
+  }
+  int pipeline_depth() const override { return 2; }
+  std::vector<BucketInfo> Buckets() const override { return {}; }
+  ExecutionCounters Counters() const override { return {}; }
+  std::string device() const override { return "cuda:0"; }
+
+ private:
+  struct Run : LaunchedBatch {
+    int number = 0;
+    BatchOutputs outputs;
+  };
+  std::shared_ptr<Shared> shared_;
+};
+
+class PipelinedSchedulerTest : public ModelSchedulerTest {
+ protected:
+  void MakePipelinedScheduler(const SchedulerOptions& options) {
+    std::vector<std::unique_ptr<Executor>> list;
+    list.push_back(std::make_unique<PipelinedFakeExecutor>(pipeline_));
+    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list), &clock_);
+  }
+  void ReleasePipeline() {
+    std::lock_guard<std::mutex> lock(pipeline_->mutex);
+    pipeline_->held = false;
+    pipeline_->changed.notify_all();
+  }
+  std::shared_ptr<PipelinedFakeExecutor::Shared> pipeline_ =
+      std::make_shared<PipelinedFakeExecutor::Shared>();
+};
+
+TEST_F(PipelinedSchedulerTest, NextReadyBatchIsLaunchedBeforeTheRunningOneIsAwaited) {
+  MakePipelinedScheduler(Options(0));
+  // Three full batches of 4 rows (the largest batch) wait before the worker starts.
+  std::vector<std::future<Outcome>> outcomes(12);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10 + i % 4, i, &outcomes[i])).ok());
+  scheduler_->Start();
+  {
+    std::unique_lock<std::mutex> lock(pipeline_->mutex);
+    ASSERT_TRUE(pipeline_->changed.wait_for(lock, seconds(30), [&] { return pipeline_->launched >= 2; }));
+  }
+  // The device "runs" batch 1 (held): batch 2 is launched behind it, batch 3 is not (depth 2).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(pipeline_->mutex);
+    EXPECT_EQ(pipeline_->events, (std::vector<std::string>{"launch 1", "launch 2"}));
+  }
+  ReleasePipeline();
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(Ready(outcomes[i]));
+    Outcome result = outcomes[i].get();
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    EXPECT_EQ(result.outputs.at(0).bytes, TaggedTensor(1, 10 + i % 4, i).bytes) << "request " << i;
+  }
+  scheduler_->Stop();
+  std::lock_guard<std::mutex> lock(pipeline_->mutex);
+  EXPECT_EQ(pipeline_->events, (std::vector<std::string>{"launch 1", "launch 2", "complete 1", "launch 3",
+                                                         "complete 2", "complete 3"}));
+  EXPECT_EQ(pipeline_->most_in_flight, 2);
+}
+
+TEST_F(PipelinedSchedulerTest, ALoneBatchIsAnsweredWithoutWaitingForAnother) {
+  // A batch that nothing follows must come back once it has run, not sit in flight until a second
+  // batch arrives to overlap with.
+  MakePipelinedScheduler(Options(0));
+  ReleasePipeline();
+  scheduler_->Start();
+  std::future<Outcome> outcome;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 20, 7, &outcome)).ok());
+  ASSERT_TRUE(Ready(outcome));
+  EXPECT_TRUE(outcome.get().status.ok());
+  scheduler_->Stop();
+}
+
+TEST_F(PipelinedSchedulerTest, FailedLaunchFailsEveryRequestOfItsBatchOnly) {
+  MakePipelinedScheduler(Options(0));
+  ReleasePipeline();
+  {
+    std::lock_guard<std::mutex> lock(pipeline_->mutex);
+    pipeline_->fail_launches = true;
+  }
+  scheduler_->Start();
+  std::future<Outcome> failed;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 20, 1, &failed)).ok());
+  ASSERT_TRUE(Ready(failed));
+  Outcome result = failed.get();
+  EXPECT_EQ(result.status.code(), StatusCode::kInternal);
+  EXPECT_NE(result.status.message().find("launch refused"), std::string::npos);
+  {
+    std::lock_guard<std::mutex> lock(pipeline_->mutex);
+    pipeline_->fail_launches = false;
+  }
+  std::future<Outcome> next;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 20, 2, &next)).ok());
+  ASSERT_TRUE(Ready(next));
+  EXPECT_TRUE(next.get().status.ok());
+  scheduler_->Stop();
 }
 
 }  // namespace

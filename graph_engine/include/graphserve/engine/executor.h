@@ -5,8 +5,8 @@
 // rows and its own length of each output it asked for.
 //
 // Ownership: the caller owns the Batch and everything it points to for the duration of Execute.
-// Thread safety: Execute and Warmup must be called from one thread at a time (each instance has a
-// worker thread of its own); Buckets, Counters and device are safe from any thread.
+// Thread safety: Warmup, Execute, Launch and Complete must be called from one thread at a time (each
+// instance has a worker thread of its own); Buckets, Counters and device are safe from any thread.
 // Errors: every libtorch exception is caught inside the engine and returned as a Status that names
 // the model and the bucket; nothing throws across this interface.
 #include <array>
@@ -88,6 +88,13 @@ struct CaptureSummary {
   uint64_t static_buffer_bytes = 0; // static device inputs and pinned host staging buffers
 };
 
+// A batch that Executor::Launch started and Executor::Complete has not yet collected; each executor
+// keeps what it needs to finish the batch in a subclass of its own.
+class LaunchedBatch {
+ public:
+  virtual ~LaunchedBatch() = default;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -100,6 +107,16 @@ class Executor {
   // Runs `batch` and fills `outputs` (resized to the batch's items). Blocks until the results are in
   // host memory. A failure fails the whole batch.
   virtual Status Execute(const Batch& batch, BatchOutputs* outputs) = 0;
+
+  // Execute in two halves, so that the caller can assemble the next batch while the device still
+  // runs this one. Launch returns once the batch's work is queued on the device; Complete waits for
+  // it and fills `outputs` as Execute does. At most pipeline_depth() batches may be launched and not
+  // completed, and they complete in launch order, each exactly once. `batch` and its items must stay
+  // alive until its Complete returns. A failed Launch leaves nothing to complete. The defaults, for
+  // executors that cannot overlap (depth 1), run the whole of Execute inside Launch.
+  virtual Status Launch(const Batch& batch, std::unique_ptr<LaunchedBatch>* launched);
+  virtual Status Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs* outputs);
+  virtual int pipeline_depth() const { return 1; }
 
   // The bucket grid with what Warmup learnt about each bucket.
   virtual std::vector<BucketInfo> Buckets() const = 0;

@@ -52,6 +52,15 @@ struct PendingRequest {
   bool queued = false;  // in a BatchPlanner's queue right now
 };
 
+// How queued requests become batches.
+enum class BatchingPolicy {
+  // Binned by bucket length, padding-aware (BatchPlanner below): graphserve's policy.
+  kSizeBinned,
+  // Arrival order, each batch padded to the smallest bucket holding its longest request: what
+  // batchers without size binning do. For comparing the two on the same server and traffic.
+  kFifo,
+};
+
 struct SchedulerOptions {
   // How long the oldest request of a bin may wait for company before it is dispatched anyway. 500
   // µs by default (config.cpp): about one short bucket's execution on a GPU (a BERT-base forward at
@@ -61,6 +70,7 @@ struct SchedulerOptions {
   int64_t max_queue_delay_us = 500;
   // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
   int64_t max_queue_size = 1024;
+  BatchingPolicy policy = BatchingPolicy::kSizeBinned;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;
@@ -163,6 +173,9 @@ class BatchPlanner {
     return a.deadline_us > b.deadline_us;
   }
 
+  // Policy kFifo: the oldest requests across all bins, once they fill the largest batch or the
+  // oldest is due.
+  std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
   size_t BinIndex(int64_t length) const;
   bool IsOversizeBin(size_t bin) const { return bin + 1 == bins_.size(); }
   // The bin's best candidate, holding at least its first `must_own` requests (and always the
@@ -229,8 +242,13 @@ class ModelScheduler {
   size_t QueueDepth() const;
 
  private:
+  struct InFlightBatch;
+  // Each worker keeps up to its executor's pipeline_depth() batches launched: it launches the next
+  // ready batch before it waits for the one the device is running.
   void WorkerLoop(Executor* executor);
-  void RunBatch(Executor* executor, const DispatchDecision& decision);
+  std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision);
+  // Waits for the batch and answers each of its requests exactly once.
+  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run);
   void Finish(const std::shared_ptr<PendingRequest>& request, const Status& status);
 
   const ModelSpec spec_;
