@@ -16,13 +16,17 @@ ENV TORCH_PYTHON=/opt/graphserve-torch/bin/python3 \
 FROM debian:bookworm AS build-cpu
 
 FROM build-${VARIANT} AS build
+# The CUDA variant's wheel; empty keeps install-deps.sh's pinned defaults (2.11.0, cu130 index).
+ARG TORCH_VERSION
+ARG TORCH_INDEX_URL
 WORKDIR /src
 COPY . .
 RUN deploy/install-deps.sh \
  && BUILD_TYPE=Release deploy/build.sh -DGRAPHSERVE_BUILD_TESTS=OFF \
  && mkdir -p /stage/usr/local/bin \
- && cp build/server/graphserve build/client/graphserve-cli /stage/usr/local/bin/ \
- && deploy/install-deps.sh --list-runtime build/server/graphserve build/client/graphserve-cli \
+ && cp build/server/graphserve build/client/graphserve-cli build/client/graphserve-loadgen \
+      /stage/usr/local/bin/ \
+ && deploy/install-deps.sh --list-runtime /stage/usr/local/bin/* \
       > /runtime-packages
 # The CUDA variant's libtorch and the CUDA libraries the wheel depends on are not packages: copy
 # their shared libraries only, at the same paths, so that the binaries' and torch's RPATHs hold.
