@@ -53,7 +53,7 @@ def drain_timeout_s(args):
         return float(flag_value(args, "--drain-timeout-s"))
     text = subprocess.run([os.environ["GRAPHSERVE"], "--help"], check=True, capture_output=True,
                           text=True).stdout
-    return float(re.search(r"--drain-timeout-s\s+\S+\s+\[([\d.]+)\]", text).group(1))
+    return float(re.search(r"--drain-timeout-s \S*=([\d.]+)", text).group(1))
 
 
 def registered_metrics():
@@ -65,6 +65,11 @@ def registered_metrics():
     for name in histograms:
         names |= {name + "_bucket", name + "_count", name + "_sum"}
     return names
+
+
+def volume_target(volume):
+    """The container path of a compose volume "SOURCE:TARGET[:MODE]"; SOURCE may be ${VAR:-default}."""
+    return re.sub(r"\$\{[^}]*\}", "source", volume).split(":")[1]
 
 
 def compose():
@@ -152,7 +157,8 @@ class ComposeTest(unittest.TestCase):
                     self.assertIn(arg, flags, f"{name}: graphserve has no {arg}")
             grace = int(re.fullmatch(r"(\d+)s", service["stop_grace_period"]).group(1))
             self.assertGreater(grace, drain_timeout_s(service["command"]), name)
-            self.assertTrue(any(v.split(":")[1] == "/models" for v in service["volumes"]), name)
+            self.assertIn("/models", [volume_target(v) for v in service["volumes"]], name)
+        self.assertEqual(drain_timeout_s([]), 30.0)  # the default, read from --help
 
     def test_profiles_gpu_by_default_cpu_on_request(self):
         gpu, cpu = self.services["graphserve"], self.services["graphserve-cpu"]
