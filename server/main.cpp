@@ -12,6 +12,7 @@
 int main(int argc, char** argv) {
   graphserve::ServerOptions options;
   std::string log_level = "info";
+  std::string log_format = "plain";
   double drain_timeout_s = 30.0;
 
   CLI::App app{"graphserve: a KServe v2 inference server that replays CUDA graphs for variable shapes"};
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
+  app.add_option("--log-format", log_format,
+                 "plain (human-readable) or json (one JSON object per line, for log collectors)")
+      ->capture_default_str();
   app.add_option("--drain-timeout-s", drain_timeout_s,
                  "on SIGINT/SIGTERM, how long in-flight requests may take before they are cancelled")
       ->capture_default_str()
@@ -34,7 +38,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1000));
 
-  graphserve::Status status = graphserve::SetupLogging(log_level);
+  graphserve::LogFormat format = graphserve::LogFormat::kPlain;
+  graphserve::Status status = graphserve::ParseLogFormat(log_format, &format);
+  if (status.ok()) status = graphserve::SetupLogging(log_level, format);
   if (!status.ok()) {
     fprintf(stderr, "%s\n", status.message().c_str());
     return 2;

@@ -1,21 +1,55 @@
 #include "graphserve/server/logging.h"
 
+#include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "graphserve/engine/executor.h"
+#include "graphserve/server/json_log_formatter.h"
 
 namespace graphserve {
+namespace {
 
-Status SetupLogging(const std::string& level) {
+// gRPC's core logs to stderr in a format of its own; one stream in one format is what a collector
+// can parse, so its records go through spdlog like every other line.
+void ForwardGrpcLog(gpr_log_func_args* args) {
+  switch (args->severity) {
+    case GPR_LOG_SEVERITY_DEBUG: spdlog::debug("grpc: {} ({}:{})", args->message, args->file, args->line); break;
+    case GPR_LOG_SEVERITY_INFO: spdlog::info("grpc: {} ({}:{})", args->message, args->file, args->line); break;
+    case GPR_LOG_SEVERITY_ERROR: spdlog::error("grpc: {} ({}:{})", args->message, args->file, args->line); break;
+  }
+}
+
+}  // namespace
+
+Status ParseLogFormat(const std::string& name, LogFormat* format) {
+  if (name == "plain") {
+    *format = LogFormat::kPlain;
+  } else if (name == "json") {
+    *format = LogFormat::kJson;
+  } else {
+    return InvalidArgument("--log-format: unknown format '" + name + "' (plain, json)");
+  }
+  return Status::Ok();
+}
+
+Status SetupLogging(const std::string& level, LogFormat format) {
   const spdlog::level::level_enum parsed = spdlog::level::from_str(level);
   // from_str answers "off" for any unknown name; only accept that when it was asked for.
   if (parsed == spdlog::level::off && level != "off") {
     return InvalidArgument("--log-level: unknown level '" + level +
                            "' (trace, debug, info, warn, error, critical, off)");
   }
-  auto logger = spdlog::stdout_color_mt("graphserve");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%f%z %^%l%$ [%t] %v");
+  std::shared_ptr<spdlog::logger> logger;
+  if (format == LogFormat::kJson) {
+    // No colour sink: escape codes have no place inside JSON strings.
+    logger = spdlog::stdout_logger_mt("graphserve");
+    logger->set_formatter(std::make_unique<JsonLogFormatter>());
+  } else {
+    logger = spdlog::stdout_color_mt("graphserve");
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%f%z %^%l%$ [%t] %v");
+  }
   logger->set_level(parsed);
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
@@ -28,6 +62,7 @@ Status SetupLogging(const std::string& level) {
       case LogLevel::kError: spdlog::error("engine: {}", message); break;
     }
   });
+  gpr_set_log_function(ForwardGrpcLog);
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
 #include "graphserve/server/inference_service.h"
@@ -9,6 +10,16 @@
 #include "graphserve/server/metrics_endpoint.h"
 
 namespace graphserve {
+namespace {
+
+// grpc.health.v1 service names. "" (the server as a whole, what grpc_health_probe, Envoy and a
+// Kubernetes grpc probe without `service` ask) and the inference service follow readiness;
+// "liveness" is SERVING from the moment the endpoint listens, so that a liveness probe does not
+// restart a server that is still capturing its graphs.
+constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
+constexpr const char* kLivenessServiceName = "liveness";
+
+}  // namespace
 
 GraphServer::GraphServer() = default;
 GraphServer::~GraphServer() { Shutdown(); }
@@ -36,6 +47,7 @@ Status GraphServer::Start(const ServerOptions& options) {
   repository_ = std::make_unique<ModelRepository>(&clock_);
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
 
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(service_.get());
@@ -47,19 +59,29 @@ Status GraphServer::Start(const ServerOptions& options) {
     grpc_server_.reset();
     return Unavailable("--grpc-address: cannot listen on " + options.grpc_address);
   }
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kLivenessServiceName, true);
+  SetReady(false);
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
 
   status = repository_->Load(options.repository);
   if (!status.ok()) return status;
   for (const auto& [name, model] : repository_->models()) metrics_->AddModel(model->scheduler.get());
-  service_->SetReady(true);
+  SetReady(true);
   spdlog::info("ready: serving {} model(s)", repository_->models().size());
   return Status::Ok();
 }
 
+void GraphServer::SetReady(bool ready) {
+  service_->SetReady(ready);
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;  // only when gRPC was built without the default service
+  health->SetServingStatus("", ready);
+  health->SetServingStatus(kInferenceServiceName, ready);
+}
+
 void GraphServer::Shutdown() {
-  if (service_) service_->SetReady(false);
+  if (service_ && grpc_server_) SetReady(false);
   if (grpc_server_) {
     spdlog::info("shutting down: draining in-flight requests (up to {} ms)", options_.drain_timeout.count());
     // New calls are refused at once; calls in flight finish as the schedulers answer them, and any

@@ -30,13 +30,15 @@ int FreeLoopbackPort() {
   return ntohs(address.sin_port);
 }
 
-ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path)
+ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path,
+                           const std::string& stderr_path)
     : log_path_(log_path) {
   pid_ = fork();
   if (pid_ == 0) {
     const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(log, STDOUT_FILENO);
-    dup2(log, STDERR_FILENO);
+    dup2(stderr_path.empty() ? log : open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644),
+         STDERR_FILENO);
     std::vector<char*> args;
     for (std::string& arg : argv) args.push_back(arg.data());
     args.push_back(nullptr);
@@ -85,13 +87,13 @@ std::string ChildProcess::Log() const {
 }
 
 ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args,
-                             const std::string& log_path) {
+                             const std::string& log_path, const std::string& stderr_path) {
   address_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   metrics_port_ = FreeLoopbackPort();
   std::vector<std::string> argv = {binary, "--grpc-address", address_, "--metrics-address",
                                    "127.0.0.1:" + std::to_string(metrics_port_)};
   argv.insert(argv.end(), args.begin(), args.end());
-  process_ = std::make_unique<ChildProcess>(std::move(argv), log_path);
+  process_ = std::make_unique<ChildProcess>(std::move(argv), log_path, stderr_path);
 }
 
 bool ServerProcess::WaitUntilReady(std::chrono::seconds timeout) {
@@ -109,10 +111,13 @@ bool ServerProcess::WaitUntilReady(std::chrono::seconds timeout) {
 }
 
 std::unique_ptr<inference::GRPCInferenceService::Stub> ServerProcess::NewStub() const {
+  return inference::GRPCInferenceService::NewStub(NewChannel());
+}
+
+std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(256 * 1024 * 1024);
-  return inference::GRPCInferenceService::NewStub(
-      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), arguments));
+  return grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), arguments);
 }
 
 }  // namespace graphserve::testing

@@ -13,10 +13,12 @@
 
 namespace graphserve::testing {
 
-// Runs argv[0] (a path) with its stdout and stderr in `log_path`.
+// Runs argv[0] (a path) with its stdout and stderr in `log_path`, or its stderr in `stderr_path` when
+// one is given (to check what the program writes to stdout alone).
 class ChildProcess {
  public:
-  ChildProcess(std::vector<std::string> argv, const std::string& log_path);
+  ChildProcess(std::vector<std::string> argv, const std::string& log_path,
+               const std::string& stderr_path = "");
   ~ChildProcess();  // SIGKILLs a child still running
 
   ChildProcess(const ChildProcess&) = delete;
@@ -35,8 +37,10 @@ class ChildProcess {
 
 class ServerProcess {
  public:
-  // `args` are passed after --grpc-address/--metrics-address; the log goes to `log_path`.
-  ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path);
+  // `args` are passed after --grpc-address/--metrics-address; the log goes to `log_path` (stderr to
+  // `stderr_path` when given).
+  ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path,
+                const std::string& stderr_path = "");
 
   // Polls ServerReady until true; false when the process exits or `timeout` passes first.
   bool WaitUntilReady(std::chrono::seconds timeout);
@@ -47,6 +51,7 @@ class ServerProcess {
   int metrics_port() const { return metrics_port_; }
   std::string Log() const { return process_->Log(); }
   std::unique_ptr<inference::GRPCInferenceService::Stub> NewStub() const;
+  std::shared_ptr<grpc::Channel> NewChannel() const;
 
  private:
   std::string address_;

@@ -45,6 +45,9 @@ class GraphServer {
   int grpc_port() const { return grpc_port_; }
 
  private:
+  // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
+  void SetReady(bool ready);
+
   ServerOptions options_;
   SteadyClock clock_;
   // Outlives the repository: requests drained by its schedulers are still counted.

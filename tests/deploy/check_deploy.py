@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Checks, without a Docker engine or a cluster, that the Dockerfile, deploy/docker-compose.yml,
+deploy/k8s/ and the Prometheus files agree with the graphserve they deploy: the scripts CI runs, the
+server's default ports, the flags `graphserve --help` lists, the grpc.health.v1 service names, and the
+metric names metrics.cpp registers.
+
+Environment: SOURCE_DIR (the repository), GRAPHSERVE (the built binary), PROMTOOL.
+Run with /usr/bin/python3 (Debian's python3-yaml). Arguments select unittest classes.
+"""
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import unittest
+
+import yaml
+
+SOURCE = pathlib.Path(os.environ["SOURCE_DIR"])
+DEPLOY = SOURCE / "deploy"
+
+
+def read(path):
+    return (SOURCE / path).read_text()
+
+
+def default_port(option):
+    """The port of ServerOptions' default for `option` (grpc_address or metrics_address)."""
+    header = read("server/include/graphserve/server/server.h")
+    match = re.search(option + r'\s*=\s*"[^":]*:(\d+)"', header)
+    assert match, f"no default for {option} in server.h"
+    return int(match.group(1))
+
+
+GRPC_PORT = default_port("grpc_address")
+METRICS_PORT = default_port("metrics_address")
+
+
+def help_flags():
+    """Every --flag `graphserve --help` lists."""
+    text = subprocess.run([os.environ["GRAPHSERVE"], "--help"], check=True, capture_output=True,
+                          text=True).stdout
+    return set(re.findall(r"(--[a-z][a-z0-9-]*)", text))
+
+
+def flag_value(args, flag):
+    return args[args.index(flag) + 1]
+
+
+def drain_timeout_s(args):
+    """--drain-timeout-s as passed, or graphserve's default read from --help."""
+    if "--drain-timeout-s" in args:
+        return float(flag_value(args, "--drain-timeout-s"))
+    text = subprocess.run([os.environ["GRAPHSERVE"], "--help"], check=True, capture_output=True,
+                          text=True).stdout
+    return float(re.search(r"--drain-timeout-s \S*=([\d.]+)", text).group(1))
+
+
+def registered_metrics():
+    """Metric family names registered in metrics.cpp, with the series names a histogram adds."""
+    source = read("server/src/metrics.cpp")
+    names = set(re.findall(r'(?:NewFamily\(|\.Name\()\s*"(graphserve_[a-z_]+)"', source))
+    names |= set(re.findall(r'^\s*"(graphserve_[a-z_]+)",\s*$', source, re.M))
+    histograms = {n for n in names if n.endswith("_seconds") and "duration" in n}
+    for name in histograms:
+        names |= {name + "_bucket", name + "_count", name + "_sum"}
+    return names
+
+
+def volume_target(volume):
+    """The container path of a compose volume "SOURCE:TARGET[:MODE]"; SOURCE may be ${VAR:-default}."""
+    return re.sub(r"\$\{[^}]*\}", "source", volume).split(":")[1]
+
+
+def compose():
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def k8s_objects():
+    objects = {}
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            objects[document["kind"]] = document
+    return objects
+
+
+class DockerfileTest(unittest.TestCase):
+    def setUp(self):
+        self.text = read("Dockerfile")
+        # RUN/CMD lines joined across backslash continuations.
+        self.lines = re.sub(r"\\\n", " ", self.text).splitlines()
+        self.runs = [line for line in self.lines if line.startswith("RUN ")]
+
+    def test_build_stage_runs_the_scripts_ci_runs(self):
+        ci = read(".ci/run") + read("deploy/run-tests.sh")
+        self.assertIn("deploy/run-tests.sh", read(".ci/run"))
+        for script in ("deploy/install-deps.sh", "deploy/build.sh"):
+            self.assertIn(script.split("/")[-1], ci, script)
+            self.assertTrue(any(script in run for run in self.runs), f"no RUN calls {script}")
+        runtime = [run for run in self.runs if "install-deps.sh --runtime" in run]
+        self.assertTrue(runtime, "the runtime stage must install its packages with install-deps.sh")
+
+    def test_build_context_leaves_out_host_build_folders(self):
+        # build.sh reuses an existing CMakeCache.txt, which would carry host paths into the image.
+        ignored = read(".dockerignore").split()
+        for folder in ("/build/", "/build-*/"):
+            self.assertIn(folder, ignored)
+
+    def test_each_variant_has_a_build_and_a_runtime_base(self):
+        self.assertRegex(self.text, r"(?m)^ARG VARIANT=cuda$")
+        stages = dict(re.findall(r"(?m)^FROM (\S+) AS (\S+)$", self.text))
+        bases = {stage: image for image, stage in stages.items()}
+        for variant in ("cuda", "cpu"):
+            for kind in ("build", "runtime"):
+                self.assertIn(f"{kind}-{variant}", bases)
+            self.assertEqual(bases.get("build"), "build-${VARIANT}")
+            self.assertEqual(bases.get("runtime"), "runtime-${VARIANT}")
+        self.assertRegex(bases["build-cuda"], r"^nvidia/cuda:.*-devel-ubuntu24\.04$")
+        self.assertRegex(bases["runtime-cuda"], r"^nvidia/cuda:.*-ubuntu24\.04$")
+        self.assertEqual(bases["build-cpu"], "debian:bookworm")
+        # install-deps.sh must know both systems the stages run on.
+        script = read("deploy/install-deps.sh")
+        self.assertIn("debian:12)", script)
+        self.assertIn("ubuntu:24.04)", script)
+
+    def test_runtime_contract(self):
+        runtime = self.text[self.text.index("AS runtime\n"):]
+        self.assertRegex(runtime, r"(?m)^USER (?!root|0\b)\S+")
+        self.assertEqual(sorted(map(int, re.search(r"(?m)^EXPOSE (.*)$", runtime).group(1).split())),
+                         sorted([GRPC_PORT, METRICS_PORT]))
+        self.assertIn('VOLUME ["/models"]', runtime)
+        self.assertIn("--model-repository /models", runtime)
+        health = re.search(r"(?m)^HEALTHCHECK .*CMD (\[.*\])$", re.sub(r"\\\n", " ", runtime))
+        self.assertIsNotNone(health)
+        command = yaml.safe_load(health.group(1))
+        self.assertEqual(command[:2], ["graphserve-cli", "health"])
+        self.assertTrue(flag_value(command, "--address").endswith(f":{GRPC_PORT}"))
+
+
+class ComposeTest(unittest.TestCase):
+    def setUp(self):
+        self.compose = compose()
+        self.services = self.compose["services"]
+
+    def graphserve_services(self):
+        return {name: s for name, s in self.services.items() if name.startswith("graphserve")}
+
+    def test_graphserve_ports_flags_and_grace_period(self):
+        flags = help_flags()
+        variants = self.graphserve_services()
+        self.assertEqual(set(variants), {"graphserve", "graphserve-cpu"})
+        for name, service in variants.items():
+            self.assertEqual(sorted(service["ports"]),
+                             sorted([f"{GRPC_PORT}:{GRPC_PORT}", f"{METRICS_PORT}:{METRICS_PORT}"]), name)
+            for arg in service["command"]:
+                if arg.startswith("--"):
+                    self.assertIn(arg, flags, f"{name}: graphserve has no {arg}")
+            grace = int(re.fullmatch(r"(\d+)s", service["stop_grace_period"]).group(1))
+            self.assertGreater(grace, drain_timeout_s(service["command"]), name)
+            self.assertIn("/models", [volume_target(v) for v in service["volumes"]], name)
+        self.assertEqual(drain_timeout_s([]), 30.0)  # the default, read from --help
+
+    def test_profiles_gpu_by_default_cpu_on_request(self):
+        gpu, cpu = self.services["graphserve"], self.services["graphserve-cpu"]
+        self.assertEqual(gpu["profiles"], ["gpu"])
+        self.assertEqual(gpu["build"]["args"]["VARIANT"], "cuda")
+        devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+        self.assertEqual(devices[0]["driver"], "nvidia")
+        self.assertIn("gpu", devices[0]["capabilities"])
+        self.assertEqual(cpu["profiles"], ["cpu"])
+        self.assertEqual(cpu["build"]["args"]["VARIANT"], "cpu")
+        self.assertNotIn("deploy", cpu)
+        # Both answer to the name Prometheus scrapes.
+        self.assertIn("graphserve", cpu["networks"]["default"]["aliases"])
+        env = dict(line.split("=", 1) for line in (DEPLOY / ".env").read_text().splitlines()
+                   if line and not line.startswith("#"))
+        self.assertEqual(env["COMPOSE_PROFILES"], "gpu")
+        for name in ("prometheus", "grafana"):
+            self.assertNotIn("profiles", self.services[name], f"{name} must run in every profile")
+
+    def test_prometheus_scrapes_the_service_and_loads_its_rules(self):
+        prometheus = self.services["prometheus"]
+        mounted = {}
+        for volume in prometheus["volumes"]:
+            source, target = volume.split(":")[:2]
+            self.assertTrue((DEPLOY / source).exists(), source)
+            mounted[pathlib.PurePosixPath(target).name] = source
+        config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+        targets = config["scrape_configs"][0]["static_configs"][0]["targets"]
+        self.assertEqual(targets, [f"graphserve:{METRICS_PORT}"])
+        for rule_file in config["rule_files"]:
+            self.assertIn(rule_file, mounted, "a rule file prometheus.yml loads is not mounted")
+
+    def test_grafana_gets_the_datasource_and_dashboard(self):
+        grafana = self.services["grafana"]
+        targets = {}
+        for volume in grafana["volumes"]:
+            source, target = volume.split(":")[:2]
+            self.assertTrue((DEPLOY / source).is_dir(), source)
+            targets[target] = source
+        self.assertEqual(targets["/etc/grafana/provisioning"], "./grafana/provisioning")
+        provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/graphserve.yml").read_text())
+        dashboards_dir = provider["providers"][0]["options"]["path"]
+        self.assertEqual(targets[dashboards_dir], "./grafana/dashboards")
+        home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+        self.assertTrue((DEPLOY / targets[dashboards_dir] / pathlib.PurePosixPath(home).name).is_file())
+        datasource = yaml.safe_load(
+            (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"][0]
+        self.assertEqual(datasource["url"], "http://prometheus:9090")
+        self.assertIn("9090:9090", self.services["prometheus"]["ports"])
+
+
+class KubernetesTest(unittest.TestCase):
+    def setUp(self):
+        self.objects = k8s_objects()
+        self.pod = self.objects["Deployment"]["spec"]["template"]
+        self.container = self.pod["spec"]["containers"][0]
+
+    def test_kustomization_lists_every_manifest(self):
+        listed = set(self.objects["Kustomization"]["resources"])
+        present = {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
+        self.assertEqual(listed, present)
+
+    def test_ports_flags_and_gpu(self):
+        ports = {p["name"]: p["containerPort"] for p in self.container["ports"]}
+        self.assertEqual(ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT})
+        flags = help_flags()
+        for arg in self.container["args"]:
+            if arg.startswith("--"):
+                self.assertIn(arg, flags)
+        self.assertEqual(self.container["resources"]["limits"]["nvidia.com/gpu"], 1)
+        self.assertEqual(self.pod["spec"]["securityContext"]["runAsNonRoot"], True)
+
+    def test_probes_ask_the_health_services_graphserve_registers(self):
+        server = read("server/src/server.cpp")
+        self.assertIn("EnableDefaultHealthCheckService(true)", server)
+        readiness = self.container["readinessProbe"]["grpc"]
+        liveness = self.container["livenessProbe"]["grpc"]
+        self.assertEqual(readiness["port"], GRPC_PORT)
+        self.assertEqual(liveness["port"], GRPC_PORT)
+        # "" follows readiness; the liveness name must be the one server.cpp sets SERVING at once.
+        self.assertEqual(readiness.get("service", ""), "")
+        self.assertIn(f'kLivenessServiceName = "{liveness["service"]}"', server)
+
+    def test_termination_grace_outlasts_prestop_and_drain(self):
+        pre_stop = self.container["lifecycle"]["preStop"]["exec"]["command"]
+        self.assertEqual(pre_stop[0], "sleep")
+        budget = int(pre_stop[1]) + drain_timeout_s(self.container["args"])
+        self.assertGreater(self.pod["spec"]["terminationGracePeriodSeconds"], budget)
+
+    def test_service_and_servicemonitor_select_the_pods_and_ports(self):
+        service = self.objects["Service"]
+        monitor = self.objects["ServiceMonitor"]
+        labels = self.pod["metadata"]["labels"]
+        self.assertEqual(service["spec"]["clusterIP"], "None")
+        self.assertTrue(set(service["spec"]["selector"].items()) <= set(labels.items()))
+        container_ports = {p["name"] for p in self.container["ports"]}
+        service_ports = {}
+        for port in service["spec"]["ports"]:
+            self.assertIn(port["targetPort"], container_ports)
+            service_ports[port["name"]] = port["port"]
+        self.assertEqual(service_ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT})
+        self.assertTrue(set(monitor["spec"]["selector"]["matchLabels"].items())
+                        <= set(service["metadata"]["labels"].items()))
+        endpoint = monitor["spec"]["endpoints"][0]
+        self.assertIn(endpoint["port"], service_ports)
+        self.assertEqual(endpoint["path"], "/metrics")
+
+
+class MetricNamesTest(unittest.TestCase):
+    def test_every_metric_named_in_docs_rules_and_manifests_exists(self):
+        known = registered_metrics()
+        # The built-in model's platform shares the prefix; it is no metric.
+        platform = re.search(r'kPlatformBuiltinEncoder = "(\w+)"',
+                             read("graph_engine/include/graphserve/engine/model_spec.h")).group(1)
+        self.assertIn("graphserve_requests_total", known)
+        self.assertIn("graphserve_queue_duration_seconds_bucket", known)
+        files = ["README.md", "deploy/prometheus-alerts.yml", "deploy/docker-compose.yml",
+                 *[str(p.relative_to(SOURCE)) for p in (DEPLOY / "k8s").glob("*.yaml")]]
+        for name in files:
+            for metric in set(re.findall(r"\bgraphserve_[a-z_]+", read(name))) - {platform}:
+                self.assertIn(metric, known, f"{name} names {metric}, which graphserve does not export")
+
+
+class PromtoolTest(unittest.TestCase):
+    def promtool(self, *args):
+        result = subprocess.run([os.environ["PROMTOOL"], *args], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_config_and_rules_are_valid(self):
+        self.promtool("check", "config", str(DEPLOY / "prometheus.yml"))
+        self.promtool("check", "rules", str(DEPLOY / "prometheus-alerts.yml"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

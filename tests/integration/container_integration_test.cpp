@@ -1,0 +1,155 @@
+// What a container runtime and an orchestrator see of the real graphserve binary: with
+// --log-format json every stdout line is a JSON object a collector can parse, the grpc.health.v1
+// statuses that Kubernetes' gRPC probes ask follow readiness, and SIGTERM ends in exit 0.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "server_process.h"
+
+namespace graphserve::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr auto kStartTimeout = std::chrono::seconds(240);
+// grpc.health.v1.HealthCheckResponse.ServingStatus.
+constexpr int kServing = 1;
+constexpr int kNotServing = 2;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// grpc.health.v1.Health/Check through the generic stub, so that the test needs no health.proto: the
+// request is field 1 (string `service`), the response field 1 (enum `status`), both tiny enough to
+// encode by hand. Returns the status, or -1 with the call's status in `call_status`.
+int HealthCheck(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+                grpc::Status* call_status) {
+  std::string request;
+  if (!service.empty()) request = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue queue;
+  auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request_buffer, &queue);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  call->Finish(&response, call_status, nullptr);
+  void* tag = nullptr;
+  bool ok = false;
+  queue.Next(&tag, &ok);
+  if (!call_status->ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  (void)response.Dump(&slices);
+  std::string bytes;
+  for (const grpc::Slice& part : slices) bytes.append(reinterpret_cast<const char*>(part.begin()), part.size());
+  // proto3 leaves out a zero (UNKNOWN) enum value, so an empty message means status 0.
+  if (bytes.empty()) return 0;
+  return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
+}
+
+// Every line of `text` must be one JSON record with the fields collectors key on; returns them.
+std::vector<json> ParseJsonLines(const std::string& text) {
+  const std::regex rfc3339(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
+  std::vector<json> records;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::exception& error) {
+      ADD_FAILURE() << "not JSON (" << error.what() << "): " << line;
+      continue;
+    }
+    EXPECT_TRUE(record.is_object()) << line;
+    EXPECT_TRUE(record["time"].is_string() &&
+                std::regex_match(record["time"].get<std::string>(), rfc3339)) << line;
+    EXPECT_TRUE(record["level"].is_string()) << line;
+    EXPECT_TRUE(record["thread"].is_number_unsigned()) << line;
+    EXPECT_EQ(record["logger"], "graphserve") << line;
+    EXPECT_TRUE(record["message"].is_string()) << line;
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+bool AnyMessageStartsWith(const std::vector<json>& records, const std::string& prefix) {
+  for (const json& record : records) {
+    if (record.value("message", "").rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+TEST(ContainerTest, JsonLogsHealthServiceAndSigterm) {
+  const std::string stdout_path = std::string(TEST_OUTPUT_DIR) + "/json_log_server.stdout";
+  const std::string stderr_path = std::string(TEST_OUTPUT_DIR) + "/json_log_server.stderr";
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", "cpu", "--model-repository", MODEL_REPOSITORY, "--log-format", "json"},
+                       stdout_path, stderr_path);
+  ASSERT_TRUE(server.WaitUntilReady(kStartTimeout)) << server.Log() << ReadText(stderr_path);
+
+  const auto channel = server.NewChannel();
+  grpc::Status call_status;
+  EXPECT_EQ(HealthCheck(channel, "", &call_status), kServing) << call_status.error_message();
+  EXPECT_EQ(HealthCheck(channel, "inference.GRPCInferenceService", &call_status), kServing);
+  EXPECT_EQ(HealthCheck(channel, "liveness", &call_status), kServing);
+  EXPECT_EQ(HealthCheck(channel, "no.such.Service", &call_status), -1);
+  EXPECT_EQ(call_status.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.Log();
+  const std::vector<json> records = ParseJsonLines(server.Log());
+  EXPECT_TRUE(AnyMessageStartsWith(records, "ready: serving")) << server.Log();
+  EXPECT_TRUE(AnyMessageStartsWith(records, "received SIGTERM")) << server.Log();
+  EXPECT_TRUE(AnyMessageStartsWith(records, "shutting down: draining")) << server.Log();
+  EXPECT_TRUE(AnyMessageStartsWith(records, "stopped")) << server.Log();
+}
+
+// A message carrying quotes, a tab, a backslash and a newline (here: the repository path in a
+// start-up error) must stay one valid JSON line and read back verbatim.
+TEST(ContainerTest, JsonLogEscapesAStartupError) {
+  const std::string repository = std::string(TEST_OUTPUT_DIR) + "/no \"such\"\trepo\\\nsitory";
+  const std::string stdout_path = std::string(TEST_OUTPUT_DIR) + "/json_log_error.stdout";
+  ChildProcess process({GRAPHSERVE_BINARY, "--grpc-address", "127.0.0.1:0", "--metrics-address",
+                        "127.0.0.1:0", "--model-repository", repository, "--log-format", "json"},
+                       stdout_path, std::string(TEST_OUTPUT_DIR) + "/json_log_error.stderr");
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (process.Running() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(process.Running());
+
+  const std::vector<json> records = ParseJsonLines(process.Log());
+  bool found = false;
+  for (const json& record : records) {
+    if (record["level"] == "critical") {
+      EXPECT_NE(record["message"].get<std::string>().find("'" + repository + "'"), std::string::npos)
+          << record.dump();
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << process.Log();
+}
+
+TEST(ContainerTest, UnknownLogFormatIsRefused) {
+  const std::string log_path = std::string(TEST_OUTPUT_DIR) + "/bad_log_format.log";
+  ChildProcess process({GRAPHSERVE_BINARY, "--log-format", "xml"}, log_path);
+  EXPECT_EQ(process.Stop(0, std::chrono::seconds(30)), 2);
+  EXPECT_NE(process.Log().find("--log-format"), std::string::npos) << process.Log();
+}
+
+}  // namespace
+}  // namespace graphserve::testing
