@@ -422,7 +422,10 @@ Status CudaGraphExecutor::Execute(const Batch& batch, BatchOutputs* outputs) {
     return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
                     " failed: " + ExceptionMessage(error));
   }
-  const EagerReason reason = bucket == nullptr ? EagerReason::kOversize : bucket->info.eager_reason;
+  // Graphs turned off in the config explain every eager run, on the grid or not.
+  const EagerReason reason = spec_.cuda_graphs_disabled ? EagerReason::kDisabled
+                             : bucket == nullptr        ? EagerReason::kOversize
+                                                        : bucket->info.eager_reason;
   CountExecution(batch, bucket != nullptr && bucket->graph ? bucket : nullptr, reason);
   return Status::Ok();
 }

@@ -36,6 +36,11 @@
 //     unpadded batch of its length), wins, the oldest on a tie: that keeps the executor on
 //     efficient batches while the others keep filling, without always favouring long sequences
 //     (whose batches do more per µs on a GPU).
+//   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
+//     what a server without a batcher does, kept as a mode of its own so that its cost can be
+//     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
+//     would only add work; with graphs it is padded to its bucket, since a replay at the padded
+//     shape beats an eager run at the exact one.
 //
 // Threads (ModelScheduler): one worker per executor. Workers sleep on a condition variable until
 // the planner's next wake-up, an Enqueue, a Poke or Stop. Every `done` callback runs with the lock
@@ -86,6 +91,11 @@ Status SchedulerOptions::Validate() const {
   if (max_queue_size < 1) {
     return InvalidArgument("dynamic_batching.max_queue_size: " + std::to_string(max_queue_size) +
                            " must be at least 1");
+  }
+  if (batching_disabled && max_queue_delay_us != 0) {
+    return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
+                           std::to_string(max_queue_delay_us) +
+                           " with disable: true; requests then wait for nobody, so it must be 0");
   }
   return Status::Ok();
 }
@@ -413,7 +423,28 @@ DispatchDecision BatchPlanner::Take(const Candidate& candidate) {
   return decision;
 }
 
+std::optional<DispatchDecision> BatchPlanner::TakeOldestAlone() {
+  size_t oldest = bins_.size();
+  for (size_t i = 0; i < bins_.size(); ++i) {
+    if (bins_[i].requests.empty()) continue;
+    if (oldest == bins_.size() ||
+        bins_[i].requests.front()->enqueue_us < bins_[oldest].requests.front()->enqueue_us) {
+      oldest = i;
+    }
+  }
+  if (oldest == bins_.size()) return std::nullopt;
+  Candidate alone;
+  alone.bin = oldest;
+  alone.take.assign(bins_.size(), 0);
+  alone.take[oldest] = 1;
+  const InferenceItem& item = bins_[oldest].requests.front()->item;
+  alone.shape = spec_.cuda_graphs_disabled ? BucketShape{item.rows, item.length}
+                                           : spec_.BucketFor(item.rows, item.length);
+  return Take(alone);
+}
+
 std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {
+  if (options_.batching_disabled) return TakeOldestAlone();
   // An overdue request goes first, oldest first.
   size_t oldest_overdue = bins_.size();
   for (size_t i = 0; i < bins_.size(); ++i) {
@@ -481,6 +512,8 @@ std::optional<int64_t> BatchPlanner::NextWakeUp(int64_t now_us, bool executor_id
   auto consider = [&earliest](int64_t t) {
     if (!earliest || t < *earliest) earliest = t;
   };
+  // Unbatched, a queued request is always ready to go.
+  if (options_.batching_disabled && queued_ > 0) return now_us;
   for (size_t i = 0; i < bins_.size(); ++i) {
     const Bin& bin = bins_[i];
     if (bin.requests.empty()) continue;
