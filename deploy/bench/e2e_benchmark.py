@@ -517,11 +517,15 @@ def plot(args, results, path):
             latency.plot(xs, [r["loadgen"]["latency_ms"]["p99"] or math.nan for r in runs], marker="o",
                          label=label)
         throughput.axhline(result["ceiling"]["tokens_per_s"], color="grey", linestyle="--",
-                           label="ceiling (in-process replay)")
+                           label="ceiling (in-process Execute, no server)")
         throughput.set(xscale="log", xlabel="concurrency", ylabel="real tokens/s", title=f"{model}: throughput")
         latency.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="p99 latency (ms)",
                     title=f"{model}: p99 latency")
         for axis in (throughput, latency):
+            # The measured concurrencies as plain ticks, not powers of ten.
+            axis.set_xticks(args.concurrency)
+            axis.set_xticklabels([str(c) for c in args.concurrency])
+            axis.xaxis.set_minor_locator(plt.NullLocator())
             axis.grid(True, which="both", alpha=0.3)
             axis.legend(fontsize=8)
     fig.tight_layout()
