@@ -193,6 +193,8 @@ class Server:
         return time.time(), parse_metrics(text, self.model)
 
     def stop(self):
+        if self.log_file.closed:
+            return  # already stopped, or killed by fail()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -305,7 +307,13 @@ def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=N
                "--duration-s", str(duration_s or args.duration_s), "--warmup-s", str(args.warmup_s),
                "--threads", str(args.loadgen_threads), "--connections", str(args.connections),
                "--wait-s", "30", "--no-progress", "--json", json_path]
-    done = subprocess.run(command, capture_output=True, text=True)
+    # A closed loop ends after its duration plus the answers still in flight; far beyond that
+    # something hangs, and the run must not eat the whole session.
+    limit_s = (duration_s or args.duration_s) + args.warmup_s + 120
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        server.fail(f"graphserve-loadgen still running after {limit_s:.0f} s")
     if done.returncode == 2 or not os.path.exists(json_path):
         server.fail(f"graphserve-loadgen could not run (status {done.returncode}):\n"
                     + done.stdout[-2000:] + done.stderr[-2000:])
@@ -319,7 +327,10 @@ def run_ceiling(args, model, repository):
                "--device", args.device, "--traffic-requests", str(args.ceiling_requests),
                "--seed", str(CEILING_SEED), "--traffic-lengths", args.lengths,
                "--time-buckets", "1x64", "--json", path]
-    done = subprocess.run(command, capture_output=True, text=True)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.start_timeout_s)
+    except subprocess.TimeoutExpired:
+        fail(f"graphserve-bucket-bench still running after {args.start_timeout_s:.0f} s")
     if done.returncode != 0:
         fail(f"graphserve-bucket-bench failed (status {done.returncode}):\n"
              + done.stdout[-3000:] + done.stderr[-3000:])
@@ -559,7 +570,8 @@ def main():
     parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
     parser.add_argument("--ceiling-requests", type=int,
                         help="requests of the in-process ceiling (default 20000 on CUDA, 200 on a CPU)")
-    parser.add_argument("--start-timeout-s", type=float, default=600)
+    parser.add_argument("--start-timeout-s", type=float, default=240,
+                        help="longest wait for a server to be ready, or for the ceiling run")
     args = parser.parse_args()
 
     args.models = csv(args.models)
