@@ -441,7 +441,10 @@ Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBat
   if (bucket != nullptr && bucket->graph) {
     run->graph_bucket = bucket;
   } else {
-    run->eager_reason = bucket == nullptr ? EagerReason::kOversize : bucket->info.eager_reason;
+    // Graphs turned off in the config explain every eager run, on the grid or not.
+    run->eager_reason = spec_.cuda_graphs_disabled ? EagerReason::kDisabled
+                        : bucket == nullptr        ? EagerReason::kOversize
+                                                   : bucket->info.eager_reason;
   }
   try {
     c10::cuda::CUDAGuard device_guard(device_);

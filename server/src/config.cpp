@@ -233,6 +233,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const config::ModelConfig& config) {
   options.max_queue_delay_us = config.has_dynamic_batching()
                                    ? static_cast<int64_t>(batching.max_queue_delay_microseconds())
                                    : static_cast<int64_t>(kDefaultMaxQueueDelayUs);
+  options.batching_disabled = batching.disable();
   options.max_queue_size = batching.max_queue_size() > 0
                                ? static_cast<int64_t>(batching.max_queue_size())
                                : static_cast<int64_t>(kDefaultMaxQueueSize);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "graphserve/server/config.h"
 
@@ -142,9 +143,13 @@ Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::
   model->scheduler = std::make_unique<ModelScheduler>(spec, scheduler_options, std::move(executors), clock_);
   model->scheduler->Start();
   spdlog::info("model '{}' ready: platform {}, max_batch_size {}, max_sequence_length {}, "
-               "{} instance(s), queue delay {} us, queue size {}",
+               "{} instance(s), {}, queue size {}",
                spec.name, spec.platform, spec.max_batch_size, spec.max_sequence_length,
-               devices.size(), scheduler_options.max_queue_delay_us, scheduler_options.max_queue_size);
+               devices.size(),
+               scheduler_options.batching_disabled
+                   ? std::string("batching disabled")
+                   : "queue delay " + std::to_string(scheduler_options.max_queue_delay_us) + " us",
+               scheduler_options.max_queue_size);
   if (!models_.emplace(spec.name, std::move(model)).second) {
     return InvalidArgument("model '" + spec.name + "' is defined twice");
   }

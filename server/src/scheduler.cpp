@@ -36,6 +36,11 @@
 //     unpadded batch of its length), wins, the oldest on a tie: that keeps the executor on
 //     efficient batches while the others keep filling, without always favouring long sequences
 //     (whose batches do more per µs on a GPU).
+//   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
+//     what a server without a batcher does, kept as a mode of its own so that its cost can be
+//     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
+//     would only add work; with graphs it is padded to its bucket, since a replay at the padded
+//     shape beats an eager run at the exact one.
 //
 // Threads (ModelScheduler): one worker per executor. Workers sleep on a condition variable until
 // the planner's next wake-up, an Enqueue, a Poke or Stop. Every `done` callback runs with the lock
@@ -86,6 +91,11 @@ Status SchedulerOptions::Validate() const {
   if (max_queue_size < 1) {
     return InvalidArgument("dynamic_batching.max_queue_size: " + std::to_string(max_queue_size) +
                            " must be at least 1");
+  }
+  if (batching_disabled && max_queue_delay_us != 0) {
+    return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
+                           std::to_string(max_queue_delay_us) +
+                           " with disable: true; requests then wait for nobody, so it must be 0");
   }
   return Status::Ok();
 }
@@ -413,21 +423,22 @@ DispatchDecision BatchPlanner::Take(const Candidate& candidate) {
   return decision;
 }
 
+size_t BatchPlanner::OldestBin(const std::vector<size_t>& skip) const {
+  size_t oldest = bins_.size();
+  for (size_t i = 0; i < bins_.size(); ++i) {
+    if (skip[i] == bins_[i].requests.size()) continue;
+    if (oldest == bins_.size() ||
+        bins_[i].requests[skip[i]]->enqueue_us < bins_[oldest].requests[skip[oldest]]->enqueue_us) {
+      oldest = i;
+    }
+  }
+  return oldest;
+}
+
 std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
   // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time.
   std::vector<size_t> taken(bins_.size(), 0);
-  auto oldest_untaken = [&]() -> size_t {
-    size_t oldest = bins_.size();
-    for (size_t i = 0; i < bins_.size(); ++i) {
-      if (taken[i] == bins_[i].requests.size()) continue;
-      if (oldest == bins_.size() ||
-          bins_[i].requests[taken[i]]->enqueue_us < bins_[oldest].requests[taken[oldest]]->enqueue_us) {
-        oldest = i;
-      }
-    }
-    return oldest;
-  };
-  const size_t first = oldest_untaken();
+  const size_t first = OldestBin(taken);
   if (first == bins_.size()) return std::nullopt;
   int64_t queued_rows = 0;
   for (const Bin& bin : bins_) queued_rows += bin.rows;
@@ -437,7 +448,7 @@ std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us)
   Candidate candidate;
   candidate.bin = first;
   int64_t longest = 0;
-  for (size_t next = first; next < bins_.size(); next = oldest_untaken()) {
+  for (size_t next = first; next < bins_.size(); next = OldestBin(taken)) {
     const PendingRequest& request = *bins_[next].requests[taken[next]];
     if (candidate.rows > 0 && candidate.rows + request.item.rows > largest_batch_) break;
     ++taken[next];
@@ -449,7 +460,21 @@ std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us)
   return Take(candidate);
 }
 
+std::optional<DispatchDecision> BatchPlanner::TakeOldestAlone() {
+  const size_t oldest = OldestBin(std::vector<size_t>(bins_.size(), 0));
+  if (oldest == bins_.size()) return std::nullopt;
+  Candidate alone;
+  alone.bin = oldest;
+  alone.take.assign(bins_.size(), 0);
+  alone.take[oldest] = 1;
+  const InferenceItem& item = bins_[oldest].requests.front()->item;
+  alone.shape = spec_.cuda_graphs_disabled ? BucketShape{item.rows, item.length}
+                                           : spec_.BucketFor(item.rows, item.length);
+  return Take(alone);
+}
+
 std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {
+  if (options_.batching_disabled) return TakeOldestAlone();
   if (options_.policy == BatchingPolicy::kFifo) return NextInArrivalOrder(now_us);
   // An overdue request goes first, oldest first.
   size_t oldest_overdue = bins_.size();
@@ -520,6 +545,8 @@ std::optional<int64_t> BatchPlanner::NextWakeUp(int64_t now_us, bool executor_id
   auto consider = [&earliest](int64_t t) {
     if (!earliest || t < *earliest) earliest = t;
   };
+  // Unbatched, a queued request is always ready to go.
+  if (options_.batching_disabled && queued_ > 0) return now_us;
   for (size_t i = 0; i < bins_.size(); ++i) {
     const Bin& bin = bins_[i];
     if (bin.requests.empty()) continue;

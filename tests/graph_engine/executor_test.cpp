@@ -235,9 +235,20 @@ TEST(EagerExecutorTest, CudaEncoderMatchesCpu) {
       EXPECT_LT(RelativeDifference(Fp32Values(on_cuda[k][o]), Fp32Values(on_cpu[k][o])), 1e-3);
     }
   }
-  const ExecutionCounters counters = cuda->Counters();
+  ExecutionCounters counters = cuda->Counters();
   EXPECT_EQ(counters.batches, 1u);
   EXPECT_EQ(counters.eager_runs[static_cast<int>(EagerReason::kDisabled)], 1u);
+
+  // A lone request at its exact, off-grid shape (a model that does not batch) and a batch beyond
+  // the grid run eagerly because the config turned graphs off: "disabled", never "oversize".
+  const InferenceItem wide = TokenItem(5, 10, 23, kVocab, 2);
+  ASSERT_TRUE(cuda->Execute(MakeBatch({&a}, BucketShape{1, 5}), &on_cuda).ok());
+  ASSERT_TRUE(cuda->Execute(MakeBatch({&wide}, BucketShape{5, 10}), &on_cuda).ok());
+  counters = cuda->Counters();
+  EXPECT_EQ(counters.batches, 3u);
+  EXPECT_EQ(counters.eager_runs[static_cast<int>(EagerReason::kDisabled)], 3u);
+  EXPECT_EQ(counters.eager_runs[static_cast<int>(EagerReason::kOversize)], 0u);
+  EXPECT_EQ(counters.padded_elements, 4u * 8u + 1u * 5u + 5u * 10u);
 }
 
 TEST(CreateExecutorTest, CudaThatIsNotThereIsUnavailable) {

@@ -2,16 +2,14 @@
 // repository: closed and open loop, the --json report read back and checked, and the exit statuses.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 
-#include <cstdio>
-#include <fstream>
 #include <string>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "server_process.h"
+#include "tool_run.h"
 
 namespace graphserve::testing {
 namespace {
@@ -19,12 +17,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr auto kStartTimeout = std::chrono::seconds(240);
-
-struct LoadgenRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-  json report;         // null when no --json file was written
-};
 
 // One server for the suite: its warm-up is the slow part.
 class LoadgenIntegrationTest : public ::testing::Test {
@@ -42,20 +34,10 @@ class LoadgenIntegrationTest : public ::testing::Test {
   }
 
   // Runs graphserve-loadgen with `args` against the server, its report going to `json_name`.
-  static LoadgenRun Run(const std::string& args, const std::string& json_name) {
-    const std::string json_path = std::string(TEST_OUTPUT_DIR) + "/" + json_name;
-    std::remove(json_path.c_str());
-    const std::string command = std::string(GRAPHSERVE_LOADGEN) + " --address " +
-                                server_->address() + " " + args + " --json " + json_path + " 2>&1";
-    LoadgenRun run;
-    FILE* pipe = popen(command.c_str(), "r");
-    char buffer[4096];
-    while (pipe != nullptr && fgets(buffer, sizeof buffer, pipe) != nullptr) run.output += buffer;
-    const int status = pipe != nullptr ? pclose(pipe) : -1;
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream file(json_path);
-    if (file) run.report = json::parse(file, nullptr, /*allow_exceptions=*/false);
-    return run;
+  static ToolRun Run(const std::string& args, const std::string& json_name) {
+    return RunToolWithJsonReport(
+        std::string(GRAPHSERVE_LOADGEN) + " --address " + server_->address() + " " + args,
+        std::string(TEST_OUTPUT_DIR) + "/" + json_name);
   }
 
   static inline ServerProcess* server_ = nullptr;
@@ -78,7 +60,7 @@ void ExpectConsistent(const json& report) {
 }
 
 TEST_F(LoadgenIntegrationTest, ClosedLoopOfEightCallersGetsEveryAnswerRight) {
-  const LoadgenRun run = Run(
+  const ToolRun run = Run(
       "--model encoder --concurrency 8 --requests 200 --rows 2 --lengths uniform:8-64 "
       "--warmup-s 0.5",
       "loadgen_closed.json");
@@ -104,7 +86,7 @@ TEST_F(LoadgenIntegrationTest, ClosedLoopOfEightCallersGetsEveryAnswerRight) {
 }
 
 TEST_F(LoadgenIntegrationTest, OpenLoopForTwoSecondsAtAModestRate) {
-  const LoadgenRun run = Run(
+  const ToolRun run = Run(
       "--model tiny_traced --rate 40 --duration-s 2 --lengths lognormal:24,0.8,8-64 "
       "--warmup-s 0.5 --seed 3",
       "loadgen_open.json");
@@ -128,7 +110,7 @@ TEST_F(LoadgenIntegrationTest, OpenLoopForTwoSecondsAtAModestRate) {
 
 TEST_F(LoadgenIntegrationTest, RejectedRequestsAreCountedByCode) {
   // The fixture's models take at most 64 tokens.
-  const LoadgenRun run = Run(
+  const ToolRun run = Run(
       "--model tiny_traced --concurrency 2 --requests 20 --lengths fixed:65 --warmup-s 0",
       "loadgen_rejected.json");
   EXPECT_EQ(run.exit_code, 1) << run.output;
@@ -145,7 +127,7 @@ TEST_F(LoadgenIntegrationTest, RejectedRequestsAreCountedByCode) {
 }
 
 TEST_F(LoadgenIntegrationTest, UnknownModelCannotRun) {
-  const LoadgenRun run = Run("--model no_such_model --requests 5", "loadgen_unknown.json");
+  const ToolRun run = Run("--model no_such_model --requests 5", "loadgen_unknown.json");
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("NOT_FOUND"), std::string::npos) << run.output;
   EXPECT_TRUE(run.report.is_null()) << "no report for a run that did not happen";

@@ -89,6 +89,43 @@ TEST(ConfigTest, BuiltinEncoderConfigIsValid) {
   EXPECT_EQ(spec.outputs[1].dims, (std::vector<int64_t>{256}));
 }
 
+// The serving modes deploy/bench/e2e_benchmark.py compares are plain configs of the built-in
+// encoder: graphs off with the same grid, one max-size bucket, and no batching at all.
+TEST(ConfigTest, ServingModesAreConfigs) {
+  auto spec_and_options = [](const std::string& edit, ModelSpec* spec, SchedulerOptions* options) {
+    config::ModelConfig config = BuiltinEncoderConfig();
+    config::ModelConfig changes;
+    ASSERT_TRUE(ParseModelConfig(edit, "edit", &changes).ok());
+    config.MergeFrom(changes);
+    const Status status = ModelSpecFromConfig(config, spec);
+    ASSERT_TRUE(status.ok()) << edit << ": " << status.ToString();
+    *options = SchedulerOptionsFromConfig(config);
+  };
+  ModelSpec grid, eager, single, unbatched;
+  SchedulerOptions grid_options, eager_options, single_options, unbatched_options;
+  spec_and_options("", &grid, &grid_options);
+  spec_and_options("cuda_graphs { disable: true }", &eager, &eager_options);
+  spec_and_options("buckets { batch_sizes: [ 32 ] sequence_lengths: [ 512 ] }", &single,
+                   &single_options);
+  spec_and_options("cuda_graphs { disable: true } dynamic_batching { disable: true }", &unbatched,
+                   &unbatched_options);
+
+  EXPECT_FALSE(grid.cuda_graphs_disabled);
+  EXPECT_FALSE(grid_options.batching_disabled);
+  EXPECT_EQ(grid_options.max_queue_delay_us, 500);
+  EXPECT_TRUE(eager.cuda_graphs_disabled);
+  EXPECT_EQ(eager.bucket_batch_sizes, grid.bucket_batch_sizes);
+  EXPECT_EQ(eager.bucket_lengths, grid.bucket_lengths);
+  EXPECT_FALSE(eager_options.batching_disabled);
+  EXPECT_EQ(single.bucket_batch_sizes, (std::vector<int64_t>{32}));
+  EXPECT_EQ(single.bucket_lengths, (std::vector<int64_t>{512}));
+  EXPECT_FALSE(single.cuda_graphs_disabled);
+  EXPECT_TRUE(unbatched.cuda_graphs_disabled);
+  EXPECT_TRUE(unbatched_options.batching_disabled);
+  EXPECT_EQ(unbatched_options.max_queue_delay_us, 0);
+  EXPECT_EQ(unbatched_options.max_queue_size, 4096);  // the default still bounds the queue
+}
+
 struct BadConfigCase {
   std::string edit;            // text appended to (and overriding) the valid config
   std::string expected_field;  // must appear in the error message
@@ -120,7 +157,10 @@ INSTANTIATE_TEST_SUITE_P(
                     BadConfigCase{"buckets { sequence_lengths: [ 101 ] }", "buckets.sequence_lengths"},
                     BadConfigCase{"cuda_graphs { verify_rtol: -1 }", "cuda_graphs.verify_rtol"},
                     BadConfigCase{"dynamic_batching { max_queue_delay_microseconds: 60000000 }",
-                                  "max_queue_delay"}));
+                                  "max_queue_delay"},
+                    // kValidConfig's 250 µs delay would be ignored without batching: refused.
+                    BadConfigCase{"dynamic_batching { disable: true }",
+                                  "max_queue_delay_microseconds: 250 with disable"}));
 
 TEST(ConfigTest, NoVariableInputIsRejected) {
   config::ModelConfig config = Parse(kValidConfig);

@@ -241,6 +241,71 @@ TEST(BatchPlannerTest, ZeroDelayDispatchesAtOnce) {
   EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
 }
 
+SchedulerOptions Unbatched() {
+  SchedulerOptions options = Options(0);
+  options.batching_disabled = true;
+  return options;
+}
+
+TEST(BatchPlannerTest, UnbatchedEachRequestGoesAloneOldestFirstAtOnce) {
+  FakeClock clock;
+  ModelSpec spec = TestSpec();
+  spec.cuda_graphs_disabled = true;
+  BatchPlanner planner(spec, Unbatched());
+  // Two of one bin (which would share a batch), one of a shorter bin, one oversize, one of 3 rows.
+  for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 40}, {1, 5}, {1, 50}, {2, 100}, {3, 20}}) {
+    AddAt(planner, clock, MakeRequest(rows, length));
+    clock.Set(clock.NowMicros() + 1);
+  }
+  EXPECT_EQ(planner.NextWakeUp(clock.NowMicros(), true), clock.NowMicros());
+  // Without graphs nothing is padded: each goes at its own rows x length, in arrival order, and
+  // without an idle executor too (nobody is waited for).
+  const std::vector<BucketShape> expected = {{1, 40}, {1, 5}, {1, 50}, {2, 100}, {3, 20}};
+  for (const BucketShape& shape : expected) {
+    auto decision = planner.Next(clock.NowMicros(), /*executor_idle=*/false);
+    ASSERT_TRUE(decision) << shape.ToString();
+    ASSERT_EQ(decision->requests.size(), 1u);
+    EXPECT_EQ(decision->ride_alongs, 0);
+    EXPECT_EQ(decision->padded_shape, shape);
+    EXPECT_EQ(decision->requests[0]->item.rows, shape.batch);
+    EXPECT_EQ(decision->requests[0]->item.length, shape.length);
+  }
+  EXPECT_EQ(planner.queued_requests(), 0u);
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));
+  EXPECT_FALSE(planner.NextWakeUp(clock.NowMicros(), true));
+}
+
+TEST(BatchPlannerTest, UnbatchedWithGraphsPadsEachRequestToItsBucketOnly) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Unbatched());  // graphs on: a request alone still replays
+  for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 40}, {1, 33}, {3, 20}, {1, 100}}) {
+    AddAt(planner, clock, MakeRequest(rows, length));
+    clock.Set(clock.NowMicros() + 1);
+  }
+  const std::vector<BucketShape> expected = {{1, 64}, {1, 64}, {4, 32}, {1, 100}};
+  for (const BucketShape& shape : expected) {
+    auto decision = planner.Next(clock.NowMicros(), true);
+    ASSERT_TRUE(decision) << shape.ToString();
+    ASSERT_EQ(decision->requests.size(), 1u);
+    EXPECT_EQ(decision->padded_shape, shape);
+  }
+}
+
+TEST(BatchPlannerTest, UnbatchedDeadlinesStillExpire) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Unbatched());
+  auto late = MakeRequest(1, 10);
+  late->deadline_us = 5;
+  AddAt(planner, clock, late);
+  clock.Set(5);
+  const auto dead = planner.TakeDead(clock.NowMicros());
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0], late);
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));
+}
+
 TEST(BatchPlannerTest, OldestRequestGoesFirstAcrossBins) {
   FakeClock clock;
   BatchPlanner planner(TestSpec(), Options(1000));
@@ -607,6 +672,15 @@ TEST(SchedulerOptionsTest, ValidateNamesTheField) {
   Status status = Options(100, 0).Validate();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("dynamic_batching.max_queue_size"), std::string::npos)
+      << status.message();
+
+  EXPECT_TRUE(Unbatched().Validate().ok());
+  SchedulerOptions waits_for_nobody = Unbatched();
+  waits_for_nobody.max_queue_delay_us = 100;
+  status = waits_for_nobody.Validate();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("dynamic_batching.max_queue_delay_microseconds"),
+            std::string::npos)
       << status.message();
 }
 

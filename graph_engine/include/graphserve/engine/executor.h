@@ -36,8 +36,9 @@ struct InferenceItem {
 
 struct Batch {
   std::vector<const InferenceItem*> items;
-  // What the batch is padded to: a bucket of the grid, or, for an oversize batch, the batch's own
-  // total rows × longest length. Must hold every item: sum(rows) <= batch, max(length) <= length.
+  // What the batch is padded to: a bucket of the grid, or the batch's own total rows × longest
+  // length (an oversize batch, or a lone request of a model that neither batches nor replays
+  // graphs). Must hold every item: sum(rows) <= batch, max(length) <= length.
   BucketShape padded_shape;
 };
 

@@ -71,6 +71,9 @@ struct SchedulerOptions {
   // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
   int64_t max_queue_size = 1024;
   BatchingPolicy policy = BatchingPolicy::kSizeBinned;
+  // dynamic_batching { disable: true }: every request is a batch of its own, oldest first, at once
+  // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
+  bool batching_disabled = false;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;
@@ -116,6 +119,9 @@ struct DispatchDecision {
 //   - Wait bound: while every due request fits in one batch and those of one bin only are waiting
 //     (below capacity), no request waits longer than max_queue_delay_us plus the batch an executor
 //     was running when it fell due, whatever the mix of lengths.
+//   - Batching disabled (SchedulerOptions::batching_disabled): the oldest request goes alone as soon
+//     as an executor asks, at its own rows × length when the model's CUDA graphs are disabled (no
+//     graph to fit, so no padding), else padded to its smallest bucket so that it still replays.
 class BatchPlanner {
  public:
   // `costs` may be partial or empty: a bucket without a time is scaled from a timed one; with no
@@ -176,6 +182,8 @@ class BatchPlanner {
   // Policy kFifo: the oldest requests across all bins, once they fill the largest batch or the
   // oldest is due.
   std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
+  // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
+  size_t OldestBin(const std::vector<size_t>& skip) const;
   size_t BinIndex(int64_t length) const;
   bool IsOversizeBin(size_t bin) const { return bin + 1 == bins_.size(); }
   // The bin's best candidate, holding at least its first `must_own` requests (and always the
@@ -187,6 +195,8 @@ class BatchPlanner {
   bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
                Candidate* candidate) const;
   DispatchDecision Take(const Candidate& candidate);
+  // Batching disabled: the oldest queued request alone; nullopt when none is queued.
+  std::optional<DispatchDecision> TakeOldestAlone();
   // Expected µs until the next arrival that could join bin `bin`'s batch: its own, or a shorter
   // bin's while the batch has spare rows.
   double ExpectedArrivalGapUs(size_t bin, int64_t now_us) const;

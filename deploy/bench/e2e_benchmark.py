@@ -1,0 +1,616 @@
+#!/usr/bin/env python3
+"""End-to-end comparison of graphserve's serving modes on one model and one traffic.
+
+For each model and mode it writes a model repository, starts graphserve on free ports, drives it with
+graphserve-loadgen (closed loop, the default skewed length mix) at each concurrency, reads /metrics
+before and after each run, and stops the server with SIGTERM. Then it measures the ceiling: the same
+buckets run back to back in one process (graphserve-bucket-bench --traffic-requests). Writes
+OUT/e2e.md (tables and headline ratios), OUT/e2e.json (everything measured) and OUT/e2e.png (needs
+matplotlib; skipped with a warning without it).
+
+Modes (all plain model configs, see proto/model_config.proto):
+  a  graph buckets + size-binned batcher (the default config)
+  b  eager, same grid and batcher         cuda_graphs { disable: true }
+  c  one max-size graph, all padded to it  buckets { batch_sizes: [MAX] sequence_lengths: [MAXLEN] }
+  d  eager, no batching                    cuda_graphs { disable: true } dynamic_batching { disable: true }
+
+  python3 deploy/bench/e2e_benchmark.py --build-dir build-cuda --out OUT [--device cuda]
+      [--models encoder,bert_base_bf16] [--modes a,b,c,d] [--concurrency 1,8,64,512]
+
+Only the standard library is needed (matplotlib for the plot). Python 3.9+.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MODE_NAMES = {
+    "a": "graphs + batcher",
+    "b": "eager + batcher",
+    "c": "one max-size graph",
+    "d": "eager, no batching",
+}
+
+# Default seed of the ceiling's lengths (any fixed value: the mix, not the draw, is what matters).
+CEILING_SEED = 1
+
+
+def log(message):
+    print(message, flush=True)
+
+
+def fail(message):
+    print("e2e_benchmark: " + message, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def csv(text):
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path, lines=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ---- model configs ------------------------------------------------------------------------------
+
+def config_limits(text):
+    batch = re.search(r"^\s*max_batch_size\s*:\s*(\d+)", text, re.M)
+    length = re.search(r"^\s*max_sequence_length\s*:\s*(\d+)", text, re.M)
+    if not batch or not length:
+        fail("config has no max_batch_size / max_sequence_length:\n" + text)
+    return int(batch.group(1)), int(length.group(1))
+
+
+def mode_config(base, mode):
+    """The base config plus the mode's blocks. The base must not set them itself: text format
+    refuses a block given twice, and the comparison needs the defaults elsewhere."""
+    for block in ("buckets", "dynamic_batching", "cuda_graphs"):
+        if re.search(r"^\s*" + block + r"\b", base, re.M):
+            fail(f"the model's config already sets '{block}'; the modes need it unset")
+    max_batch, max_length = config_limits(base)
+    extra = {
+        "a": "",
+        "b": "cuda_graphs { disable: true }\n",
+        "c": f"buckets {{ batch_sizes: [ {max_batch} ] sequence_lengths: [ {max_length} ] }}\n",
+        "d": "cuda_graphs { disable: true }\ndynamic_batching { disable: true }\n",
+    }[mode]
+    return base + extra
+
+
+def builtin_encoder_config():
+    """The built-in model's config, read from the server's source (kBuiltinEncoderConfig) so that the
+    repositories here serve exactly the model graphserve serves without one."""
+    path = os.path.join(REPO, "server", "src", "config.cpp")
+    with open(path) as f:
+        found = re.search(r'kBuiltinEncoderConfig = R"pb\((.*?)\)pb"', f.read(), re.S)
+    if not found:
+        fail(f"no kBuiltinEncoderConfig in {path}")
+    return textwrap.dedent(found.group(1)).strip() + "\n"
+
+
+def with_limits(args, text):
+    """The config with --max-batch-size / --max-sequence-length, where given, in place of its own."""
+    for field, value in (("max_batch_size", args.max_batch_size),
+                         ("max_sequence_length", args.max_sequence_length)):
+        if value is not None:
+            text = re.sub(r"^(\s*" + field + r"\s*:\s*)\d+", lambda m: m.group(1) + str(value), text,
+                          count=1, flags=re.M)
+    return text
+
+
+def base_model(args, model):
+    """(config text, model.pt path or None) of `model`, exporting BERT first when it is missing."""
+    if model == "encoder":
+        return with_limits(args, builtin_encoder_config()), None
+    folder = os.path.join(args.bert_repo, model)
+    config_path = os.path.join(folder, "config.pbtxt")
+    weights = os.path.join(folder, "model.pt")
+    if not (os.path.exists(config_path) and os.path.exists(weights)):
+        found = re.fullmatch(r"bert_base_(bf16|fp16|fp32)", model)
+        if not found:
+            fail(f"model '{model}' is neither 'encoder' nor in --bert-repo {args.bert_repo}")
+        log(f"exporting {model} into {args.bert_repo} (deploy/models/export_bert.py)")
+        command = [sys.executable, os.path.join(REPO, "deploy", "models", "export_bert.py"),
+                   args.bert_repo, "--dtype", found.group(1), "--device",
+                   "cuda" if args.device.startswith("cuda") else "cpu"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            fail("export failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+    with open(config_path) as f:
+        return with_limits(args, f.read()), weights
+
+
+def write_repository(args, model, mode, base, weights):
+    root = os.path.join(args.out, "repositories", f"{model}_{mode}")
+    folder = os.path.join(root, model)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.pbtxt"), "w") as f:
+        f.write(mode_config(base, mode))
+    if weights:
+        link = os.path.join(folder, "model.pt")
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(os.path.abspath(weights), link)
+    return root
+
+
+# ---- the server and its metrics -----------------------------------------------------------------
+
+class Server:
+    def __init__(self, args, repository, model, log_path):
+        self.model = model
+        self.grpc = f"127.0.0.1:{free_port()}"
+        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
+        self.log_path = log_path
+        command = [args.graphserve, "--model-repository", repository, "--device", args.device,
+                   "--grpc-address", self.grpc,
+                   "--metrics-address", self.metrics_url[len("http://"):-len("/metrics")],
+                   "--log-level", "info"]
+        self.log_file = open(log_path, "w")
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout_s):
+        # A model's series appear in /metrics once it has warmed up (README, Metrics).
+        marker = f'graphserve_batches_total{{model="{self.model}"'
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                self.fail(f"graphserve exited with status {self.process.returncode} while starting")
+            try:
+                with urllib.request.urlopen(self.metrics_url, timeout=2) as answer:
+                    if marker in answer.read().decode():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.fail(f"graphserve not ready after {timeout_s} s")
+
+    def scrape(self):
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as answer:
+            text = answer.read().decode()
+        return time.time(), parse_metrics(text, self.model)
+
+    def stop(self):
+        if self.log_file.closed:
+            return  # already stopped, or killed by fail()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+        if self.process.returncode != 0:
+            log(f"warning: graphserve exited with status {self.process.returncode}; log tail:\n"
+                + tail(self.log_path, 20))
+
+    def fail(self, message):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log_file.close()
+        fail(f"{message}; log {self.log_path}, its tail:\n{tail(self.log_path)}")
+
+
+LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text, model):
+    """{(name, frozenset(labels without model)): value} for the series of `model`."""
+    series = {}
+    for line in text.splitlines():
+        found = LINE.match(line)
+        if not found or line.startswith("#"):
+            continue
+        labels = dict(LABEL.findall(found.group(2) or ""))
+        if labels.pop("model", None) != model:
+            continue
+        try:
+            value = float(found.group(3))
+        except ValueError:
+            continue
+        series[(found.group(1), frozenset(labels.items()))] = value
+    return series
+
+
+def total(series, name, **match):
+    """Sum of `name`'s series whose labels include `match`."""
+    wanted = set(match.items())
+    return sum(v for (n, labels), v in series.items() if n == name and wanted <= labels)
+
+
+def by_label(series, name, label):
+    out = {}
+    for (n, labels), v in series.items():
+        if n == name:
+            key = dict(labels).get(label)
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def metric_delta(before, after, replay_us):
+    """What the server did between two scrapes: padding, replays against eager runs, mean queue and
+    compute time per request, and the time the device spent replaying (bucket replay times from
+    the ceiling run times the replays of each bucket)."""
+    (t0, m0), (t1, m1) = before, after
+
+    def d(name, **match):
+        return total(m1, name, **match) - total(m0, name, **match)
+
+    real = d("graphserve_real_elements_total")
+    padded = d("graphserve_padded_elements_total")
+    batches = d("graphserve_batches_total")
+    replays = d("graphserve_graph_replays_total")
+    eager = d("graphserve_eager_executions_total")
+    ok = d("graphserve_requests_total", code="success")
+    r0 = by_label(m0, "graphserve_graph_replays_total", "bucket")
+    r1 = by_label(m1, "graphserve_graph_replays_total", "bucket")
+    replay_s = None
+    if replay_us is not None:
+        replay_s = sum((r1[b] - r0.get(b, 0.0)) * replay_us.get(b, 0.0) for b in r1) / 1e6
+    e0 = by_label(m0, "graphserve_eager_executions_total", "reason")
+    e1 = by_label(m1, "graphserve_eager_executions_total", "reason")
+
+    def mean_ms(histogram):
+        count = d(histogram + "_count")
+        return 1000.0 * d(histogram + "_sum") / count if count > 0 else None
+
+    return {
+        "window_s": t1 - t0,
+        "requests_ok": ok,
+        "batches": batches,
+        "rows_per_batch": d("graphserve_batch_rows_total") / batches if batches > 0 else None,
+        "real_elements": real,
+        "padded_elements": padded,
+        "padding_ratio": padded / real if real > 0 else None,
+        "graph_replays": replays,
+        "eager_runs": eager,
+        "eager_by_reason": {k: v - e0.get(k, 0.0) for k, v in e1.items() if v - e0.get(k, 0.0) > 0},
+        "replay_share": replays / batches if batches > 0 else None,
+        "server_latency_ms": mean_ms("graphserve_request_duration_seconds"),
+        "queue_ms": mean_ms("graphserve_queue_duration_seconds"),
+        "compute_ms": mean_ms("graphserve_compute_duration_seconds"),
+        "replay_busy_s": replay_s,
+        "replay_busy_share": replay_s / (t1 - t0) if replay_s is not None and t1 > t0 else None,
+    }
+
+
+# ---- load ---------------------------------------------------------------------------------------
+
+def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None):
+    command = [args.loadgen, "--address", server.grpc, "--model", server.model,
+               "--concurrency", str(concurrency), "--lengths", lengths or args.lengths, "--rows", "1",
+               "--duration-s", str(duration_s or args.duration_s), "--warmup-s", str(args.warmup_s),
+               "--threads", str(args.loadgen_threads), "--connections", str(args.connections),
+               "--wait-s", "30", "--no-progress", "--json", json_path]
+    # A closed loop ends after its duration plus the answers still in flight; far beyond that
+    # something hangs, and the run must not eat the whole session.
+    limit_s = (duration_s or args.duration_s) + args.warmup_s + 120
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        server.fail(f"graphserve-loadgen still running after {limit_s:.0f} s")
+    if done.returncode == 2 or not os.path.exists(json_path):
+        server.fail(f"graphserve-loadgen could not run (status {done.returncode}):\n"
+                    + done.stdout[-2000:] + done.stderr[-2000:])
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def run_ceiling(args, model, repository):
+    path = os.path.join(args.out, "raw", f"ceiling_{model}.json")
+    command = [args.bucket_bench, "--model-repository", repository, "--model", model,
+               "--device", args.device, "--traffic-requests", str(args.ceiling_requests),
+               "--seed", str(CEILING_SEED), "--traffic-lengths", args.lengths,
+               "--time-buckets", "1x64", "--json", path]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.start_timeout_s)
+    except subprocess.TimeoutExpired:
+        fail(f"graphserve-bucket-bench still running after {args.start_timeout_s:.0f} s")
+    if done.returncode != 0:
+        fail(f"graphserve-bucket-bench failed (status {done.returncode}):\n"
+             + done.stdout[-3000:] + done.stderr[-3000:])
+    with open(path) as f:
+        return json.load(f)
+
+
+def bench_model(args, model):
+    base, weights = base_model(args, model)
+    result = {"modes": {}, "ceiling": None, "overhead": None}
+    repositories = {mode: write_repository(args, model, mode, base, weights) for mode in args.modes}
+
+    # The ceiling first, on the default grid of mode a: its bucket replay times also price the
+    # servers' replays (replay_busy_share). It runs alone, so the GPU is not shared.
+    ceiling = run_ceiling(args, model, repositories.get("a") or write_repository(args, model, "a", base, weights))
+    result["ceiling"] = ceiling
+    # None on a CPU (no graphs): no replay time to price, rather than a device idle 100 % of the time.
+    replay_us = {b["bucket"]: b["time_us"] for b in ceiling.get("buckets", []) if b.get("graph")} or None
+    log(f"{model} ceiling: {ceiling['tokens_per_s']:,.0f} tok/s, {ceiling['requests_per_s']:,.0f} req/s "
+        f"(Execute back to back, {ceiling['batches']} batches, padding {ceiling['padding_ratio']:.3f})"
+        + (f"; bare replays {ceiling['replay_tokens_per_s']:,.0f} tok/s" if ceiling.get("replay_tokens_per_s") else ""))
+
+    for mode in args.modes:
+        log_path = os.path.join(args.out, "logs", f"server_{model}_{mode}.log")
+        started = time.time()
+        server = Server(args, repositories[mode], model, log_path)
+        server.wait_ready(args.start_timeout_s)
+        log(f"{model} mode {mode} ({MODE_NAMES[mode]}): ready in {time.time() - started:.1f} s")
+        runs = []
+        try:
+            for concurrency in args.concurrency:
+                before = server.scrape()
+                report = run_loadgen(args, server, concurrency,
+                                     os.path.join(args.out, "raw", f"loadgen_{model}_{mode}_c{concurrency}.json"))
+                # Mode c's one bucket is also on mode a's grid, so the same replay times price it.
+                delta = metric_delta(before, server.scrape(), replay_us)
+                runs.append({"concurrency": concurrency, "loadgen": report, "metrics": delta})
+                lat = report["latency_ms"]
+                log(f"  {model} {mode} c={concurrency:<4} {report['requests_per_s']:>9,.0f} req/s "
+                    f"{report['tokens_per_s']:>11,.0f} tok/s  p50 {fmt(lat['p50'])} p99 {fmt(lat['p99'])} ms  "
+                    f"pad {fmt(delta['padding_ratio'], 2)}  replays {pct(delta['replay_share'])}  "
+                    f"errors {report['error_count']}")
+            if mode == "a":
+                result["overhead"] = measure_overhead(args, server, model, ceiling)
+        finally:
+            server.stop()
+        result["modes"][mode] = runs
+    return result
+
+
+def measure_overhead(args, server, model, ceiling):
+    """At concurrency 1, one-row requests of 64 tokens (the 1x64 bucket): what the server adds to
+    the bucket's bare replay. The addition splits exactly into scheduling (mean queue time), the
+    rest of the batch's execution (mean compute − replay: padding, copies in and out, the stream
+    synchronisation) and the front end (p50 − mean queue − mean compute: gRPC, decoding, encoding,
+    callbacks). At concurrency 1 the spread is small, so mixing the p50 with means is fair."""
+    before = server.scrape()
+    report = run_loadgen(args, server, 1, os.path.join(args.out, "raw", f"loadgen_{model}_overhead.json"),
+                         lengths="fixed:64")
+    delta = metric_delta(before, server.scrape(), None)
+    timed = ceiling.get("timed_buckets", {}).get("1x64", {})
+    p50 = report["latency_ms"]["p50"]
+    replay_ms = timed["replay_us"] / 1000 if timed.get("replay_us") is not None else None
+    queue_ms, compute_ms = delta["queue_ms"], delta["compute_ms"]
+    measured = None not in (p50, queue_ms, compute_ms)
+    known = measured and replay_ms is not None  # a CPU has no replay to subtract
+    out = {
+        "loadgen": report,
+        "metrics": delta,
+        "p50_ms": p50,
+        "replay_ms": replay_ms,
+        "bench_execute_ms": timed["execute_us"] / 1000 if timed.get("execute_us") is not None else None,
+        "overhead_ms": p50 - replay_ms if known else None,
+        "queue_ms": queue_ms,
+        "execution_beyond_replay_ms": compute_ms - replay_ms if known else None,
+        "front_end_ms": p50 - queue_ms - compute_ms if measured else None,
+    }
+    log(f"  {model} overhead at c=1, 1x64: p50 {fmt(p50, 3)} ms, replay {fmt(replay_ms, 3)} ms, added "
+        f"{fmt(out['overhead_ms'], 3)} ms = queue {fmt(queue_ms, 3)} + execution beyond replay "
+        f"{fmt(out['execution_beyond_replay_ms'], 3)} + front end {fmt(out['front_end_ms'], 3)}")
+    return out
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+def fmt(value, digits=2):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def pct(value):
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def num(value):
+    return "–" if value is None else f"{value:,.0f}".replace(",", " ")
+
+
+def saturation(runs):
+    return max(runs, key=lambda r: r["concurrency"]) if runs else None
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def stage_sentence(run):
+    """Where a mode-a request's time goes at that load, from the client's mean latency and the
+    server's means."""
+    m, lat = run["metrics"], run["loadgen"]["latency_ms"]
+    if None in (lat.get("mean"), m["queue_ms"], m["compute_ms"]):
+        return "not enough data to split the latency"
+    front = lat["mean"] - m["queue_ms"] - m["compute_ms"]
+    parts = (f"mean latency {lat['mean']:.2f} ms = queue {m['queue_ms']:.2f} (scheduling: waiting for "
+             f"a batch and an executor) + compute {m['compute_ms']:.2f} (padding, copies, replay) + "
+             f"front end {front:.2f} (gRPC, decoding, encoding)")
+    if m.get("replay_busy_share") is not None:
+        parts += (f"; the device replayed graphs {100 * m['replay_busy_share']:.0f}% of the wall time "
+                  f"(near 100%: replay-bound; well below: the server's CPU stages limit)")
+    return parts
+
+
+def markdown(args, results):
+    lines = ["# graphserve end to end: serving modes on one traffic", ""]
+    mix = ("log-normal (median 48, σ 0.8, clipped to [8, 512])" if args.lengths == "skewed"
+           else f"`{args.lengths}`")
+    lines += [f"Device `{args.device}`; closed-loop `graphserve-loadgen`, one row per request, lengths "
+              f"{mix}; {args.duration_s} s measured after "
+              f"{args.warmup_s} s warm-up per run; loadgen threads {args.loadgen_threads}, connections "
+              f"{args.connections}.", ""]
+    if args.max_batch_size is not None or args.max_sequence_length is not None:
+        lines += [f"The models' limits are overridden: max_batch_size {args.max_batch_size or 'as configured'}, "
+                  f"max_sequence_length {args.max_sequence_length or 'as configured'}.", ""]
+    lines += ["Modes: " + "; ".join(f"**{m}** {MODE_NAMES[m]}" for m in args.modes) + ".", ""]
+    for model, result in results.items():
+        lines += [f"## {model}", ""]
+        lines += ["| mode | concurrency | req/s | real tok/s | p50 (ms) | p99 (ms) | padding | graph replays "
+                  "| rows/batch | queue (ms) | compute (ms) | errors |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for mode, runs in result["modes"].items():
+            for run in runs:
+                r, m = run["loadgen"], run["metrics"]
+                lines.append(
+                    f"| {mode} {MODE_NAMES[mode]} | {run['concurrency']} | {num(r['requests_per_s'])} | "
+                    f"{num(r['tokens_per_s'])} | {fmt(r['latency_ms']['p50'])} | {fmt(r['latency_ms']['p99'])} | "
+                    f"{fmt(m['padding_ratio'])} | {pct(m['replay_share'])} | {fmt(m['rows_per_batch'], 1)} | "
+                    f"{fmt(m['queue_ms'])} | {fmt(m['compute_ms'])} | {r['error_count']} |")
+        lines.append("")
+        ceiling = result["ceiling"]
+        lines += [f"Ceiling (`graphserve-bucket-bench --traffic-requests {ceiling['requests']}`, mode a's grid, "
+                  f"full batches, Execute back to back in one process): {num(ceiling['tokens_per_s'])} real tok/s, "
+                  f"{num(ceiling['requests_per_s'])} req/s, padding {ceiling['padding_ratio']:.3f}"
+                  + (f"; bare replays alone {num(ceiling['replay_tokens_per_s'])} tok/s"
+                     if ceiling.get("replay_tokens_per_s") else "") + ".", ""]
+        modes = result["modes"]
+        a = saturation(modes.get("a", []))
+        if a:
+            a_tok = a["loadgen"]["tokens_per_s"]
+            lines += [f"Headline, at saturation (concurrency {a['concurrency']}):", ""]
+            for other in ("b", "c", "d"):
+                o = saturation(modes.get(other, []))
+                if o:
+                    lines.append(f"- (a) ÷ ({other}) {MODE_NAMES[other]}: "
+                                 f"{fmt(ratio(a_tok, o['loadgen']['tokens_per_s']))}× real tokens/s")
+            lines.append(f"- (a) ÷ ceiling: {pct(ratio(a_tok, ceiling['tokens_per_s']))} "
+                         f"({num(a_tok)} of {num(ceiling['tokens_per_s'])} tok/s)")
+            lines.append(f"- where (a)'s time goes: {stage_sentence(a)}")
+        over = result.get("overhead")
+        if over:
+            lines.append(f"- concurrency 1, 64-token requests: p50 {fmt(over['p50_ms'], 3)} ms against the 1x64 "
+                         f"bucket's bare replay {fmt(over['replay_ms'], 3)} ms: the server adds "
+                         f"{fmt(over['overhead_ms'], 3)} ms = scheduling {fmt(over['queue_ms'], 3)} (mean queue) + "
+                         f"execution beyond the replay {fmt(over['execution_beyond_replay_ms'], 3)} (mean compute "
+                         f"− replay: padding, copies, synchronisation; one Execute in-process takes "
+                         f"{fmt(over['bench_execute_ms'], 3)}) + front end {fmt(over['front_end_ms'], 3)} "
+                         f"(p50 − mean queue − mean compute: gRPC, decoding, encoding)")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(args, results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("warning: matplotlib is not installed; no plot written")
+        return False
+    fig, axes = plt.subplots(len(results), 2, figsize=(12, 4.2 * len(results)), squeeze=False)
+    for row, (model, result) in enumerate(results.items()):
+        throughput, latency = axes[row]
+        for mode, runs in result["modes"].items():
+            xs = [r["concurrency"] for r in runs]
+            label = f"({mode}) {MODE_NAMES[mode]}"
+            throughput.plot(xs, [r["loadgen"]["tokens_per_s"] for r in runs], marker="o", label=label)
+            latency.plot(xs, [r["loadgen"]["latency_ms"]["p99"] or math.nan for r in runs], marker="o",
+                         label=label)
+        throughput.axhline(result["ceiling"]["tokens_per_s"], color="grey", linestyle="--",
+                           label="ceiling (in-process Execute, no server)")
+        throughput.set(xscale="log", xlabel="concurrency", ylabel="real tokens/s", title=f"{model}: throughput")
+        latency.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="p99 latency (ms)",
+                    title=f"{model}: p99 latency")
+        for axis in (throughput, latency):
+            # The measured concurrencies as plain ticks, not powers of ten.
+            axis.set_xticks(args.concurrency)
+            axis.set_xticklabels([str(c) for c in args.concurrency])
+            axis.xaxis.set_minor_locator(plt.NullLocator())
+            axis.grid(True, which="both", alpha=0.3)
+            axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default=os.path.join(REPO, "build"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="encoder,bert_base_bf16")
+    parser.add_argument("--bert-repo", help="where export_bert.py wrote (or is to write) the BERT "
+                        "model folders (default OUT/bert_repository)")
+    parser.add_argument("--modes", default="a,b,c,d")
+    parser.add_argument("--concurrency", default="1,8,64,512",
+                        help="closed-loop callers per run; the largest is read as saturation")
+    parser.add_argument("--duration-s", type=float, default=4)
+    parser.add_argument("--warmup-s", type=float, default=1)
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    parser.add_argument("--lengths", default="skewed",
+                        help="length mix, as graphserve-loadgen's --lengths (default: its skewed mix)")
+    parser.add_argument("--max-batch-size", type=int,
+                        help="replaces the models' max_batch_size (a smaller grid for quick runs)")
+    parser.add_argument("--max-sequence-length", type=int,
+                        help="replaces the models' max_sequence_length (the lengths must fit it)")
+    cpus = os.cpu_count() or 2
+    parser.add_argument("--loadgen-threads", type=int, default=max(1, min(4, cpus // 4)),
+                        help="completion-queue threads of graphserve-loadgen (default: a quarter of the "
+                        "cores, at most 4, leaving the rest to the server)")
+    parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
+    parser.add_argument("--ceiling-requests", type=int,
+                        help="requests of the in-process ceiling (default 20000 on CUDA, 200 on a CPU)")
+    parser.add_argument("--start-timeout-s", type=float, default=240,
+                        help="longest wait for a server to be ready, or for the ceiling run")
+    args = parser.parse_args()
+
+    args.models = csv(args.models)
+    args.modes = csv(args.modes)
+    for mode in args.modes:
+        if mode not in MODE_NAMES:
+            fail(f"unknown mode '{mode}' (a, b, c, d)")
+    args.concurrency = sorted({int(c) for c in csv(args.concurrency)})
+    if args.ceiling_requests is None:
+        args.ceiling_requests = 200 if args.device == "cpu" else 20000
+    args.out = os.path.abspath(args.out)
+    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
+    build = os.path.abspath(args.build_dir)
+    args.graphserve = os.path.join(build, "server", "graphserve")
+    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
+    args.bucket_bench = os.path.join(build, "graph_engine", "graphserve-bucket-bench")
+    for binary in (args.graphserve, args.loadgen, args.bucket_bench):
+        if not os.access(binary, os.X_OK):
+            fail(f"{binary} is missing; build first (--build-dir)")
+    shutil.rmtree(os.path.join(args.out, "repositories"), ignore_errors=True)
+    for sub in ("raw", "logs", "repositories"):
+        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
+
+    started = time.time()
+    results = {}
+    for model in args.models:
+        results[model] = bench_model(args, model)
+        # Written after every model, so that a later model's failure keeps the earlier figures.
+        with open(os.path.join(args.out, "e2e.json"), "w") as f:
+            json.dump({"settings": vars(args), "results": results}, f, indent=1)
+        report = markdown(args, results)
+        with open(os.path.join(args.out, "e2e.md"), "w") as f:
+            f.write(report)
+    plotted = plot(args, results, os.path.join(args.out, "e2e.png"))
+    # The headlines again at the end of stdout, where a caller that keeps only the tail sees them.
+    log("\n".join(line for line in report.splitlines() if line.startswith(("## ", "- "))))
+    log(f"wrote {args.out}/e2e.md, e2e.json" + (", e2e.png" if plotted else "")
+        + f" in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+#include "traffic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+
+namespace graphserve::tools {
+namespace {
+
+// Index of the smallest entry of the ascending `grid` that is >= value; grid.size() when none is.
+size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value) {
+  return static_cast<size_t>(std::lower_bound(grid.begin(), grid.end(), value) - grid.begin());
+}
+
+// One row of `length` token ids in [1, 1000) (every vocabulary here is larger), or of ones for a
+// mask.
+HostTensor TokenRow(int64_t length, bool mask, std::mt19937_64& random) {
+  std::vector<int64_t> values(static_cast<size_t>(length), 1);
+  if (!mask) {
+    std::uniform_int_distribution<int64_t> token(1, 999);
+    for (int64_t& value : values) value = token(random);
+  }
+  HostTensor tensor;
+  tensor.dtype = DataType::kInt64;
+  tensor.shape = {1, length};
+  tensor.bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+  return tensor;
+}
+
+}  // namespace
+
+Status PlanTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,
+                   std::vector<TrafficBatch>* batches) {
+  batches->clear();
+  const std::vector<int64_t>& sizes = spec.bucket_batch_sizes;
+  const std::vector<int64_t>& grid_lengths = spec.bucket_lengths;
+  if (sizes.empty() || grid_lengths.empty()) {
+    return InvalidArgument("model '" + spec.name + "' has an empty bucket grid");
+  }
+  std::vector<std::vector<int64_t>> bins(grid_lengths.size());
+  for (int64_t length : lengths) {
+    const size_t bin = SmallestAtLeast(grid_lengths, length);
+    if (length < 1 || bin == grid_lengths.size()) {
+      return InvalidArgument("request length " + std::to_string(length) +
+                             " is outside the grid's lengths [1, " +
+                             std::to_string(grid_lengths.back()) + "]");
+    }
+    bins[bin].push_back(length);
+  }
+  const int64_t largest = sizes.back();
+  for (size_t bin = 0; bin < bins.size(); ++bin) {
+    const std::vector<int64_t>& members = bins[bin];
+    for (size_t first = 0; first < members.size(); first += static_cast<size_t>(largest)) {
+      const size_t count = std::min(members.size() - first, static_cast<size_t>(largest));
+      TrafficBatch batch;
+      batch.shape = BucketShape{sizes[SmallestAtLeast(sizes, static_cast<int64_t>(count))],
+                                grid_lengths[bin]};
+      batch.lengths.assign(members.begin() + static_cast<std::ptrdiff_t>(first),
+                           members.begin() + static_cast<std::ptrdiff_t>(first + count));
+      batches->push_back(std::move(batch));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RunTraffic(Executor& executor, const ModelSpec& spec, const std::vector<TrafficBatch>& batches,
+                  int passes, uint64_t seed, TrafficResult* result) {
+  for (const TensorSpec& input : spec.inputs) {
+    if (input.dtype != DataType::kInt64 || input.dims != std::vector<int64_t>{-1}) {
+      return InvalidArgument("traffic mode sends INT64 [-1] token inputs; input '" + input.name +
+                             "' is not one");
+    }
+  }
+  // Every request's tensors exist before the first pass, so that the passes time Execute only.
+  std::mt19937_64 random(seed);
+  std::vector<std::vector<InferenceItem>> items(batches.size());
+  std::vector<Batch> runs(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    items[b].resize(batches[b].lengths.size());
+    for (size_t k = 0; k < batches[b].lengths.size(); ++k) {
+      InferenceItem& item = items[b][k];
+      item.rows = 1;
+      item.length = batches[b].lengths[k];
+      for (const TensorSpec& input : spec.inputs) {
+        item.inputs.push_back(
+            TokenRow(item.length, input.name.find("mask") != std::string::npos, random));
+      }
+      item.outputs_wanted.assign(spec.outputs.size(), true);
+      runs[b].items.push_back(&item);
+    }
+    runs[b].padded_shape = batches[b].shape;
+  }
+
+  result->pass_s.clear();
+  BatchOutputs outputs;
+  for (int pass = 0; pass <= passes; ++pass) {  // pass 0 is untimed: first-use costs
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t b = 0; b < runs.size(); ++b) {
+      Status status = executor.Execute(runs[b], &outputs);
+      if (!status.ok()) return status;
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (pass > 0) result->pass_s.push_back(seconds);
+  }
+  std::vector<double> sorted = result->pass_s;
+  std::sort(sorted.begin(), sorted.end());
+  result->median_pass_s = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  return Status::Ok();
+}
+
+}  // namespace graphserve::tools
