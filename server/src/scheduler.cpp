@@ -604,6 +604,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       clock_(clock),
       executors_(std::move(executors)),
       costs_(CostsOf(executors_)),
+      answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
 
 ModelScheduler::~ModelScheduler() { Stop(); }
@@ -627,6 +628,7 @@ void ModelScheduler::Stop() {
   // that every accepted request is still answered exactly once.
   if (workers_.empty() && !executors_.empty()) WorkerLoop(executors_.front().get());
   workers_.clear();
+  answering_.Drain();
 }
 
 Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
@@ -722,14 +724,26 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
                   status.ToString());
   }
 
-  for (size_t i = 0; i < decision.requests.size(); ++i) {
-    const auto& request = decision.requests[i];
-    RequestTiming timing;
-    timing.queue_us = run->start_us - request->enqueue_us;
-    timing.compute_us = end_us - run->start_us;
-    timing.padded_shape = decision.padded_shape;
-    std::vector<HostTensor> own = status.ok() ? std::move(outputs[i]) : std::vector<HostTensor>{};
-    request->done(status, std::move(own), timing);
+  // Answered on the answering threads, one task per request, so that encoding large responses
+  // runs in parallel and the worker is free to launch the next batch.
+  struct Answers {
+    std::unique_ptr<InFlightBatch> run;
+    Status status;
+    BatchOutputs outputs;
+    int64_t end_us;
+  };
+  auto answers = std::make_shared<Answers>(Answers{std::move(run), status, std::move(outputs), end_us});
+  for (size_t i = 0; i < answers->run->decision.requests.size(); ++i) {
+    answering_.Post([answers, i] {
+      const auto& request = answers->run->decision.requests[i];
+      RequestTiming timing;
+      timing.queue_us = answers->run->start_us - request->enqueue_us;
+      timing.compute_us = answers->end_us - answers->run->start_us;
+      timing.padded_shape = answers->run->decision.padded_shape;
+      std::vector<HostTensor> own =
+          answers->status.ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
+      request->done(answers->status, std::move(own), timing);
+    });
   }
 }
 

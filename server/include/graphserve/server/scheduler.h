@@ -7,8 +7,9 @@
 // Thread safety: Enqueue, Poke, Counters and QueueDepth may be called from any thread; Start and
 // Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued request
 // is owned by the scheduler until its `done` callback has run, which happens exactly once per
-// accepted request, on a worker thread (or on the caller's thread when Stop drains the queue
-// without workers).
+// accepted request: on one of the scheduler's answering threads (CallbackPool) for a request that
+// ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
+// that expired or was cancelled in the queue.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
+#include "graphserve/server/callback_pool.h"
 #include "graphserve/server/clock.h"
 
 namespace graphserve {
@@ -233,7 +235,8 @@ class ModelScheduler {
   ModelScheduler& operator=(const ModelScheduler&) = delete;
 
   void Start();
-  // Stops accepting work, runs what is queued, then joins the workers.
+  // Stops accepting work, runs what is queued, joins the workers and returns once every accepted
+  // request has been answered.
   void Stop();
 
   // Queues `request` and returns at once; never blocks on inference. On OK the scheduler owns the
@@ -267,6 +270,8 @@ class ModelScheduler {
   std::vector<std::unique_ptr<Executor>> executors_;
   const BucketCosts costs_;
   std::vector<std::thread> workers_;
+  // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
+  CallbackPool answering_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_available_;
