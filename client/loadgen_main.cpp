@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", options.seed, "Seed of the lengths, arrivals and token ids")
       ->capture_default_str();
+  app.add_option("--outputs", options.outputs, "Outputs to ask for, comma-separated (default: all)")
+      ->delimiter(',');
   app.add_option("--contents", contents, "How inputs travel: raw bytes or typed contents")
       ->check(CLI::IsMember({"raw", "typed"}))
       ->capture_default_str();

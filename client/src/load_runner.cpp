@@ -160,6 +160,7 @@ class LoadRun {
       spec.length = length;
       spec.seed = options_.seed + static_cast<uint64_t>(length);
       spec.encoding = options_.encoding;
+      spec.outputs = options_.outputs;
       auto request = std::make_unique<inference::ModelInferRequest>();
       const grpc::Status status = MakeRequestFromMetadata(metadata_, spec, request.get());
       if (!status.ok()) {
@@ -257,7 +258,7 @@ class LoadRun {
       error_message = call->status.error_message();
     } else {
       // Checked outside the lock: it reads every output's shape and size.
-      const grpc::Status checked = CheckAnswer(metadata_, options_.rows, call->length, call->response);
+      const grpc::Status checked = CheckAnswer(metadata_, options_.rows, call->length, call->response, options_.outputs);
       if (!checked.ok()) {
         error_key = kBadAnswer;
         error_message = checked.error_message();
@@ -409,6 +410,12 @@ grpc::Status LoadRunner::Create(const std::string& address, const LoadOptions& o
   if (!status.ok()) return status;
   // The shortest and the longest request must be buildable: the model's inputs are of a kind
   // MakeRequestFromMetadata can generate, and the longest stays under protobuf's 2 GiB.
+  for (const std::string& name : options.outputs) {
+    const auto& declared = metadata.outputs();
+    if (std::none_of(declared.begin(), declared.end(), [&](const auto& o) { return o.name() == name; })) {
+      return Invalid("--outputs: model '" + options.model + "' has no output '" + name + "'");
+    }
+  }
   for (int64_t length : {options.lengths.min(), options.lengths.max()}) {
     RequestSpec spec;
     spec.model = options.model;

@@ -15,7 +15,7 @@ Modes (all plain model configs, see proto/model_config.proto):
   d  eager, no batching                    cuda_graphs { disable: true } dynamic_batching { disable: true }
 
   python3 deploy/bench/e2e_benchmark.py --build-dir build-cuda --out OUT [--device cuda]
-      [--models encoder,bert_base_bf16] [--modes a,b,c,d] [--concurrency 1,8,64,512]
+      [--models encoder,bert_base_bf16] [--modes a,b,c,d,e] [--concurrency 1,8,64,512]
 
 Only the standard library is needed (matplotlib for the plot). Python 3.9+.
 """
@@ -40,6 +40,7 @@ MODE_NAMES = {
     "b": "eager + batcher",
     "c": "one max-size graph",
     "d": "eager, no batching",
+    "e": "graphs + FIFO batcher",
 }
 
 # Default seed of the ceiling's lengths (any fixed value: the mix, not the draw, is what matters).
@@ -95,6 +96,9 @@ def mode_config(base, mode):
         "b": "cuda_graphs { disable: true }\n",
         "c": f"buckets {{ batch_sizes: [ {max_batch} ] sequence_lengths: [ {max_length} ] }}\n",
         "d": "cuda_graphs { disable: true }\ndynamic_batching { disable: true }\n",
+        # The same grid and delay as (a), batched in arrival order and padded to the longest: what
+        # the size-binned planner is measured against.
+        "e": "dynamic_batching { max_queue_delay_microseconds: 500 policy: FIFO }\n",
     }[mode]
     return base + extra
 
@@ -307,6 +311,8 @@ def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=N
                "--duration-s", str(duration_s or args.duration_s), "--warmup-s", str(args.warmup_s),
                "--threads", str(args.loadgen_threads), "--connections", str(args.connections),
                "--wait-s", "30", "--no-progress", "--json", json_path]
+    if args.outputs:
+        command += ["--outputs", args.outputs]
     # A closed loop ends after its duration plus the answers still in flight; far beyond that
     # something hangs, and the run must not eat the whole session.
     limit_s = (duration_s or args.duration_s) + args.warmup_s + 120
@@ -327,6 +333,8 @@ def run_ceiling(args, model, repository):
                "--device", args.device, "--traffic-requests", str(args.ceiling_requests),
                "--seed", str(CEILING_SEED), "--traffic-lengths", args.lengths,
                "--time-buckets", "1x64", "--json", path]
+    if args.outputs:
+        command += ["--traffic-outputs", args.outputs]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.start_timeout_s)
     except subprocess.TimeoutExpired:
@@ -350,7 +358,7 @@ def bench_model(args, model):
     # None on a CPU (no graphs): no replay time to price, rather than a device idle 100 % of the time.
     replay_us = {b["bucket"]: b["time_us"] for b in ceiling.get("buckets", []) if b.get("graph")} or None
     log(f"{model} ceiling: {ceiling['tokens_per_s']:,.0f} tok/s, {ceiling['requests_per_s']:,.0f} req/s "
-        f"(Execute back to back, {ceiling['batches']} batches, padding {ceiling['padding_ratio']:.3f})"
+        f"(Launch/Complete back to back, {ceiling['batches']} batches, padding {ceiling['padding_ratio']:.3f})"
         + (f"; bare replays {ceiling['replay_tokens_per_s']:,.0f} tok/s" if ceiling.get("replay_tokens_per_s") else ""))
 
     for mode in args.modes:
@@ -459,7 +467,8 @@ def markdown(args, results):
     lines += [f"Device `{args.device}`; closed-loop `graphserve-loadgen`, one row per request, lengths "
               f"{mix}; {args.duration_s} s measured after "
               f"{args.warmup_s} s warm-up per run; loadgen threads {args.loadgen_threads}, connections "
-              f"{args.connections}.", ""]
+              f"{args.connections}; outputs asked for: "
+              f"{', '.join(csv(args.outputs)) if args.outputs else 'all'}.", ""]
     if args.max_batch_size is not None or args.max_sequence_length is not None:
         lines += [f"The models' limits are overridden: max_batch_size {args.max_batch_size or 'as configured'}, "
                   f"max_sequence_length {args.max_sequence_length or 'as configured'}.", ""]
@@ -480,7 +489,7 @@ def markdown(args, results):
         lines.append("")
         ceiling = result["ceiling"]
         lines += [f"Ceiling (`graphserve-bucket-bench --traffic-requests {ceiling['requests']}`, mode a's grid, "
-                  f"full batches, Execute back to back in one process): {num(ceiling['tokens_per_s'])} real tok/s, "
+                  f"full batches, Launch/Complete back to back in one process): {num(ceiling['tokens_per_s'])} real tok/s, "
                   f"{num(ceiling['requests_per_s'])} req/s, padding {ceiling['padding_ratio']:.3f}"
                   + (f"; bare replays alone {num(ceiling['replay_tokens_per_s'])} tok/s"
                      if ceiling.get("replay_tokens_per_s") else "") + ".", ""]
@@ -489,7 +498,7 @@ def markdown(args, results):
         if a:
             a_tok = a["loadgen"]["tokens_per_s"]
             lines += [f"Headline, at saturation (concurrency {a['concurrency']}):", ""]
-            for other in ("b", "c", "d"):
+            for other in ("b", "c", "d", "e"):
                 o = saturation(modes.get(other, []))
                 if o:
                     lines.append(f"- (a) ÷ ({other}) {MODE_NAMES[other]}: "
@@ -551,12 +560,15 @@ def main():
     parser.add_argument("--models", default="encoder,bert_base_bf16")
     parser.add_argument("--bert-repo", help="where export_bert.py wrote (or is to write) the BERT "
                         "model folders (default OUT/bert_repository)")
-    parser.add_argument("--modes", default="a,b,c,d")
+    parser.add_argument("--modes", default="a,b,c,d,e")
     parser.add_argument("--concurrency", default="1,8,64,512",
                         help="closed-loop callers per run; the largest is read as saturation")
     parser.add_argument("--duration-s", type=float, default=4)
     parser.add_argument("--warmup-s", type=float, default=1)
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    parser.add_argument("--outputs", default="",
+                        help="outputs each request asks for, comma-separated (default: all; e.g. "
+                        "pooler_output for an embedding service); the ceiling copies the same")
     parser.add_argument("--lengths", default="skewed",
                         help="length mix, as graphserve-loadgen's --lengths (default: its skewed mix)")
     parser.add_argument("--max-batch-size", type=int,
@@ -578,7 +590,7 @@ def main():
     args.modes = csv(args.modes)
     for mode in args.modes:
         if mode not in MODE_NAMES:
-            fail(f"unknown mode '{mode}' (a, b, c, d)")
+            fail(f"unknown mode '{mode}' ({', '.join(MODE_NAMES)})")
     args.concurrency = sorted({int(c) for c in csv(args.concurrency)})
     if args.ceiling_requests is None:
         args.ceiling_requests = 200 if args.device == "cpu" else 20000

@@ -108,6 +108,7 @@ struct TrafficOptions {
   std::string lengths = "skewed";
   int passes = 3;
   std::vector<std::string> time_buckets;  // "BxL" shapes whose single Execute is also timed
+  std::vector<std::string> outputs;       // the outputs each request wants; empty: all
   std::string json_path;
 };
 
@@ -144,13 +145,24 @@ int RunTrafficMode(const ModelSpec& spec, const std::string& device, const std::
     return 1;
   }
 
+  std::vector<bool> wanted(spec.outputs.size(), options.outputs.empty());
+  for (const std::string& name : options.outputs) {
+    const auto found = std::find_if(spec.outputs.begin(), spec.outputs.end(),
+                                    [&](const TensorSpec& output) { return output.name == name; });
+    if (found == spec.outputs.end()) {
+      std::fprintf(stderr, "--traffic-outputs: the model has no output '%s'\n", name.c_str());
+      return 1;
+    }
+    wanted[static_cast<size_t>(found - spec.outputs.begin())] = true;
+  }
+
   auto executor = Make(spec, device, model_dir);
   if (!executor) return 1;
   std::map<BucketShape, BucketInfo> buckets;
   for (const BucketInfo& bucket : executor->Buckets()) buckets[bucket.shape] = bucket;
 
   tools::TrafficResult result;
-  status = tools::RunTraffic(*executor, spec, batches, options.passes, options.seed, &result);
+  status = tools::RunTraffic(*executor, spec, batches, wanted, options.passes, options.seed, &result);
   if (!status.ok()) {
     std::fprintf(stderr, "%s\n", status.ToString().c_str());
     return 1;
@@ -269,6 +281,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--time-buckets", traffic.time_buckets,
                  "Traffic mode: also time one full batch of these buckets (e.g. 1x64)")
+      ->delimiter(',');
+  app.add_option("--traffic-outputs", traffic.outputs,
+                 "Traffic mode: the outputs each request wants, comma-separated (default: all)")
       ->delimiter(',');
   app.add_option("--json", traffic.json_path, "Traffic mode: write the figures as JSON here");
   CLI11_PARSE(app, argc, argv);

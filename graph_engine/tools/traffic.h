@@ -33,10 +33,13 @@ struct TrafficResult {
   double median_pass_s = 0;
 };
 
-// Runs every batch through `executor.Execute` (padding, copies in and out, forward or replay), once
-// untimed and then `passes` timed passes; inputs are random token ids with an all-ones mask
-// (inputs named like a mask get ones). Fails with the first Execute error.
+// Runs every batch through `executor.Launch`/`Complete` (padding, copies in and out, forward or
+// replay), keeping the executor's pipeline depth in flight as the server's workers do, once untimed
+// and then `passes` timed passes; inputs are random token ids with an all-ones mask (inputs named
+// like a mask get ones); each request wants the outputs flagged in `outputs_wanted` (one flag per
+// spec output). Fails with the first error.
 Status RunTraffic(Executor& executor, const ModelSpec& spec, const std::vector<TrafficBatch>& batches,
-                  int passes, uint64_t seed, TrafficResult* result);
+                  const std::vector<bool>& outputs_wanted, int passes, uint64_t seed,
+                  TrafficResult* result);
 
 }  // namespace graphserve::tools

@@ -345,6 +345,17 @@ TEST(CheckAnswerTest, RejectsWrongShapesMissingOutputsAndBadSizes) {
   EXPECT_EQ(CheckAnswer(metadata, 1, 4, wrong_rank).error_code(), grpc::StatusCode::INTERNAL);
 }
 
+TEST(CheckAnswerTest, OnlyTheWantedOutputsAreExpected) {
+  const auto metadata = EncoderMetadata();
+  inference::ModelInferResponse pooled_only;
+  AddOutput(&pooled_only, "pooler_output", "FP32", {2, 8}, 2 * 8 * 4);
+  EXPECT_TRUE(CheckAnswer(metadata, 2, 5, pooled_only, {"pooler_output"}).ok());
+  // Without the list every declared output is expected; a wanted one still has to be right.
+  EXPECT_EQ(CheckAnswer(metadata, 2, 5, pooled_only).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(CheckAnswer(metadata, 3, 5, pooled_only, {"pooler_output"}).error_code(),
+            grpc::StatusCode::INTERNAL);
+}
+
 // ---- Report ---------------------------------------------------------------------------------------
 
 Report SampleReport() {

@@ -52,6 +52,9 @@ struct LoadOptions {
   // Seeds the lengths, the arrivals and the token ids.
   uint64_t seed = 0;
   InputEncoding encoding = InputEncoding::kRaw;
+  // Outputs to ask for (KServe's `outputs` field); empty asks for all. An embedding service that
+  // needs only the pooled vector saves the server and the network the per-token output.
+  std::vector<std::string> outputs;
 };
 
 // A live view of a run, for a progress line.

@@ -116,9 +116,11 @@ inline constexpr const char* kNotSent = "NOT_SENT_BACKLOG";
 // Checks an answer to a request of `rows` × `length` against the model's metadata: every output the
 // metadata declares is present with its datatype and a consistent size, and its shape matches the
 // metadata's, where a -1 in the leading dimension is rows and any other -1 is length. NOT_FOUND for
-// a missing output, INTERNAL for anything else, with the output named in the message.
+// a missing output, INTERNAL for anything else, with the output named in the message. With
+// `wanted` non-empty, only the outputs it names are expected.
 grpc::Status CheckAnswer(const inference::ModelMetadataResponse& metadata, int64_t rows,
-                         int64_t length, const inference::ModelInferResponse& response);
+                         int64_t length, const inference::ModelInferResponse& response,
+                         const std::vector<std::string>& wanted = {});
 
 // One run's figures. Only measured requests count: those issued (closed loop) or due (open loop)
 // after the warm-up.
