@@ -146,12 +146,21 @@ def base_model(args, model):
         return with_limits(args, f.read()), weights
 
 
+def with_instances(args, text):
+    """The config with its instance groups replaced by one instance per --instance-devices entry."""
+    if not args.instance_devices:
+        return text
+    text = re.sub(r"^\s*instance_group\s*\{[^}]*\}\s*\n", "", text, flags=re.M)
+    devices = ", ".join(f'"{device}"' for device in csv(args.instance_devices))
+    return text + f"instance_group {{ count: 1 devices: [ {devices} ] }}\n"
+
+
 def write_repository(args, model, mode, base, weights):
     root = os.path.join(args.out, "repositories", f"{model}_{mode}")
     folder = os.path.join(root, model)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.pbtxt"), "w") as f:
-        f.write(mode_config(base, mode))
+        f.write(with_instances(args, mode_config(base, mode)))
     if weights:
         link = os.path.join(folder, "model.pt")
         if os.path.lexists(link):
@@ -276,6 +285,10 @@ def metric_delta(before, after, replay_us):
     replay_s = None
     if replay_us is not None:
         replay_s = sum((r1[b] - r0.get(b, 0.0)) * replay_us.get(b, 0.0) for b in r1) / 1e6
+    d0 = by_label(m0, "graphserve_graph_replays_total", "device")
+    d1 = by_label(m1, "graphserve_graph_replays_total", "device")
+    b0 = by_label(m0, "graphserve_batches_total", "device")
+    b1 = by_label(m1, "graphserve_batches_total", "device")
     e0 = by_label(m0, "graphserve_eager_executions_total", "reason")
     e1 = by_label(m1, "graphserve_eager_executions_total", "reason")
 
@@ -294,6 +307,9 @@ def metric_delta(before, after, replay_us):
         "graph_replays": replays,
         "eager_runs": eager,
         "eager_by_reason": {k: v - e0.get(k, 0.0) for k, v in e1.items() if v - e0.get(k, 0.0) > 0},
+        # Several devices (--instance-devices): how the replays spread over them.
+        "graph_replays_by_device": {k: v - d0.get(k, 0.0) for k, v in d1.items()},
+        "batches_by_device": {k: v - b0.get(k, 0.0) for k, v in b1.items()},
         "replay_share": replays / batches if batches > 0 else None,
         "server_latency_ms": mean_ms("graphserve_request_duration_seconds"),
         "queue_ms": mean_ms("graphserve_queue_duration_seconds"),
@@ -506,6 +522,11 @@ def markdown(args, results):
             lines.append(f"- (a) ÷ ceiling: {pct(ratio(a_tok, ceiling['tokens_per_s']))} "
                          f"({num(a_tok)} of {num(ceiling['tokens_per_s'])} tok/s)")
             lines.append(f"- where (a)'s time goes: {stage_sentence(a)}")
+            if args.instance_devices:
+                replays = a["metrics"]["graph_replays_by_device"]
+                spread = ", ".join(f"{device} {count:.0f} ({replays.get(device, 0):.0f} replayed)"
+                                   for device, count in sorted(a["metrics"]["batches_by_device"].items()))
+                lines.append(f"- (a)'s batches by device: {spread}")
         over = result.get("overhead")
         if over:
             lines.append(f"- concurrency 1, 64-token requests: p50 {fmt(over['p50_ms'], 3)} ms against the 1x64 "
@@ -566,6 +587,9 @@ def main():
     parser.add_argument("--duration-s", type=float, default=4)
     parser.add_argument("--warmup-s", type=float, default=1)
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    parser.add_argument("--instance-devices", default="",
+                        help="one model instance on each of these devices, e.g. cuda:0,cuda:1 "
+                        "(default: the model's own instance_group on --device)")
     parser.add_argument("--outputs", default="",
                         help="outputs each request asks for, comma-separated (default: all; e.g. "
                         "pooler_output for an embedding service); the ceiling copies the same")

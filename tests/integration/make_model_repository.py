@@ -7,6 +7,7 @@ the tests prove that a user's own TorchScript file loads and serves:
   tiny_traced    torch.jit.trace, per-token projection, returns one tensor [B,L,4]
   encoder        the built-in encoder with a small bucket grid, so that warm-up stays quick on CPUs
 """
+import os
 import pathlib
 import sys
 
@@ -84,7 +85,14 @@ def main():
         "tiny_scripted": torch.jit.script(TinyAttention().eval()),
         "tiny_traced": torch.jit.trace(TinyProjection().eval(), example),
     }
+    # A multi-device run (the two-GPU issue) spreads the encoder's instances over these devices, so
+    # that the solo-answer test checks every answer with all of them busy.
+    devices = os.environ.get("GRAPHSERVE_TEST_INSTANCE_DEVICES", "")
     for name, config in CONFIGS.items():
+        if name == "encoder" and devices:
+            listed = ", ".join(f'"{d.strip()}"' for d in devices.split(",") if d.strip())
+            config = config.replace("instance_group { count: 2 }",
+                                    f"instance_group {{ count: 1 devices: [ {listed} ] }}")
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.pbtxt").write_text(f'name: "{name}"\n' + config)

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <random>
@@ -201,7 +202,11 @@ TEST_F(BuiltinEncoderTest, StartupLogNamesVersionsDeviceAndBuckets) {
 struct RepositorySuite {
   static constexpr const char* kLogName = "repository_server.log";
   static std::vector<std::string> Flags() {
-    return {"--device", "cpu", "--model-repository", MODEL_REPOSITORY, "--log-level", "debug"};
+    // GRAPHSERVE_TEST_DEVICE=cuda runs this suite on a GPU (with GRAPHSERVE_TEST_INSTANCE_DEVICES
+    // for make_model_repository, on several); CI runs it on the CPU.
+    const char* device = std::getenv("GRAPHSERVE_TEST_DEVICE");
+    return {"--device", device != nullptr ? device : "cpu", "--model-repository", MODEL_REPOSITORY,
+            "--log-level", "debug"};
   }
 };
 using RepositoryTest = SharedServerTest<RepositorySuite>;
@@ -275,7 +280,7 @@ TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
   }
   // The scheduler logged batches holding more than one request: the test really mixed them.
   const std::string log = server_->Log();
-  EXPECT_TRUE(std::regex_search(log, std::regex("model 'encoder' on cpu: batch requests=([2-9]|[1-9][0-9])")))
+  EXPECT_TRUE(std::regex_search(log, std::regex("model 'encoder' on (cpu|cuda:[0-9]+): batch requests=([2-9]|[1-9][0-9])")))
       << "no batch of several requests was formed";
 }
 
