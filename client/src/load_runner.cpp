@@ -258,7 +258,8 @@ class LoadRun {
       error_message = call->status.error_message();
     } else {
       // Checked outside the lock: it reads every output's shape and size.
-      const grpc::Status checked = CheckAnswer(metadata_, options_.rows, call->length, call->response, options_.outputs);
+      const grpc::Status checked =
+          CheckAnswer(metadata_, options_.rows, call->length, call->response, options_.outputs);
       if (!checked.ok()) {
         error_key = kBadAnswer;
         error_message = checked.error_message();
@@ -408,14 +409,14 @@ grpc::Status LoadRunner::Create(const std::string& address, const LoadOptions& o
                                 std::unique_ptr<LoadRunner>* runner) {
   grpc::Status status = ValidateOptions(options);
   if (!status.ok()) return status;
-  // The shortest and the longest request must be buildable: the model's inputs are of a kind
-  // MakeRequestFromMetadata can generate, and the longest stays under protobuf's 2 GiB.
+  const auto& declared = metadata.outputs();
   for (const std::string& name : options.outputs) {
-    const auto& declared = metadata.outputs();
     if (std::none_of(declared.begin(), declared.end(), [&](const auto& o) { return o.name() == name; })) {
       return Invalid("--outputs: model '" + options.model + "' has no output '" + name + "'");
     }
   }
+  // The shortest and the longest request must be buildable: the model's inputs are of a kind
+  // MakeRequestFromMetadata can generate, and the longest stays under protobuf's 2 GiB.
   for (int64_t length : {options.lengths.min(), options.lengths.max()}) {
     RequestSpec spec;
     spec.model = options.model;

@@ -8,6 +8,7 @@
 //
 // Not thread-safe: one thread plans and runs.
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "graphserve/engine/executor.h"
@@ -15,6 +16,10 @@
 #include "graphserve/engine/status.h"
 
 namespace graphserve::tools {
+
+// A [rows, length] INT64 tensor of token ids in [1, 1000) (every vocabulary here is larger), or of
+// ones for a mask.
+HostTensor TokenTensor(int64_t rows, int64_t length, bool mask, std::mt19937_64& random);
 
 // One batch of one-row requests, padded to `shape`, a bucket of the grid.
 struct TrafficBatch {

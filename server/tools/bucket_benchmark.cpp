@@ -32,25 +32,15 @@ namespace {
 
 using namespace graphserve;
 
-HostTensor TokenTensor(int64_t rows, int64_t length, std::mt19937& random, bool ones) {
-  HostTensor tensor;
-  tensor.dtype = DataType::kInt64;
-  tensor.shape = {rows, length};
-  std::vector<int64_t> values(rows * length);
-  std::uniform_int_distribution<int64_t> token(1, 999);
-  for (int64_t& v : values) v = ones ? 1 : token(random);
-  tensor.bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
-  return tensor;
-}
-
 // Median wall time of Execute over `iterations` runs of one full batch of the bucket's shape.
 double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape& shape, int iterations) {
-  std::mt19937 random(42);
+  std::mt19937_64 random(42);
   InferenceItem item;
   item.rows = shape.batch;
   item.length = shape.length;
   for (const TensorSpec& input : spec.inputs) {
-    item.inputs.push_back(TokenTensor(shape.batch, shape.length, random, input.name.find("mask") != std::string::npos));
+    item.inputs.push_back(tools::TokenTensor(shape.batch, shape.length,
+                                             input.name.find("mask") != std::string::npos, random));
   }
   item.outputs_wanted.assign(spec.outputs.size(), true);
   Batch batch;

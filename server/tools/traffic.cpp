@@ -15,22 +15,20 @@ size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value) {
   return static_cast<size_t>(std::lower_bound(grid.begin(), grid.end(), value) - grid.begin());
 }
 
-// One row of `length` token ids in [1, 1000) (every vocabulary here is larger), or of ones for a
-// mask.
-HostTensor TokenRow(int64_t length, bool mask, std::mt19937_64& random) {
-  std::vector<int64_t> values(static_cast<size_t>(length), 1);
+}  // namespace
+
+HostTensor TokenTensor(int64_t rows, int64_t length, bool mask, std::mt19937_64& random) {
+  std::vector<int64_t> values(static_cast<size_t>(rows * length), 1);
   if (!mask) {
     std::uniform_int_distribution<int64_t> token(1, 999);
     for (int64_t& value : values) value = token(random);
   }
   HostTensor tensor;
   tensor.dtype = DataType::kInt64;
-  tensor.shape = {1, length};
+  tensor.shape = {rows, length};
   tensor.bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
   return tensor;
 }
-
-}  // namespace
 
 Status PlanTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,
                    std::vector<TrafficBatch>* batches) {
@@ -87,7 +85,7 @@ Status RunTraffic(Executor& executor, const ModelSpec& spec, const std::vector<T
       item.length = batches[b].lengths[k];
       for (const TensorSpec& input : spec.inputs) {
         item.inputs.push_back(
-            TokenRow(item.length, input.name.find("mask") != std::string::npos, random));
+            TokenTensor(1, item.length, input.name.find("mask") != std::string::npos, random));
       }
       item.outputs_wanted = outputs_wanted;
       runs[b].items.push_back(&item);
