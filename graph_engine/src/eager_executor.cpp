@@ -44,9 +44,8 @@ EagerReason EagerExecutor::ReasonFor(const BucketShape& shape) const {
   if (!device_.is_cuda()) return EagerReason::kNoCuda;
   // With graphs turned off nothing would replay, whatever the shape: a lone request at its exact
   // shape (dynamic_batching.disable) or a batch beyond the grid runs eagerly because of the config.
-  if (!spec_.cuda_graphs_disabled && spec_.IsOversize(shape.batch, shape.length)) {
-    return EagerReason::kOversize;
-  }
+  if (spec_.cuda_graphs_disabled) return EagerReason::kDisabled;
+  if (spec_.IsOversize(shape.batch, shape.length)) return EagerReason::kOversize;
   return EagerReason::kDisabled;
 }
 
