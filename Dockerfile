@@ -1,40 +1,38 @@
-# graphserve images. One Dockerfile, two variants chosen by VARIANT:
-#   docker build -t graphserve:cuda .                        CUDA: Ubuntu 24.04, libtorch of a pinned
-#                                                            PyTorch wheel (install-deps.sh), CUDA graphs
-#   docker build --build-arg VARIANT=cpu -t graphserve:cpu . CPU: Debian 12 with Debian's libtorch
+# graphserve images. One Dockerfile, two variants chosen by VARIANT, both with the libtorch of the one
+# pinned PyTorch wheel (deploy/toolchain.env) and the CUDA-graph executor compiled in:
+#   docker build -t graphserve:cuda .                        CUDA: Ubuntu 24.04 with the CUDA toolkit
+#   docker build --build-arg VARIANT=cpu -t graphserve:cpu . CPU: Debian 12 (CUDA's compiler from PyPI)
 #   docker run --gpus all -p 8001:8001 -p 8002:8002 graphserve:cuda
 # Both build stages run the same install and build scripts as the README and CI (.ci/run), and each
 # runtime stage installs only the packages whose shared libraries the binaries load.
+# --build-arg PIP_INDEX_URL=... points pip at another index; empty uses pip's default.
 ARG VARIANT=cuda
 ARG CUDA_VERSION=13.0.1
 
 FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-cuda
-# install-deps.sh puts the wheel's venv here; build.sh takes libtorch from it.
-ENV TORCH_PYTHON=/opt/graphserve-torch/bin/python3 \
-    TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0;10.0;12.0"
+ENV TORCH_CUDA_ARCH_LIST="8.0;8.6;8.9;9.0;10.0;12.0"
 
 FROM debian:bookworm AS build-cpu
 
 FROM build-${VARIANT} AS build
-# The CUDA variant's wheel; empty keeps install-deps.sh's pinned defaults (2.11.0, cu130 index).
-ARG TORCH_VERSION
-ARG TORCH_INDEX_URL
+ARG PIP_INDEX_URL
 WORKDIR /src
 COPY . .
-RUN deploy/install-deps.sh \
+RUN if [ -z "${PIP_INDEX_URL:-}" ]; then unset PIP_INDEX_URL; fi \
+ && deploy/install-deps.sh \
  && BUILD_TYPE=Release deploy/build.sh -DGRAPHSERVE_BUILD_TESTS=OFF \
  && mkdir -p /stage/usr/local/bin \
  && cp build/server/graphserve build/client/graphserve-cli build/client/graphserve-loadgen \
       /stage/usr/local/bin/ \
  && deploy/install-deps.sh --list-runtime /stage/usr/local/bin/* \
       > /runtime-packages
-# The CUDA variant's libtorch and the CUDA libraries the wheel depends on are not packages: copy
-# their shared libraries only, at the same paths, so that the binaries' and torch's RPATHs hold.
-RUN if [ -n "${TORCH_PYTHON:-}" ]; then \
-      site=$("$TORCH_PYTHON" -c 'import site; print(site.getsitepackages()[0])') \
-      && cd / && find "$site/torch/lib" "$site/nvidia" -name '*.so*' -print0 \
-         | xargs -0 cp --parents -a -t /stage; \
-    fi
+# libtorch and the CUDA libraries the wheel depends on are not packages: copy their shared libraries
+# only, at the same paths, so that the binaries' and torch's RPATHs hold (several GB, in both
+# variants: the binaries link libtorch_cuda, which loads without a GPU).
+RUN . deploy/toolchain.env \
+ && site=$("$GRAPHSERVE_VENV/bin/python3" -c 'import site; print(site.getsitepackages()[0])') \
+ && cd / && find "$site/torch/lib" "$site/nvidia" -name '*.so*' -print0 \
+    | xargs -0 cp --parents -a -t /stage
 
 FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu24.04 AS runtime-cuda
 FROM debian:bookworm-slim AS runtime-cpu

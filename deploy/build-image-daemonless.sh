@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Builds the CPU image (graphserve:cpu) on a Debian 12 machine with no Docker engine and no registry:
 # buildah from Debian's packages, vfs storage, chroot isolation. The Dockerfile's CPU bases
-# debian:bookworm and debian:bookworm-slim are made here with debootstrap (from Debian's mirror) and
-# tagged with those names, so that its FROM lines resolve locally and nothing is pulled.
+# debian:bookworm and debian:bookworm-slim are made here with debootstrap and tagged with those names,
+# so that its FROM lines resolve locally and nothing is pulled (deploy/bookworm-rootfs.sh). Where a
+# Docker engine runs, deploy/docker-cpu-image.sh does the same with it and also starts the image.
 #
 #   deploy/build-image-daemonless.sh            bases if missing, then the image, then a smoke check
 #   REBUILD_BASES=1 deploy/build-image-daemonless.sh   makes the two bases again
 #
-# Run as root (buildah's vfs storage in /var/lib/containers). Environment: MIRROR (Debian mirror,
-# default http://deb.debian.org/debian), IMAGE (tag, default graphserve:cpu), WORK (debootstrap
-# folder, default /var/tmp/graphserve-bases).
+# Run as root (buildah's vfs storage in /var/lib/containers). Environment: MIRROR (see
+# deploy/bookworm-rootfs.sh), IMAGE (tag, default graphserve:cpu), WORK (debootstrap folder, default
+# /var/tmp/graphserve-bases).
 set -euo pipefail
 
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
 IMAGE=${IMAGE:-graphserve:cpu}
 WORK=${WORK:-/var/tmp/graphserve-bases}
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/deploy/bookworm-rootfs.sh"
 
 # vfs: no overlay mount needed (works inside containers and VMs without fuse); chroot: no runc/crun
 # and no network namespace setup beyond what unshare gives root.
@@ -27,43 +28,11 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 2
 fi
 
-missing=()
-command -v buildah >/dev/null || missing+=(buildah)
-command -v debootstrap >/dev/null || missing+=(debootstrap)
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "build-image-daemonless: installing ${missing[*]}"
+if ! command -v buildah >/dev/null; then
+  echo "build-image-daemonless: installing buildah"
   DEBIAN_FRONTEND=noninteractive apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah
 fi
-
-# One minbase bookworm tree serves both bases. Its apt sources get bookworm-updates and the security
-# suite, as the official images have, so install-deps.sh sees the same package versions.
-make_rootfs() {
-  local root=$WORK/rootfs
-  if [[ -x $root/usr/bin/apt-get && -f $WORK/.complete ]]; then
-    return
-  fi
-  rm -rf "$root" "$WORK/.complete"
-  mkdir -p "$WORK"
-  echo "build-image-daemonless: debootstrap bookworm from $MIRROR"
-  debootstrap --variant=minbase bookworm "$root" "$MIRROR"
-  rm -f "$root/etc/apt/sources.list"
-  cat > "$root/etc/apt/sources.list.d/debian.sources" <<EOF
-Types: deb
-URIs: $MIRROR
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
-  touch "$WORK/.complete"
-}
 
 # A base image from the tree: a scratch container, the tree unpacked into its mount (tar keeps
 # owners, modes and setuid bits, which `buildah copy` would reset), committed under NAME.
@@ -73,7 +42,7 @@ make_base() {
     echo "build-image-daemonless: base $name present"
     return
   fi
-  make_rootfs
+  make_rootfs "$WORK"
   echo "build-image-daemonless: making base $name"
   ctr=$("${bh[@]}" from --pull-never scratch)
   mnt=$("${bh[@]}" mount "$ctr")

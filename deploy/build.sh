@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# Configures and builds graphserve (server, client, tests) into BUILD_DIR (default: build/).
-# Incremental: a second run rebuilds only what changed. With TORCH_PYTHON set (the CUDA image: the
-# interpreter of install-deps.sh's PyTorch venv), libtorch is that wheel's rather than Debian's.
+# Configures and builds graphserve (server, client, tests) into BUILD_DIR (default: build/), against
+# the libtorch of the project's venv (deploy/toolchain.env, made by deploy/install-deps.sh), CUDA-graph
+# executor included. Incremental: a second run rebuilds only what changed. Extra arguments go to the
+# first CMake configure.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$repo/deploy/toolchain.env"
 build_dir=${BUILD_DIR:-$repo/build}
 jobs=${JOBS:-$(nproc)}
 
-torch_prefix=()
-if [[ -n ${TORCH_PYTHON:-} ]]; then
-  torch_prefix=(-DCMAKE_PREFIX_PATH="$("$TORCH_PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')")
-fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   cmake -S "$repo" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-    "${torch_prefix[@]}" "$@"
+    -DGRAPHSERVE_PYTHON="${GRAPHSERVE_PYTHON:-$GRAPHSERVE_VENV/bin/python3}" "$@"
 fi
 cmake --build "$build_dir" --parallel "$jobs"

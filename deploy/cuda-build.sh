@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# One command that builds graphserve and runs its tests on a CUDA host where libtorch comes from a
-# PyTorch wheel and gRPC/prometheus-cpp/CLI11/nlohmann-json come from Debian packages that
-# deploy/fetch-cuda-host-debs.sh downloaded (the recipe of ../shared/GPU.md). Nothing is installed
-# system-wide: the packages are unpacked into a private prefix.
+# One command that builds graphserve and runs every test on a CUDA host whose image already has the
+# pinned PyTorch wheel (deploy/toolchain.env) for python3, the CUDA toolkit, protobuf, spdlog and
+# GoogleTest (docs/gpu-host.md). The rest, which has no wheel (gRPC, prometheus-cpp, CLI11,
+# nlohmann-json), comes as Debian packages that deploy/fetch-cuda-host-debs.sh downloaded, unpacked
+# into a private prefix: nothing is installed system-wide.
 #
 #   deploy/cuda-build.sh [--debs DIR] [--prefix DIR] [--build-dir DIR] [--no-test] [-- ctest args]
 #
 # Afterwards `source BUILD_DIR/env.sh` sets LD_LIBRARY_PATH for running the binaries by hand.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$repo/deploy/toolchain.env"
 debs=$repo/.debs
 prefix=/tmp/graphserve-deps
 build_dir=$repo/build-cuda
@@ -24,9 +26,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-python=${PYTHON:-python3}
-torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-echo "libtorch: $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)') at $torch_prefix"
+python=$(command -v "${PYTHON:-python3}")
+echo "cuda-build: $("$python" -c 'import torch; print("libtorch", torch.__version__, "CUDA", torch.version.cuda)') from $python"
 
 if [[ ! -f "$prefix/.unpacked" ]]; then
   shopt -s nullglob
@@ -45,10 +46,9 @@ export PATH=$prefix/usr/bin:/usr/local/cuda/bin:$PATH
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+  # The CMake check refuses a libtorch other than the pinned GRAPHSERVE_TORCH_VERSION.
   cmake -S "$repo" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" \
-    -DProtobuf_PROTOC_EXECUTABLE="$prefix/usr/bin/protoc" \
-    -DSYSTEM_PYTHON3="$(command -v "$python")"
+    -DCMAKE_PREFIX_PATH="$prefix/usr" -DGRAPHSERVE_PYTHON="$python"
 fi
 cmake --build "$build_dir" --parallel "${JOBS:-$(nproc)}"
 cat > "$build_dir/env.sh" <<ENV

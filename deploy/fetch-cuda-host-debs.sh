@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Run on a Debian 12 machine: downloads (does not install) the Debian packages that a CUDA host
-# without gRPC, prometheus-cpp, CLI11 and nlohmann-json needs, into DIR (default .debs/).
-# deploy/cuda-build.sh unpacks them there into a private prefix. The set is the one proven on
-# Ubuntu 24.04 (../shared/GPU.md), plus the project's header-only libraries.
+# Run on a Debian 12 machine: downloads (does not install) the Debian packages a CUDA host needs that
+# neither its image nor PyPI provides, into DIR (default .debs/): gRPC C++ (with Abseil, RE2 and
+# c-ares, which gRPC's CMake config looks for), prometheus-cpp (with civetweb: its CMake config checks
+# that the library and the civetweb program exist), CLI11 and nlohmann-json. deploy/cuda-build.sh
+# unpacks them there into a private prefix.
+# libtorch is the host's own PyTorch wheel, and protobuf, spdlog and GoogleTest are the host's
+# packages (docs/gpu-host.md), so none of them is fetched.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${1:-$repo/.debs}
@@ -11,10 +14,10 @@ packages=(
   libabsl20220623 libabsl-dev libre2-9 libre2-dev libc-ares2 libc-ares-dev
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   libcivetweb1 libcivetweb-dev civetweb
-  libprotobuf32 libprotoc32 libprotobuf-dev protobuf-compiler
   libcli11-dev nlohmann-json3-dev
 )
 mkdir -p "$dir"
 cd "$dir"
+rm -f ./*.deb
 apt-get download "${packages[@]}"
-ls -1 "$dir" | wc -l
+echo "fetch-cuda-host-debs: $(ls -1 ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $dir"

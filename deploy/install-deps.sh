@@ -1,58 +1,49 @@
 #!/usr/bin/env bash
-# Installs everything graphserve needs, from the distribution's packages. The README's commands,
-# .ci/run and both Dockerfile variants call this one script, so a newcomer, CI and the images get the
-# same set. The distribution is read from /etc/os-release:
-#   Debian 12     build + run + test dependencies, with Debian's CPU-only libtorch (CI, the CPU image)
-#   Ubuntu 24.04  build dependencies, plus a pinned CUDA PyTorch wheel in a virtual environment for
-#                 its libtorch (the CUDA image; Ubuntu has no libtorch package with CUDA)
+# Installs everything graphserve needs. The README's commands, .ci/run and both Dockerfile variants
+# call this one script, so a newcomer, CI and the images get the same set:
+#   - from the distribution's packages: the compiler, CMake, gRPC, protobuf, spdlog, prometheus-cpp,
+#     CLI11, nlohmann-json, GoogleTest, and the tools the tests run (Debian 12 and Ubuntu 24.04);
+#   - from PyPI, into the project's virtual environment (deploy/toolchain.env): the pinned PyTorch
+#     wheel, whose CUDA-enabled libtorch every build links, and the Python packages the tests use;
+#   - where no CUDA toolkit is installed: the toolkit's compiler and headers from PyPI, into the same
+#     environment, so that the CUDA path compiles on any machine (nothing CUDA runs without a GPU).
+# Packages come through this machine's own apt and pip configuration (PIP_INDEX_URL and pip.conf
+# choose another index).
 #
 #   deploy/install-deps.sh                       the set above
 #   deploy/install-deps.sh --list-runtime BIN... print the packages owning the shared libraries BIN
 #                                                load (run where BIN was built)
 #   deploy/install-deps.sh --runtime FILE        install the packages FILE lists (a slim image)
 set -euo pipefail
-
-# The CUDA image's libtorch. 2.6 is the oldest the CUDA-graph executor is tested against; 2.11 + CUDA
-# 13.0 is what the project's H200 host runs (../shared/GPU.md).
-TORCH_VERSION=${TORCH_VERSION:-2.11.0}
-TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu130}
-TORCH_VENV=${TORCH_VENV:-/opt/graphserve-torch}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$repo/deploy/toolchain.env"
 
 . /etc/os-release
+build_packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev
+  prometheus-cpp-dev
+  libgtest-dev libgmock-dev
+  libcli11-dev nlohmann-json3-dev
+  python3 python3-venv
+)
 case "$ID:$VERSION_ID" in
   debian:12)
-    build_packages=(
-      build-essential cmake ninja-build pkg-config git ca-certificates
-      libtorch-dev
-      # Debian's libtorch calls the generic libblas.so.3; OpenBLAS takes that alternative over and
-      # makes CPU inference 10-20x faster than the reference BLAS.
-      libopenblas0-pthread
-      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-      libspdlog-dev libfmt-dev
-      prometheus-cpp-dev
-      libgtest-dev libgmock-dev
-      libcli11-dev nlohmann-json3-dev
-      # Tests: TorchScript models made at test time, and a Python KServe v2 client.
-      python3 python3-torch python3-grpcio python3-numpy python3-protobuf
-      # Tests of the metrics endpoint against the real Prometheus tools; the deploy tests parse the
-      # compose file and Kubernetes manifests.
-      prometheus curl python3-yaml
+    build_packages+=(
+      # Tests of the metrics endpoint against the real Prometheus tools.
+      prometheus curl
     )
     ;;
-  ubuntu:24.04)
-    build_packages=(
-      build-essential cmake ninja-build pkg-config git ca-certificates
-      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-      libspdlog-dev libfmt-dev prometheus-cpp-dev libcli11-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev
-      python3 python3-venv
-    )
-    ;;
+  ubuntu:24.04) ;;
   *)
     echo "install-deps: unsupported system '$PRETTY_NAME' (Debian 12 or Ubuntu 24.04)" >&2
     exit 2
     ;;
 esac
+# What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
+# checks parse compose and Kubernetes files).
+python_packages=("torch==$GRAPHSERVE_TORCH_VERSION" numpy pyyaml)
 
 sudo_cmd=()
 [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
@@ -73,6 +64,52 @@ apt_install() {
   "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# The virtual environment with the pinned wheel. pip's own check (a dry run that finds everything
+# installed) keeps a second run offline and fast.
+venv_install() {
+  local python=$GRAPHSERVE_VENV/bin/python3
+  # Ubuntu 24.04's and Debian's pip refuse the system interpreter (PEP 668): a venv of our own.
+  [[ -x $python ]] || "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$GRAPHSERVE_VENV"
+  if "$python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for requirement in sys.argv[1:]:
+    name, _, pinned = requirement.partition("==")
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        sys.exit(1)
+    if pinned and have.split("+")[0] != pinned:
+        sys.exit(1)
+PY
+    echo "install-deps: ${python_packages[*]} present in $GRAPHSERVE_VENV"
+  else
+    echo "install-deps: pip installing ${python_packages[*]} into $GRAPHSERVE_VENV"
+    "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir "${python_packages[@]}"
+  fi
+  local torch_version
+  torch_version=$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')
+  echo "install-deps: libtorch $torch_version from $GRAPHSERVE_VENV"
+}
+
+# A machine with the CUDA toolkit (nvcc) builds against it. Elsewhere the toolkit's compiler and
+# headers of the wheel's CUDA release come from PyPI into the venv (cmake/torch_cuda.cmake finds
+# them there); the libraries themselves are the wheel's own dependencies.
+cuda_toolkit_install() {
+  if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    echo "install-deps: CUDA toolkit at $(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
+    return
+  fi
+  local python=$GRAPHSERVE_VENV/bin/python3 toolkit
+  toolkit=$("$python" -c 'from importlib.metadata import version; print(version("cuda-toolkit"))')
+  if [[ -x $("$python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13", "bin", "nvcc"))') ]]; then
+    echo "install-deps: CUDA $toolkit compiler present in $GRAPHSERVE_VENV"
+    return
+  fi
+  echo "install-deps: no CUDA toolkit here; pip installing CUDA $toolkit's compiler and headers"
+  "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir "cuda-toolkit[nvcc,cccl,crt,cudart]==$toolkit"
+}
+
 # The package that owns a shared library, or nothing (a library from the PyTorch wheel). dpkg knows
 # files by the path their package ships, which on a merged-/usr system may lack or have /usr.
 owning_package() {
@@ -86,7 +123,7 @@ owning_package() {
 case "${1:-}" in
   --list-runtime)
     shift
-    # readlink -f: follows the alternatives links, e.g. libblas.so.3 to OpenBLAS.
+    # readlink -f: follows the alternatives links.
     ldd "$@" | awk '/=> \// { print $3 }' | sort -u | while read -r library; do
       owning_package "$(readlink -f "$library")"
     done | sort -u
@@ -97,15 +134,8 @@ case "${1:-}" in
     ;;
   "")
     apt_install "${build_packages[@]}"
-    if [[ $ID == ubuntu ]]; then
-      # Ubuntu 24.04's pip refuses the system interpreter (PEP 668): the wheel gets a venv of its own.
-      [[ -x $TORCH_VENV/bin/python3 ]] || "${sudo_cmd[@]}" python3 -m venv "$TORCH_VENV"
-      if ! "$TORCH_VENV/bin/python3" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-        "${sudo_cmd[@]}" "$TORCH_VENV/bin/pip" install --no-cache-dir "torch==$TORCH_VERSION" \
-          --index-url "$TORCH_INDEX_URL"
-      fi
-      echo "install-deps: libtorch from $TORCH_VENV (build with TORCH_PYTHON=$TORCH_VENV/bin/python3)"
-    fi
+    venv_install
+    cuda_toolkit_install
     ;;
   *)
     echo "usage: $0 [--list-runtime BINARY... | --runtime PACKAGE_LIST_FILE]" >&2

@@ -5,7 +5,6 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -371,13 +370,11 @@ Status CudaGraphExecutor::CaptureBucket(GraphBucket* bucket, double* verify_diff
       cudaStreamEndCapture(stream_.stream(), &partial);
       if (partial != nullptr) cudaGraphDestroy(partial);
     }
-#if TORCH_VERSION_MAJOR >= 2
     try {
       // capture_end did not get as far as handing allocations back from the pool.
       c10::cuda::CUDACachingAllocator::endAllocateToPool(device_.index(), pool_);
     } catch (const std::exception&) {
     }
-#endif
     (void)cudaGetLastError();  // capture errors are not sticky; clear them
     graph.reset();
     return Unavailable("capture threw: " + message.substr(0, 300));

@@ -162,13 +162,7 @@ DeviceMemory GetDeviceMemory(const std::string& device) {
 
 EngineInfo GetEngineInfo() {
   EngineInfo info;
-#ifdef TORCH_VERSION
   info.libtorch_version = TORCH_VERSION;
-#else
-  info.libtorch_version = std::to_string(TORCH_VERSION_MAJOR) + "." +
-                          std::to_string(TORCH_VERSION_MINOR) + "." +
-                          std::to_string(TORCH_VERSION_PATCH);
-#endif
   try {
     const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
     // Without libtorch_cuda the hooks are a stub whose version query throws.

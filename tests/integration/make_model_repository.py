@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes a graphserve model repository for the integration tests into the folder given as argv[1].
 
-Models are made here, at test time, with Debian's python3-torch (run it with /usr/bin/python3), so
-the tests prove that a user's own TorchScript file loads and serves:
+Models are made here, at test time, with the project's Python (the torch wheel whose libtorch the
+server links; CMake passes it), so the tests prove that a user's own TorchScript file loads and
+serves:
   tiny_scripted  torch.jit.script, masked attention, returns a tuple (hidden [B,L,16], pooled [B,16])
   tiny_traced    torch.jit.trace, per-token projection, returns one tensor [B,L,4]
   encoder        the built-in encoder with a small bucket grid, so that warm-up stays quick on CPUs

@@ -155,7 +155,7 @@ struct DeviceMemory {
 };
 DeviceMemory GetDeviceMemory(const std::string& device);
 
-// The engine cannot include spdlog (see ../shared/GPU.md, pitfall 2), so it reports through a sink
+// The engine cannot include spdlog (see docs/gpu-host.md, pitfall 2), so it reports through a sink
 // that the server installs once at start-up. Thread-safe: the sink may be called from any thread.
 enum class LogLevel { kDebug, kInfo, kWarning, kError };
 using LogSink = std::function<void(LogLevel, const std::string&)>;

@@ -4,8 +4,8 @@
 //
 // Why not prometheus-cpp's Exposer: it runs civetweb, which starts its threads with a fixed 100 KiB
 // stack, and glibc refuses such threads (EINVAL) once the process's static TLS is larger than that.
-// Debian's libtorch brings about 106 KiB of it (OpenBLAS alone 60 KiB), so in graphserve the Exposer
-// throws "null context when constructing CivetServer". This endpoint serves prometheus-cpp's own text
+// libtorch can bring more than that (Debian's 1.13 build brought about 106 KiB, OpenBLAS alone 60 KiB),
+// and then the Exposer throws "null context when constructing CivetServer". This endpoint serves prometheus-cpp's own text
 // serialization from one thread with the default stack.
 //
 // One connection at a time, each answered and closed (HTTP/1.1 with Connection: close): a scrape takes
