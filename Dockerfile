@@ -6,6 +6,8 @@
 # Both build stages run the same install and build scripts as the README and CI (.ci/run), and each
 # runtime stage installs only the packages whose shared libraries the binaries load.
 # --build-arg PIP_INDEX_URL=... points pip at another index; empty uses pip's default.
+# --build-arg PIP_CERT=/src/FILE (FILE in the build context) gives pip a CA bundle, for networks
+# whose TLS proxy re-signs PyPI's certificates; deploy/docker-cpu-image.sh passes the machine's own.
 ARG VARIANT=cuda
 ARG CUDA_VERSION=13.0.1
 
@@ -16,9 +18,11 @@ FROM debian:bookworm AS build-cpu
 
 FROM build-${VARIANT} AS build
 ARG PIP_INDEX_URL
+ARG PIP_CERT
 WORKDIR /src
 COPY . .
 RUN if [ -z "${PIP_INDEX_URL:-}" ]; then unset PIP_INDEX_URL; fi \
+ && if [ -z "${PIP_CERT:-}" ]; then unset PIP_CERT; fi \
  && deploy/install-deps.sh \
  && BUILD_TYPE=Release deploy/build.sh -DGRAPHSERVE_BUILD_TESTS=OFF \
  && mkdir -p /stage/usr/local/bin \

@@ -38,7 +38,7 @@ if(GRAPHSERVE_WITH_CUDA AND NOT CUDA_TOOLKIT_ROOT_DIR)
   if(NOT system_nvcc)
     execute_process(
       COMMAND "${GRAPHSERVE_PYTHON}" -c
-              "import nvidia, os; print(next(p for p in (os.path.join(d, 'cu13') for d in nvidia.__path__) if os.path.exists(os.path.join(p, 'bin', 'nvcc'))))"
+              "import glob, nvidia; print(sorted(p[:-len('/bin/nvcc')] for d in nvidia.__path__ for p in glob.glob(d + '/cu*/bin/nvcc'))[-1])"
       OUTPUT_VARIABLE pip_cuda_root RESULT_VARIABLE pip_cuda_result OUTPUT_STRIP_TRAILING_WHITESPACE
       ERROR_QUIET)
     if(pip_cuda_result EQUAL 0)

@@ -16,13 +16,13 @@ apt_archive() {
            for (i = 1; i <= NF; i++) if ($i ~ /^URIs:/) { split($i, f, /[[:space:]]+/); print f[2]; exit }
          }' "$file"
   done
-  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+  { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
     awk '$1 == "deb" && $0 ~ /[[:space:]]bookworm[[:space:]]/ { for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) { print $i; break } }'
 }
 
 # This machine's deb822 stanzas for bookworm's own suites.
 debian_sources() {
-  cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+  { cat /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } |
     awk 'BEGIN { RS=""; ORS="\n\n" }
          /(^|\n)Suites:([[:space:]]+bookworm(-updates|-security)?)+[[:space:]]*(\n|$)/ { print }'
 }
@@ -52,8 +52,8 @@ make_rootfs() {
   debian_sources > "$root/etc/apt/sources.list.d/debian.sources"
   if [[ ! -s $root/etc/apt/sources.list.d/debian.sources ]]; then  # one-line format only
     rm "$root/etc/apt/sources.list.d/debian.sources"
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      grep -E '^deb[[:space:]].*[[:space:]]bookworm(-updates|-security)?[[:space:]]' > "$root/etc/apt/sources.list"
+    { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
+      { grep -E '^deb[[:space:]].*[[:space:]]bookworm(-updates|-security)?[[:space:]]' || true; } > "$root/etc/apt/sources.list"
   fi
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
   touch "$work/.complete"

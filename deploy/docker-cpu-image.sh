@@ -89,9 +89,18 @@ fi
 make_base debian:bookworm
 make_base debian:bookworm-slim
 
+# pip in the build uses this machine's CA bundle where its pip configuration names one (a TLS proxy
+# that re-signs certificates): copied into the build context, ignored by git.
+build_args=(--build-arg VARIANT=cpu)
+pip_cert=${PIP_CERT:-$(python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$/\1/p" | head -n1)}
+if [[ -n $pip_cert && -f $pip_cert ]]; then
+  cp "$pip_cert" "$repo/.pip-cert.pem"
+  build_args+=(--build-arg PIP_CERT=/src/.pip-cert.pem)
+fi
+
 say "building $IMAGE with $client (BuildKit)"
 SECONDS=0
-DOCKER_BUILDKIT=1 "$client" build --progress plain --build-arg VARIANT=cpu -t "$IMAGE" "$repo"
+DOCKER_BUILDKIT=1 "$client" build --progress plain "${build_args[@]}" -t "$IMAGE" "$repo"
 say "built $IMAGE in ${SECONDS}s, $(docker image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%.1f GB", $1/1e9}')"
 
 # The smoke run: the image's own graphserve-cli, from a second container on the host's network, so

@@ -92,22 +92,30 @@ PY
   echo "install-deps: libtorch $torch_version from $GRAPHSERVE_VENV"
 }
 
-# A machine with the CUDA toolkit (nvcc) builds against it. Elsewhere the toolkit's compiler and
-# headers of the wheel's CUDA release come from PyPI into the venv (cmake/torch_cuda.cmake finds
-# them there); the libraries themselves are the wheel's own dependencies.
+# A machine with the CUDA toolkit (nvcc) builds against it. Elsewhere the compiler and headers of the
+# wheel's CUDA release come from PyPI into the venv (cmake/GraphserveTorch.cmake finds them there);
+# the libraries themselves are the wheel's own dependencies.
 cuda_toolkit_install() {
   if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
     echo "install-deps: CUDA toolkit at $(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
     return
   fi
-  local python=$GRAPHSERVE_VENV/bin/python3 toolkit
+  local python=$GRAPHSERVE_VENV/bin/python3 toolkit root library
   toolkit=$("$python" -c 'from importlib.metadata import version; print(version("cuda-toolkit"))')
-  if [[ -x $("$python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13", "bin", "nvcc"))') ]]; then
-    echo "install-deps: CUDA $toolkit compiler present in $GRAPHSERVE_VENV"
-    return
+  root=$("$python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu" + "'"${toolkit%%.*}"'"))')
+  if [[ ! -x $root/bin/nvcc ]]; then
+    echo "install-deps: no CUDA toolkit here; pip installing CUDA $toolkit's compiler and headers"
+    # nvvm pinned too: nvcc's own requirement on it is unpinned, and a newer cicc writes PTX that
+    # this ptxas refuses.
+    "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir \
+      "cuda-toolkit[nvcc,nvvm,cccl,crt,cudart]==$toolkit"
   fi
-  echo "install-deps: no CUDA toolkit here; pip installing CUDA $toolkit's compiler and headers"
-  "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir "cuda-toolkit[nvcc,cccl,crt,cudart]==$toolkit"
+  # The wheels ship versioned libraries only (libcudart.so.13); CMake's CUDA modules look for the
+  # unversioned names an installed toolkit has.
+  for library in "$root"/lib/lib*.so.[0-9]*; do
+    [[ -e ${library%%.so.*}.so ]] || "${sudo_cmd[@]}" ln -s "$(basename "$library")" "${library%%.so.*}.so"
+  done
+  echo "install-deps: CUDA $toolkit compiler and headers at $root"
 }
 
 # The package that owns a shared library, or nothing (a library from the PyTorch wheel). dpkg knows
