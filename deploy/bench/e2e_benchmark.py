@@ -623,7 +623,7 @@ def main():
     build = os.path.abspath(args.build_dir)
     args.graphserve = os.path.join(build, "server", "graphserve")
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
-    args.bucket_bench = os.path.join(build, "server", "graphserve-bucket-bench")
+    args.bucket_bench = os.path.join(build, "tools", "graphserve-bucket-bench")
     for binary in (args.graphserve, args.loadgen, args.bucket_bench):
         if not os.access(binary, os.X_OK):
             fail(f"{binary} is missing; build first (--build-dir)")

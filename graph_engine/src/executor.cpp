@@ -30,4 +30,15 @@ Status Executor::Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs*
   return Status::Ok();
 }
 
+const char* EagerReasonName(EagerReason reason) {
+  switch (reason) {
+    case EagerReason::kOversize: return "oversize";
+    case EagerReason::kCaptureFailed: return "capture_failed";
+    case EagerReason::kVerifyFailed: return "verify_failed";
+    case EagerReason::kDisabled: return "disabled";
+    case EagerReason::kNoCuda: return "no_cuda";
+  }
+  return "disabled";
+}
+
 }  // namespace graphserve

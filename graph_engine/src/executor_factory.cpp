@@ -1,9 +1,8 @@
-// The engine's entry points: CreateExecutor, GetEngineInfo, EagerReasonName.
+// The engine's libtorch entry points: CreateExecutor, GetEngineInfo, GetDeviceMemory.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
-#include <cctype>
 #include <exception>
 #include <memory>
 #include <string>
@@ -14,6 +13,7 @@
 #include "cuda_graph_executor.h"
 #endif
 #include "eager_executor.h"
+#include "graphserve/engine/device.h"
 #include "graphserve/engine/executor.h"
 #include "torch_errors.h"
 #include "torchscript_model.h"
@@ -21,28 +21,14 @@
 namespace graphserve {
 namespace {
 
-// Short enough for std::stoi; no host has 10000 GPUs.
-bool IsDeviceIndex(const std::string& text) {
-  if (text.empty() || text.size() > 4) return false;
-  for (char c : text) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
-// "cpu", "cuda" (device 0) or "cuda:N"; UNAVAILABLE for a CUDA device this process cannot use.
+// A parsed device name this process can use; UNAVAILABLE for a CUDA device it cannot.
 Status ParseDevice(const std::string& name, c10::Device* device) {
-  if (name == "cpu") {
+  DeviceName parsed;
+  Status status = ParseDeviceName(name, &parsed);
+  if (!status.ok()) return status;
+  if (!parsed.cuda) {
     *device = c10::Device(c10::kCPU);
     return Status::Ok();
-  }
-  int index = 0;
-  const std::string cuda_prefix = "cuda:";
-  if (name.compare(0, cuda_prefix.size(), cuda_prefix) == 0 &&
-      IsDeviceIndex(name.substr(cuda_prefix.size()))) {
-    index = std::stoi(name.substr(cuda_prefix.size()));
-  } else if (name != "cuda") {
-    return InvalidArgument("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
   }
   if (!torch::cuda::is_available()) {
     return Unavailable("device '" + name +
@@ -50,65 +36,15 @@ Status ParseDevice(const std::string& name, c10::Device* device) {
                        "GPU visible)");
   }
   const int device_count = static_cast<int>(torch::cuda::device_count());
-  if (index >= device_count) {
+  if (parsed.index >= device_count) {
     return Unavailable("device '" + name + "' asked for, but only " + std::to_string(device_count) +
                        " CUDA device(s) are visible");
   }
-  *device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
-  return Status::Ok();
-}
-
-Status CheckTensorSpecs(const std::string& model, const char* role,
-                        const std::vector<TensorSpec>& tensors) {
-  if (tensors.empty()) return InvalidArgument("model '" + model + "' declares no " + role + "s");
-  for (const TensorSpec& tensor : tensors) {
-    int variable_dims = 0;
-    bool sizes_positive = true;
-    for (int64_t dim : tensor.dims) {
-      if (dim == -1) {
-        ++variable_dims;
-      } else if (dim < 1) {
-        sizes_positive = false;
-      }
-    }
-    if (variable_dims > 1 || !sizes_positive) {
-      return InvalidArgument("model '" + model + "': " + role + " '" + tensor.name + "' has dims " +
-                             ShapeToString(tensor.dims) +
-                             "; expected positive sizes and at most one -1");
-    }
-  }
-  return Status::Ok();
-}
-
-// What every platform needs of a spec; the platform checks the rest.
-Status CheckModelSpec(const ModelSpec& spec) {
-  Status status = CheckTensorSpecs(spec.name, "input", spec.inputs);
-  if (!status.ok()) return status;
-  status = CheckTensorSpecs(spec.name, "output", spec.outputs);
-  if (!status.ok()) return status;
-  for (const std::vector<int64_t>* grid : {&spec.bucket_batch_sizes, &spec.bucket_lengths}) {
-    for (int64_t size : *grid) {
-      if (size < 1) {
-        return InvalidArgument("model '" + spec.name + "': bucket sizes must be positive, got " +
-                               std::to_string(size));
-      }
-    }
-  }
+  *device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(parsed.index));
   return Status::Ok();
 }
 
 }  // namespace
-
-const char* EagerReasonName(EagerReason reason) {
-  switch (reason) {
-    case EagerReason::kOversize: return "oversize";
-    case EagerReason::kCaptureFailed: return "capture_failed";
-    case EagerReason::kVerifyFailed: return "verify_failed";
-    case EagerReason::kDisabled: return "disabled";
-    case EagerReason::kNoCuda: return "no_cuda";
-  }
-  return "disabled";
-}
 
 Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
                       std::unique_ptr<Executor>* executor) {

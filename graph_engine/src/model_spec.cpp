@@ -1,20 +1,12 @@
 #include "graphserve/engine/model_spec.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace graphserve {
-namespace {
-
-// The smallest entry of `grid` that is >= `value`, or -1 when none is (an oversize value).
-int64_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value) {
-  int64_t best = -1;
-  for (int64_t entry : grid) {
-    if (entry >= value && (best < 0 || entry < best)) best = entry;
-  }
-  return best;
+size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value) {
+  return static_cast<size_t>(std::lower_bound(grid.begin(), grid.end(), value) - grid.begin());
 }
-
-}  // namespace
 
 int TensorSpec::variable_dim() const {
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -37,15 +29,14 @@ std::string BucketShape::ToString() const {
 }
 
 BucketShape ModelSpec::BucketFor(int64_t rows, int64_t length) const {
-  const int64_t bucket_batch = SmallestAtLeast(bucket_batch_sizes, rows);
-  const int64_t bucket_length = SmallestAtLeast(bucket_lengths, length);
-  if (bucket_batch < 0 || bucket_length < 0) return BucketShape{rows, length};
-  return BucketShape{bucket_batch, bucket_length};
+  if (IsOversize(rows, length)) return BucketShape{rows, length};
+  return BucketShape{bucket_batch_sizes[SmallestAtLeast(bucket_batch_sizes, rows)],
+                     bucket_lengths[SmallestAtLeast(bucket_lengths, length)]};
 }
 
 bool ModelSpec::IsOversize(int64_t rows, int64_t length) const {
-  return SmallestAtLeast(bucket_batch_sizes, rows) < 0 ||
-         SmallestAtLeast(bucket_lengths, length) < 0;
+  return SmallestAtLeast(bucket_batch_sizes, rows) == bucket_batch_sizes.size() ||
+         SmallestAtLeast(bucket_lengths, length) == bucket_lengths.size();
 }
 
 std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size) {
@@ -81,6 +72,55 @@ std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   }
   lengths.push_back(max_sequence_length);
   return lengths;
+}
+
+Status CheckTensorDims(const std::string& tensor, const std::vector<int64_t>& dims) {
+  int variable_dims = 0;
+  for (int64_t dim : dims) {
+    if (dim == -1) {
+      ++variable_dims;
+    } else if (dim < 1) {
+      return InvalidArgument(std::to_string(dim) + " in '" + tensor +
+                             "' (dims are >= 1, or -1 for the variable dimension)");
+    }
+  }
+  if (variable_dims > 1) {
+    return InvalidArgument("'" + tensor +
+                           "' has more than one -1; graphserve varies one dimension per tensor");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+Status CheckTensorSpecs(const std::string& model, const char* role,
+                        const std::vector<TensorSpec>& tensors) {
+  if (tensors.empty()) return InvalidArgument("model '" + model + "' declares no " + role + "s");
+  for (const TensorSpec& tensor : tensors) {
+    const Status status = CheckTensorDims(tensor.name, tensor.dims);
+    if (!status.ok()) {
+      return InvalidArgument("model '" + model + "': " + role + " dims: " + status.message());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckModelSpec(const ModelSpec& spec) {
+  Status status = CheckTensorSpecs(spec.name, "input", spec.inputs);
+  if (!status.ok()) return status;
+  status = CheckTensorSpecs(spec.name, "output", spec.outputs);
+  if (!status.ok()) return status;
+  for (const std::vector<int64_t>* grid : {&spec.bucket_batch_sizes, &spec.bucket_lengths}) {
+    for (int64_t size : *grid) {
+      if (size < 1) {
+        return InvalidArgument("model '" + spec.name + "': bucket sizes must be positive, got " +
+                               std::to_string(size));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace graphserve

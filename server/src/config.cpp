@@ -63,22 +63,11 @@ Status TensorSpecFromConfig(const Tensor& tensor, const std::string& field, Tens
   if (tensor.name().empty()) return InvalidArgument(field + ".name: must not be empty");
   const std::optional<DataType> dtype = FromConfigType(tensor.data_type());
   if (!dtype) return InvalidArgument(field + ".data_type: missing or invalid for '" + tensor.name() + "'");
-  int variable_dims = 0;
-  for (int64_t dim : tensor.dims()) {
-    if (dim == -1) {
-      ++variable_dims;
-    } else if (dim < 1) {
-      return InvalidArgument(field + ".dims: " + std::to_string(dim) + " in '" + tensor.name() +
-                             "' (dims are >= 1, or -1 for the variable dimension)");
-    }
-  }
-  if (variable_dims > 1) {
-    return InvalidArgument(field + ".dims: '" + tensor.name() +
-                           "' has more than one -1; graphserve varies one dimension per tensor");
-  }
+  spec->dims.assign(tensor.dims().begin(), tensor.dims().end());
+  const Status dims = CheckTensorDims(tensor.name(), spec->dims);
+  if (!dims.ok()) return InvalidArgument(field + ".dims: " + dims.message());
   spec->name = tensor.name();
   spec->dtype = *dtype;
-  spec->dims.assign(tensor.dims().begin(), tensor.dims().end());
   return Status::Ok();
 }
 

@@ -188,6 +188,7 @@ std::vector<MetricFamily> SchedulerCollector::Collect() const {
 
   // Per device rather than per model: the caching allocator is shared by every model on a device.
   for (const std::string& device : cuda_devices) {
+    if (!options_.device_memory) break;
     const DeviceMemory memory = options_.device_memory(device);
     AddSample(&memory_allocated, {{"device", device}}, static_cast<double>(memory.allocated_bytes));
     AddSample(&memory_reserved, {{"device", device}}, static_cast<double>(memory.reserved_bytes));

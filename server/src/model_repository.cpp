@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "graphserve/engine/device.h"
 #include "graphserve/server/config.h"
 
 namespace graphserve {
@@ -42,23 +43,15 @@ Status ResolveDevice(const std::string& requested, std::string* resolved) {
     *resolved = engine.cuda_device_count > 0 ? "cuda:0" : "cpu";
     return Status::Ok();
   }
-  if (requested == "cpu") {
-    *resolved = requested;
-    return Status::Ok();
-  }
-  if (requested == "cuda") {
-    *resolved = "cuda:0";
-  } else if (requested.rfind("cuda:", 0) == 0 && requested.size() > 5 &&
-             std::all_of(requested.begin() + 5, requested.end(), ::isdigit)) {
-    *resolved = requested;
-  } else {
+  DeviceName device;
+  if (!ParseDeviceName(requested, &device).ok()) {
     return InvalidArgument("device '" + requested + "': expected cpu, cuda, cuda:N or auto");
   }
-  const int index = std::stoi(resolved->substr(5));
-  if (index >= engine.cuda_device_count) {
+  if (device.cuda && device.index >= engine.cuda_device_count) {
     return Unavailable("device '" + requested + "': this host has " +
                        std::to_string(engine.cuda_device_count) + " CUDA device(s)");
   }
+  *resolved = device.ToString();
   return Status::Ok();
 }
 

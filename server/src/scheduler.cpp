@@ -74,12 +74,6 @@ constexpr double kGapSmoothing = 1.0 / 8.0;
 // batches whose efficiency differs by noise in the measured times.
 constexpr double kScoreTolerance = 0.02;
 
-// The smallest entry of the ascending `grid` that is >= `value`, as an index; grid.size() when
-// none.
-size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value) {
-  return static_cast<size_t>(std::lower_bound(grid.begin(), grid.end(), value) - grid.begin());
-}
-
 }  // namespace
 
 Status SchedulerOptions::Validate() const {

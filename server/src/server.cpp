@@ -36,6 +36,7 @@ Status GraphServer::Start(const ServerOptions& options) {
   ServerMetricsOptions metrics_options;
   metrics_options.version = GRAPHSERVE_VERSION;
   metrics_options.engine = engine;
+  metrics_options.device_memory = GetDeviceMemory;
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
   // Before the long model warm-up: a bad --metrics-address fails at once, and Prometheus sees the
   // target (with graphserve_build_info) while the models load.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine_log.h"
+#include "graphserve/engine/device.h"
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
@@ -121,6 +122,27 @@ TEST(ExecutorTypesTest, EagerReasonNamesAreMetricLabels) {
   EXPECT_STREQ(EagerReasonName(EagerReason::kVerifyFailed), "verify_failed");
   EXPECT_STREQ(EagerReasonName(EagerReason::kDisabled), "disabled");
   EXPECT_STREQ(EagerReasonName(EagerReason::kNoCuda), "no_cuda");
+}
+
+TEST(DeviceNameTest, ParsesCpuCudaAndCudaN) {
+  DeviceName device;
+  ASSERT_TRUE(ParseDeviceName("cpu", &device).ok());
+  EXPECT_EQ(device.ToString(), "cpu");
+  ASSERT_TRUE(ParseDeviceName("cuda", &device).ok());
+  EXPECT_EQ(device.ToString(), "cuda:0");
+  ASSERT_TRUE(ParseDeviceName("cuda:3", &device).ok());
+  EXPECT_TRUE(device.cuda);
+  EXPECT_EQ(device.index, 3);
+}
+
+TEST(DeviceNameTest, RefusesOtherNamesAndHugeIndexesWithoutThrowing) {
+  for (const char* text : {"", "gpu", "cuda:", "cuda:-1", "cuda:+1", "cuda: 1", "cuda:1x", "CUDA:0",
+                           "cuda:99999999999", "cuda:2147483648"}) {
+    DeviceName device;
+    const Status status = ParseDeviceName(text, &device);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(status.message().find(std::string("'") + text + "'"), std::string::npos) << status.message();
+  }
 }
 
 TEST(EngineLogTest, InstalledSinkReceivesMessagesUntilReset) {

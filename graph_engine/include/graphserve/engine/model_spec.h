@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "graphserve/engine/status.h"
 #include "graphserve/engine/tensor.h"
 
 namespace graphserve {
@@ -66,6 +67,18 @@ struct ModelSpec {
 
 // The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
 // capped by (and always including) the model's limits.
+// Index of the smallest entry of the ascending `grid` that is >= value; grid.size() when none is (an
+// oversize value). The one bucket lookup of the engine, the batcher and the tools.
+size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value);
+
+// A tensor's dims as graphserve serves them: each >= 1, or -1 for its one variable dimension.
+// INVALID_ARGUMENT naming the tensor otherwise (the config loader and the engine both check this).
+Status CheckTensorDims(const std::string& tensor, const std::vector<int64_t>& dims);
+
+// What every platform needs of a spec (inputs and outputs declared with valid dims, positive bucket
+// sizes); INVALID_ARGUMENT naming the model otherwise. The platform checks the rest.
+Status CheckModelSpec(const ModelSpec& spec);
+
 std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size);
 std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length);
 

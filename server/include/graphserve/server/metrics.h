@@ -80,8 +80,9 @@ struct ServerMetricsOptions {
   // graphserve's version, and the engine's libtorch/CUDA build: the labels of graphserve_build_info.
   std::string version;
   EngineInfo engine;
-  // Memory of a CUDA device ("cuda:N"), read at scrape time for every CUDA device an executor runs on.
-  std::function<DeviceMemory(const std::string& device)> device_memory = GetDeviceMemory;
+  // Memory of a CUDA device ("cuda:N"), read at scrape time for every CUDA device an executor runs on
+  // (the server passes the engine's GetDeviceMemory); empty: no GPU memory series.
+  std::function<DeviceMemory(const std::string& device)> device_memory;
 };
 
 // Every graphserve metric: the RPC edge's registry and the collector over the schedulers and their

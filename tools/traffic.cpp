@@ -8,14 +8,6 @@
 #include <string>
 
 namespace graphserve::tools {
-namespace {
-
-// Index of the smallest entry of the ascending `grid` that is >= value; grid.size() when none is.
-size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value) {
-  return static_cast<size_t>(std::lower_bound(grid.begin(), grid.end(), value) - grid.begin());
-}
-
-}  // namespace
 
 HostTensor TokenTensor(int64_t rows, int64_t length, bool mask, std::mt19937_64& random) {
   std::vector<int64_t> values(static_cast<size_t>(rows * length), 1);
