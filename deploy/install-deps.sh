@@ -110,8 +110,9 @@ cuda_toolkit_install() {
     "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir \
       "cuda-toolkit[nvcc,nvvm,cccl,crt,cudart]==$toolkit"
   fi
-  # The wheels ship versioned libraries only (libcudart.so.13); CMake's CUDA modules look for the
-  # unversioned names an installed toolkit has.
+  # The layout an installed toolkit has, which nvcc and CMake's CUDA modules expect: the wheels put
+  # the libraries in lib/ (nvcc links from lib64/) and ship versioned names only (libcudart.so.13).
+  [[ -e $root/lib64 ]] || "${sudo_cmd[@]}" ln -s lib "$root/lib64"
   for library in "$root"/lib/lib*.so.[0-9]*; do
     [[ -e ${library%%.so.*}.so ]] || "${sudo_cmd[@]}" ln -s "$(basename "$library")" "${library%%.so.*}.so"
   done

@@ -1,128 +1,22 @@
+// The CUDA-graph executor's serving half: Launch (assemble, copy in, replay, copy out) and Complete,
+// and eager runs of what has no graph. Capture and verification are cuda_graph_capture.cpp.
 #include "cuda_graph_executor.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstring>
-#include <sstream>
 
-#if __has_include(<nvtx3/nvToolsExt.h>)
-#include <nvtx3/nvToolsExt.h>
-#define GRAPHSERVE_HAVE_NVTX 1
-#endif
-
+#include "batch_accounting.h"
+#include "cuda_helpers.h"
 #include "engine_log.h"
 #include "padding.h"
 #include "torch_errors.h"
 
 namespace graphserve {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double MicrosSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-// An Nsight Systems range ("replay 8x128") around one stage of the CUDA path.
-class NvtxRange {
- public:
-  explicit NvtxRange(const std::string& name) {
-#ifdef GRAPHSERVE_HAVE_NVTX
-    nvtxRangePushA(name.c_str());
-#else
-    (void)name;
-#endif
-  }
-  ~NvtxRange() {
-#ifdef GRAPHSERVE_HAVE_NVTX
-    nvtxRangePop();
-#endif
-  }
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
-
-void CheckCuda(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
-  }
-}
-
-double DefaultTolerance(Precision precision) {
-  switch (precision) {
-    case Precision::kFp16: return 1e-2;
-    case Precision::kBf16: return 2e-2;
-    case Precision::kFp32: break;
-  }
-  return 1e-4;
-}
-
-// Inputs a client could send: every row gets a random real length in [1, L]; integer inputs hold
-// ids in [1, 100) there (1 for inputs named like a mask), floating inputs values in [-1, 1); padded
-// positions hold the pad value. Host tensors of the bucket's padded shapes.
-std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const BucketShape& shape,
-                                               uint64_t seed) {
-  at::Generator generator = at::detail::createCPUGenerator(seed);
-  const at::Tensor lengths =
-      at::randint(1, shape.length + 1, {shape.batch}, generator, at::TensorOptions().dtype(at::kLong));
-  std::vector<at::Tensor> inputs;
-  for (const TensorSpec& input : spec.inputs) {
-    const std::vector<int64_t> padded = PaddedShape(input, shape);
-    const at::ScalarType type = ToScalarType(input.dtype);
-    at::Tensor values;
-    const bool is_mask = input.name.find("mask") != std::string::npos;
-    if (at::isFloatingType(type)) {
-      values = (at::rand(padded, generator) * 2 - 1).to(type);
-    } else if (is_mask || type == at::kBool) {
-      values = at::ones(padded, at::TensorOptions().dtype(type));
-    } else {
-      values = at::randint(1, 100, padded, generator, at::TensorOptions().dtype(type));
-    }
-    const int variable_dim = input.variable_dim();
-    if (variable_dim >= 0) {
-      // real[b, ..., l, ...] = l < lengths[b], broadcast over the other dimensions.
-      std::vector<int64_t> position_shape(padded.size(), 1);
-      position_shape[variable_dim + 1] = shape.length;
-      std::vector<int64_t> length_shape(padded.size(), 1);
-      length_shape[0] = shape.batch;
-      const at::Tensor real = at::arange(shape.length, at::TensorOptions().dtype(at::kLong))
-                                  .view(position_shape)
-                                  .lt(lengths.view(length_shape));
-      values = at::where(real, values, at::full({}, input.pad_value, values.options()));
-    }
-    inputs.push_back(values.contiguous());
-  }
-  return inputs;
-}
-
-// max|a - b| / max|b| over all outputs; infinity for NaN or Inf anywhere.
-double RelativeDifference(const std::vector<at::Tensor>& replayed, const std::vector<at::Tensor>& eager) {
-  double worst = 0.0;
-  for (size_t i = 0; i < replayed.size(); ++i) {
-    const at::Tensor a = replayed[i].to(at::kDouble);
-    const at::Tensor b = eager[i].to(at::kDouble);
-    if (!a.isfinite().all().item<bool>() || !b.isfinite().all().item<bool>()) return INFINITY;
-    const double scale = b.abs().max().item<double>();
-    const double difference = (a - b).abs().max().item<double>();
-    worst = std::max(worst, scale > 0 ? difference / scale : difference);
-  }
-  return worst;
-}
-
-int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t product = 1;
-  for (size_t i = begin; i < end; ++i) product *= dims[i];
-  return product;
-}
-
-}  // namespace
 
 DeviceMemory CudaDeviceMemory(const c10::Device& device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
@@ -179,224 +73,6 @@ std::vector<at::Tensor> CudaGraphExecutor::StaticOutputs(const BucketShape& shap
   return views;
 }
 
-Status CudaGraphExecutor::AllocateStaticBuffers() {
-  BucketShape largest;
-  for (const GraphBucket& bucket : buckets_) {
-    if (bucket.info.shape.batch * bucket.info.shape.length > largest.batch * largest.length) {
-      largest = bucket.info.shape;
-    }
-  }
-  uint64_t bytes = 0;
-  auto allocate = [&](const TensorSpec& tensor, std::vector<at::Tensor>* device_buffers,
-                      std::vector<at::Tensor> StagingSlot::*pinned_buffers) {
-    const int64_t elements = ElementCount(PaddedShape(tensor, largest));
-    const at::ScalarType type = ToScalarType(tensor.dtype);
-    device_buffers->push_back(at::zeros({elements}, at::TensorOptions().dtype(type).device(device_)));
-    for (StagingSlot& slot : staging_) {
-      (slot.*pinned_buffers)
-          .push_back(at::empty({elements}, at::TensorOptions().dtype(type).pinned_memory(true)));
-    }
-    bytes += (1 + kStagingSlots) * static_cast<uint64_t>(elements) * ElementSize(tensor.dtype);
-  };
-  for (const TensorSpec& input : spec_.inputs) allocate(input, &static_inputs_, &StagingSlot::inputs);
-  for (const TensorSpec& output : spec_.outputs) allocate(output, &static_outputs_, &StagingSlot::outputs);
-  std::lock_guard<std::mutex> lock(mutex_);
-  summary_.static_buffer_bytes = bytes;
-  return Status::Ok();
-}
-
-Status CudaGraphExecutor::ForwardEager(const BucketShape& shape, std::vector<at::Tensor>* outputs) {
-  Status status = model_->Forward(StaticInputs(shape), outputs);
-  if (!status.ok()) return Status(status.code(), DescribeBucket(spec_, shape) + ": " + status.message());
-  return ValidateOutputs(spec_, shape, *outputs);
-}
-
-Status CudaGraphExecutor::Warmup() {
-  const Clock::time_point start = Clock::now();
-  try {
-    c10::cuda::CUDAGuard device_guard(device_);
-    c10::cuda::CUDAStreamGuard stream_guard(stream_);
-    c10::InferenceMode inference_mode;
-    Status status = AllocateStaticBuffers();
-    if (!status.ok()) return status;
-
-    // Largest first: the pool grows to the largest bucket's needs once, and the smaller captures
-    // reuse its freed blocks instead of growing it further.
-    std::vector<GraphBucket*> order;
-    for (GraphBucket& bucket : buckets_) order.push_back(&bucket);
-    std::stable_sort(order.begin(), order.end(), [](const GraphBucket* a, const GraphBucket* b) {
-      const int64_t ea = a->info.shape.batch * a->info.shape.length;
-      const int64_t eb = b->info.shape.batch * b->info.shape.length;
-      return ea != eb ? ea > eb : a->info.shape.batch > b->info.shape.batch;
-    });
-    pool_ = at::cuda::graph_pool_handle();
-    for (GraphBucket* bucket : order) {
-      status = PrepareBucket(bucket);
-      if (!status.ok()) return status;
-    }
-  } catch (const std::exception& error) {
-    return Internal("model '" + spec_.name + "': warm-up on " + device() + " failed: " +
-                    ExceptionMessage(error));
-  }
-  CaptureSummary summary;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    summary_.capture_time_us = MicrosSince(start);
-    summary = summary_;
-  }
-  std::ostringstream message;
-  message << "model '" << spec_.name << "' on " << device() << ": " << summary.graphs_captured
-          << " graphs captured, " << summary.graphs_disabled << " disabled, graph pool "
-          << summary.graph_pool_bytes / (1024.0 * 1024.0) << " MiB, static buffers "
-          << summary.static_buffer_bytes / (1024.0 * 1024.0) << " MiB, grid ready in "
-          << summary.capture_time_us / 1e6 << " s";
-  EngineLog(LogLevel::kInfo, message.str());
-  return Status::Ok();
-}
-
-Status CudaGraphExecutor::PrepareBucket(GraphBucket* bucket) {
-  const BucketShape shape = bucket->info.shape;
-  const Clock::time_point start = Clock::now();
-
-  std::vector<at::Tensor> warmup_inputs;
-  Status status = MakeWarmupInputs(spec_, shape, &warmup_inputs);
-  if (!status.ok()) return status;
-  const std::vector<at::Tensor> statics = StaticInputs(shape);
-  for (size_t i = 0; i < statics.size(); ++i) statics[i].copy_(warmup_inputs[i]);
-
-  // Eager runs first: cuBLAS handles and workspaces, lazily built module state and the caching
-  // allocator's blocks must exist before capture, which may not allocate them from the driver.
-  std::vector<at::Tensor> outputs;
-  for (int run = 0; run < 3; ++run) {
-    const Clock::time_point eager_start = Clock::now();
-    status = ForwardEager(shape, &outputs);
-    if (!status.ok()) return status;
-    stream_.synchronize();
-    bucket->eager_time_us = MicrosSince(eager_start);
-  }
-  outputs.clear();
-
-  const uint64_t reserved_before = CudaDeviceMemory(device_).reserved_bytes;
-  double difference = 0.0;
-  std::string failure;
-  EagerReason reason = EagerReason::kCaptureFailed;
-  status = CaptureBucket(bucket, &difference);
-  if (!status.ok()) {
-    if (status.code() != StatusCode::kUnavailable) return status;
-    failure = status.message();
-  }
-  const uint64_t reserved_after = CudaDeviceMemory(device_).reserved_bytes;
-  const uint64_t capture_bytes = reserved_after > reserved_before ? reserved_after - reserved_before : 0;
-
-  if (failure.empty()) {
-    const double tolerance = spec_.verify_rtol > 0 ? spec_.verify_rtol : DefaultTolerance(spec_.precision);
-    if (!(difference <= tolerance)) {
-      reason = EagerReason::kVerifyFailed;
-      std::ostringstream why;
-      why << "replay differs from eager by " << difference << " (relative), tolerance " << tolerance;
-      failure = why.str();
-      // Kept, not destroyed: destroying a graph releases its hold on the shared pool, and libtorch
-      // deletes a pool whose last graph is gone, which would fail the captures still to come.
-      retired_graphs_.push_back(std::move(bucket->graph));
-    }
-  }
-
-  // Replay time (graph) or eager time (disabled bucket): what the scheduler plans with.
-  double execute_time_us = bucket->eager_time_us;
-  if (failure.empty()) {
-    constexpr int kTimedReplays = 5;
-    stream_.synchronize();
-    const Clock::time_point replay_start = Clock::now();
-    for (int i = 0; i < kTimedReplays; ++i) bucket->graph->replay();
-    stream_.synchronize();
-    execute_time_us = MicrosSince(replay_start) / kTimedReplays;
-  }
-
-  std::ostringstream message;
-  message << DescribeBucket(spec_, shape) << " on " << device() << ": ";
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    bucket->info.execute_time_us = execute_time_us;
-    bucket->info.time_measured = true;
-    if (failure.empty()) {
-      bucket->info.graph = true;
-      ++summary_.graphs_captured;
-      summary_.graph_pool_bytes += capture_bytes;
-      message << "captured in " << MicrosSince(start) / 1000.0 << " ms, pool +"
-              << capture_bytes / (1024.0 * 1024.0) << " MiB, replay " << execute_time_us
-              << " us vs eager " << bucket->eager_time_us << " us, verified (difference "
-              << difference << ")";
-    } else {
-      bucket->info.graph = false;
-      bucket->info.eager_reason = reason;
-      ++summary_.graphs_disabled;
-      summary_.graph_pool_bytes += capture_bytes;
-      message << "disabled (" << EagerReasonName(reason) << "): " << failure
-              << "; its batches run eagerly";
-    }
-  }
-  EngineLog(failure.empty() ? LogLevel::kInfo : LogLevel::kWarning, message.str());
-  return Status::Ok();
-}
-
-// UNAVAILABLE means "this bucket cannot be captured" (the bucket is disabled); any other error is
-// the model's and fails the warm-up.
-Status CudaGraphExecutor::CaptureBucket(GraphBucket* bucket, double* verify_difference) {
-  const BucketShape shape = bucket->info.shape;
-  const std::vector<at::Tensor> statics = StaticInputs(shape);
-  const std::vector<at::Tensor> static_outputs = StaticOutputs(shape);
-  auto graph = std::make_unique<at::cuda::CUDAGraph>();
-  stream_.synchronize();
-  Status forward_status;
-  try {
-    NvtxRange range("capture " + shape.ToString());
-    graph->capture_begin(pool_);
-    std::vector<at::Tensor> outputs;
-    forward_status = model_->Forward(statics, &outputs);
-    if (forward_status.ok()) forward_status = ValidateOutputs(spec_, shape, outputs);
-    // The graph ends by writing its results, in the spec's dtypes, into the shared static outputs,
-    // so that its own output tensors are temporaries the next capture may reuse.
-    if (forward_status.ok()) {
-      for (size_t i = 0; i < outputs.size(); ++i) static_outputs[i].copy_(outputs[i]);
-    }
-    graph->capture_end();
-  } catch (const std::exception& error) {
-    const std::string message = ExceptionMessage(error);
-    // Leave capture mode so the stream and the allocator work again, then drop the graph.
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_.stream(), &capturing) == cudaSuccess &&
-        capturing != cudaStreamCaptureStatusNone) {
-      cudaGraph_t partial = nullptr;
-      cudaStreamEndCapture(stream_.stream(), &partial);
-      if (partial != nullptr) cudaGraphDestroy(partial);
-    }
-    try {
-      // capture_end did not get as far as handing allocations back from the pool.
-      c10::cuda::CUDACachingAllocator::endAllocateToPool(device_.index(), pool_);
-    } catch (const std::exception&) {
-    }
-    (void)cudaGetLastError();  // capture errors are not sticky; clear them
-    graph.reset();
-    return Unavailable("capture threw: " + message.substr(0, 300));
-  }
-  if (!forward_status.ok()) return forward_status;
-
-  // Verification: fresh random valid inputs, replay, and eager on the very same inputs.
-  const std::vector<at::Tensor> fresh =
-      MakeVerificationInputs(spec_, shape, 0x9e3779b9u ^ static_cast<uint64_t>(shape.batch * 4099 + shape.length));
-  for (size_t i = 0; i < statics.size(); ++i) statics[i].copy_(fresh[i]);
-  graph->replay();
-  std::vector<at::Tensor> replayed;
-  for (const at::Tensor& output : static_outputs) replayed.push_back(output.clone());
-  std::vector<at::Tensor> eager;
-  Status status = ForwardEager(shape, &eager);
-  if (!status.ok()) return status;
-  for (size_t i = 0; i < eager.size(); ++i) eager[i] = eager[i].to(replayed[i].scalar_type());
-  *verify_difference = RelativeDifference(replayed, eager);
-  bucket->graph = std::move(graph);
-  return Status::Ok();
-}
-
 CudaGraphExecutor::GraphBucket* CudaGraphExecutor::FindBucket(const BucketShape& shape) {
   for (GraphBucket& bucket : buckets_) {
     if (bucket.info.shape == shape) return &bucket;
@@ -408,16 +84,12 @@ CudaGraphExecutor::GraphBucket* CudaGraphExecutor::FindBucket(const BucketShape&
 // slices land; for an eager run, the finished outputs.
 class CudaGraphExecutor::CudaLaunchedBatch : public LaunchedBatch {
  public:
-  struct Slice {
-    size_t item, output;
-    size_t staging_offset_bytes, bytes;
-    std::vector<int64_t> shape;
-  };
   const Batch* batch = nullptr;
   GraphBucket* graph_bucket = nullptr;  // null: ran eagerly, for `eager_reason`
   EagerReason eager_reason = EagerReason::kOversize;
   int slot = 0;
-  std::vector<Slice> slices;
+  std::vector<OutputSlice> slices;   // packed into the slot's pinned outputs, in this order
+  std::vector<size_t> staging_offsets;  // bytes into slot.outputs[slice.output], per slice
   BatchOutputs eager_outputs;
 };
 
@@ -486,47 +158,26 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
   }
 
   // Copy back only what each request owns: per request and output one strided copy of its rows
-  // and, along the variable dimension, its own length, packed into the slot's pinned outputs.
+  // and, along the variable dimension, its own length (PlanOutputSlices, the geometry SliceOutputs
+  // uses on the host), packed into the slot's pinned outputs.
   NvtxRange range("copy-out " + bucket_name);
   const std::vector<at::Tensor> static_outputs = StaticOutputs(shape);
-  for (size_t o = 0; o < spec_.outputs.size(); ++o) {
-    const TensorSpec& output = spec_.outputs[o];
-    const size_t element_size = ElementSize(output.dtype);
-    const std::vector<int64_t> padded = PaddedShape(output, shape);
-    const int64_t row_elements = Product(padded, 1, padded.size());
-    const int variable_dim = output.variable_dim();
-    const char* source = static_cast<const char*>(static_outputs[o].data_ptr());
-    char* staging = static_cast<char*>(slot.outputs[o].data_ptr());
-    size_t staging_offset = 0;
-    int64_t row_offset = 0;
-    for (size_t k = 0; k < batch.items.size(); ++k) {
-      const InferenceItem& item = *batch.items[k];
-      const int64_t first_row = row_offset;
-      row_offset += item.rows;
-      if (!item.outputs_wanted[o]) continue;
-      CudaLaunchedBatch::Slice slice{k, o, staging_offset, 0,
-                                     PaddedShape(output, BucketShape{item.rows, item.length})};
-      slice.bytes = static_cast<size_t>(ElementCount(slice.shape)) * element_size;
-      const char* from = source + first_row * row_elements * element_size;
-      if (variable_dim < 0 || item.length == shape.length) {
-        CheckCuda(cudaMemcpyAsync(staging + staging_offset, from, slice.bytes, cudaMemcpyDeviceToHost,
-                                  stream_.stream()),
-                  "copy-out");
-      } else {
-        // Rows of `outer` blocks, each holding `length` × `inner` elements of which the request
-        // owns the first item.length × inner.
-        const int64_t outer = Product(padded, 1, variable_dim + 1);
-        const int64_t inner = Product(padded, variable_dim + 2, padded.size());
-        const size_t width = static_cast<size_t>(item.length * inner) * element_size;
-        const size_t pitch = static_cast<size_t>(shape.length * inner) * element_size;
-        CheckCuda(cudaMemcpy2DAsync(staging + staging_offset, width, from, pitch, width,
-                                    static_cast<size_t>(item.rows * outer), cudaMemcpyDeviceToHost,
-                                    stream_.stream()),
-                  "copy-out");
-      }
-      staging_offset += slice.bytes;
-      launched->slices.push_back(std::move(slice));
-    }
+  launched->slices = PlanOutputSlices(spec_, batch);
+  std::vector<size_t> packed_bytes(spec_.outputs.size(), 0);
+  for (const OutputSlice& slice : launched->slices) {
+    const size_t element_size = ElementSize(spec_.outputs[slice.output].dtype);
+    const char* source = static_cast<const char*>(static_outputs[slice.output].data_ptr()) +
+                         static_cast<size_t>(slice.offset) * element_size;
+    char* staging = static_cast<char*>(slot.outputs[slice.output].data_ptr());
+    const size_t width = static_cast<size_t>(slice.width) * element_size;
+    size_t& offset = packed_bytes[slice.output];
+    CheckCuda(cudaMemcpy2DAsync(staging + offset, width, source,
+                                static_cast<size_t>(slice.pitch) * element_size, width,
+                                static_cast<size_t>(slice.height), cudaMemcpyDeviceToHost,
+                                stream_.stream()),
+              "copy-out");
+    launched->staging_offsets.push_back(offset);
+    offset += width * static_cast<size_t>(slice.height);
   }
   slot.done.record(stream_);
   return Status::Ok();
@@ -558,12 +209,14 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
       tensor.shape = {0};  // not wanted, unless a slice fills it below
     }
   }
-  for (const CudaLaunchedBatch::Slice& slice : run->slices) {
+  for (size_t i = 0; i < run->slices.size(); ++i) {
+    const OutputSlice& slice = run->slices[i];
     HostTensor& tensor = (*outputs)[slice.item][slice.output];
     tensor.shape = slice.shape;
-    tensor.bytes.assign(static_cast<const char*>(slot.outputs[slice.output].data_ptr()) +
-                            slice.staging_offset_bytes,
-                        slice.bytes);
+    const char* packed =
+        static_cast<const char*>(slot.outputs[slice.output].data_ptr()) + run->staging_offsets[i];
+    tensor.bytes.assign(packed, packed + static_cast<size_t>(slice.width * slice.height) *
+                                             ElementSize(tensor.dtype));
   }
   CountExecution(batch, run->graph_bucket, run->eager_reason);
   return Status::Ok();
@@ -585,29 +238,19 @@ Status CudaGraphExecutor::ExecuteEager(const Batch& batch, BatchOutputs* outputs
 
 void CudaGraphExecutor::CountExecution(const Batch& batch, const GraphBucket* graph_bucket,
                                        EagerReason reason) {
-  uint64_t real_elements = 0;
-  for (const InferenceItem* item : batch.items) real_elements += static_cast<uint64_t>(item->rows * item->length);
-  std::string warning;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++counters_.batches;
-    counters_.real_elements += real_elements;
-    counters_.padded_elements += static_cast<uint64_t>(batch.padded_shape.batch * batch.padded_shape.length);
-    if (graph_bucket != nullptr) {
-      ++counters_.graph_replays[graph_bucket->info.shape];
-      return;
-    }
-    ++counters_.eager_runs[static_cast<int>(reason)];
-    // A warning for the 1st, 10th, 100th, ... fallback: visible, but never a flood.
-    ++fallback_warnings_;
-    if (fallback_warnings_ == next_fallback_warning_) {
-      next_fallback_warning_ *= 10;
-      warning = DescribeBucket(spec_, batch.padded_shape) + " on " + device() + ": ran eagerly (" +
-                EagerReasonName(reason) + "); " + std::to_string(fallback_warnings_) +
-                " eager fallback(s) so far";
-    }
+  if (graph_bucket != nullptr) {
+    counter_.RecordReplay(batch);
+    return;
   }
-  if (!warning.empty()) EngineLog(LogLevel::kWarning, warning);
+  const uint64_t fallbacks = counter_.RecordEager(batch, reason);
+  // A warning for the 1st, 10th, 100th, ... fallback: visible, but never a flood.
+  uint64_t power_of_ten = 1;
+  while (power_of_ten * 10 <= fallbacks) power_of_ten *= 10;
+  if (fallbacks == power_of_ten) {
+    EngineLog(LogLevel::kWarning, DescribeBucket(spec_, batch.padded_shape) + " on " + device() +
+                                      ": ran eagerly (" + EagerReasonName(reason) + "); " +
+                                      std::to_string(fallbacks) + " eager fallback(s) so far");
+  }
 }
 
 std::vector<BucketInfo> CudaGraphExecutor::Buckets() const {
@@ -617,10 +260,7 @@ std::vector<BucketInfo> CudaGraphExecutor::Buckets() const {
   return infos;
 }
 
-ExecutionCounters CudaGraphExecutor::Counters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return counters_;
-}
+ExecutionCounters CudaGraphExecutor::Counters() const { return counter_.Snapshot(); }
 
 CaptureSummary CudaGraphExecutor::capture_summary() const {
   std::lock_guard<std::mutex> lock(mutex_);

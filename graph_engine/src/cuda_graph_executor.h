@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_accounting.h"
 #include "graphserve/engine/executor.h"
 #include "model.h"
 
@@ -102,10 +103,8 @@ class CudaGraphExecutor : public Executor {
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> retired_graphs_;
 
   mutable std::mutex mutex_;
-  ExecutionCounters counters_;  // guarded by mutex_
   CaptureSummary summary_;      // guarded by mutex_
-  int64_t fallback_warnings_ = 0;      // guarded by mutex_
-  int64_t next_fallback_warning_ = 1;  // guarded by mutex_
+  ExecutionCounter counter_;
   decltype(at::cuda::graph_pool_handle()) pool_{};  // shared by all of this instance's graphs
 };
 

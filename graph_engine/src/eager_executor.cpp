@@ -157,17 +157,7 @@ Status EagerExecutor::Execute(const Batch& batch, BatchOutputs* outputs) {
                     " failed: " + ExceptionMessage(error));
   }
 
-  uint64_t real_elements = 0;
-  for (const InferenceItem* item : batch.items) {
-    real_elements += static_cast<uint64_t>(item->rows * item->length);
-  }
-  const EagerReason reason = ReasonFor(batch.padded_shape);
-  std::lock_guard<std::mutex> lock(mutex_);
-  counters_.eager_runs[static_cast<int>(reason)] += 1;
-  counters_.batches += 1;
-  counters_.real_elements += real_elements;
-  counters_.padded_elements +=
-      static_cast<uint64_t>(batch.padded_shape.batch * batch.padded_shape.length);
+  counter_.RecordEager(batch, ReasonFor(batch.padded_shape));
   return Status::Ok();
 }
 
@@ -176,10 +166,7 @@ std::vector<BucketInfo> EagerExecutor::Buckets() const {
   return buckets_;
 }
 
-ExecutionCounters EagerExecutor::Counters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return counters_;
-}
+ExecutionCounters EagerExecutor::Counters() const { return counter_.Snapshot(); }
 
 std::string EagerExecutor::device() const { return device_.str(); }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_accounting.h"
 #include "graphserve/engine/executor.h"
 #include "model.h"
 
@@ -44,7 +45,7 @@ class EagerExecutor : public Executor {
 
   mutable std::mutex mutex_;
   std::vector<BucketInfo> buckets_;  // guarded by mutex_
-  ExecutionCounters counters_;       // guarded by mutex_
+  ExecutionCounter counter_;
 };
 
 }  // namespace graphserve

@@ -74,6 +74,14 @@ std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   return lengths;
 }
 
+std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape) {
+  std::vector<int64_t> padded;
+  padded.reserve(tensor.dims.size() + 1);
+  padded.push_back(shape.batch);
+  for (int64_t dim : tensor.dims) padded.push_back(dim == -1 ? shape.length : dim);
+  return padded;
+}
+
 Status CheckTensorDims(const std::string& tensor, const std::vector<int64_t>& dims) {
   int variable_dims = 0;
   for (int64_t dim : dims) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "batch_accounting.h"
 #include "torch_errors.h"
 
 namespace graphserve {
@@ -85,14 +86,6 @@ at::ScalarType ToScalarType(DataType dtype) {
 
 std::string DescribeBucket(const ModelSpec& spec, const BucketShape& shape) {
   return "model '" + spec.name + "' bucket " + shape.ToString();
-}
-
-std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape) {
-  std::vector<int64_t> padded;
-  padded.reserve(tensor.dims.size() + 1);
-  padded.push_back(shape.batch);
-  for (int64_t dim : tensor.dims) padded.push_back(dim == -1 ? shape.length : dim);
-  return padded;
 }
 
 Status ValidateBatch(const ModelSpec& spec, const Batch& batch) {
@@ -223,35 +216,29 @@ Status SliceOutputs(const ModelSpec& spec, const Batch& batch,
   Status status = ValidateOutputs(spec, batch.padded_shape, model_outputs);
   if (!status.ok()) return status;
   outputs->assign(batch.items.size(), std::vector<HostTensor>(spec.outputs.size()));
+  for (size_t o = 0; o < spec.outputs.size(); ++o) {
+    for (std::vector<HostTensor>& item_outputs : *outputs) {
+      item_outputs[o].dtype = spec.outputs[o].dtype;
+      item_outputs[o].shape = {0};  // not wanted, unless a slice fills it below
+    }
+  }
   try {
-    for (size_t o = 0; o < spec.outputs.size(); ++o) {
-      const TensorSpec& output = spec.outputs[o];
-      const bool wanted_by_any = std::any_of(
-          batch.items.begin(), batch.items.end(),
-          [o](const InferenceItem* item) { return static_cast<bool>(item->outputs_wanted[o]); });
-      at::Tensor host_output;
-      if (wanted_by_any) {
-        // One device-to-host copy per output rather than one per item.
-        host_output = model_outputs[o].is_cpu() ? model_outputs[o] : model_outputs[o].to(at::kCPU);
+    const std::vector<OutputSlice> slices = PlanOutputSlices(spec, batch);
+    // One device-to-host copy per wanted output (not one per item), in the spec's dtype (e.g. a
+    // bf16 network's outputs become FP32), contiguous for the slices' arithmetic.
+    std::vector<at::Tensor> host_outputs(spec.outputs.size());
+    for (const OutputSlice& slice : slices) {
+      at::Tensor& host = host_outputs[slice.output];
+      if (!host.defined()) {
+        host = model_outputs[slice.output]
+                   .to(at::kCPU, ToScalarType(spec.outputs[slice.output].dtype))
+                   .contiguous();
       }
-      int64_t row_offset = 0;
-      for (size_t k = 0; k < batch.items.size(); ++k) {
-        const InferenceItem& item = *batch.items[k];
-        HostTensor& result = (*outputs)[k][o];
-        result.dtype = output.dtype;
-        if (!item.outputs_wanted[o]) {
-          result.shape = {0};
-        } else {
-          result.shape = ItemShape(output, item);
-          result.bytes.resize(static_cast<size_t>(ElementCount(result.shape)) *
-                              ElementSize(output.dtype));
-          // copy_ both gathers the strided region and converts to the spec's dtype.
-          at::from_blob(result.bytes.data(), result.shape,
-                        at::TensorOptions().dtype(ToScalarType(output.dtype)))
-              .copy_(ItemRegion(host_output, output, item, row_offset));
-        }
-        row_offset += item.rows;
-      }
+      HostTensor& result = (*outputs)[slice.item][slice.output];
+      const size_t element_size = ElementSize(result.dtype);
+      result.shape = slice.shape;
+      result.bytes.resize(static_cast<size_t>(ElementCount(slice.shape)) * element_size);
+      CopySlice(slice, element_size, static_cast<const char*>(host.data_ptr()), result.bytes.data());
     }
   } catch (const std::exception& error) {
     outputs->clear();

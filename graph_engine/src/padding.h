@@ -26,9 +26,6 @@ at::ScalarType ToScalarType(DataType dtype);
 // "model 'encoder' bucket 4x16": the prefix of every message about one execution.
 std::string DescribeBucket(const ModelSpec& spec, const BucketShape& shape);
 
-// [shape.batch, tensor.dims...] with the variable dimension replaced by shape.length.
-std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape);
-
 // INVALID_ARGUMENT unless every item matches the spec (input count, dtypes, shapes [rows, dims...]
 // with its own length, byte sizes, one outputs_wanted flag per output) and batch.padded_shape holds
 // them all (sum of rows <= batch, longest length <= length).

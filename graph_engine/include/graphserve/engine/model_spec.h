@@ -71,6 +71,10 @@ struct ModelSpec {
 // oversize value). The one bucket lookup of the engine, the batcher and the tools.
 size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value);
 
+// [shape.batch, tensor.dims...] with the variable dimension replaced by shape.length: the shape of a
+// tensor padded to a bucket.
+std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape);
+
 // A tensor's dims as graphserve serves them: each >= 1, or -1 for its one variable dimension.
 // INVALID_ARGUMENT naming the tensor otherwise (the config loader and the engine both check this).
 Status CheckTensorDims(const std::string& tensor, const std::vector<int64_t>& dims);

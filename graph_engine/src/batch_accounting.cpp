@@ -1,0 +1,89 @@
+#include "batch_accounting.h"
+
+#include <cstring>
+
+namespace graphserve {
+namespace {
+
+int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  int64_t product = 1;
+  for (size_t i = begin; i < end; ++i) product *= dims[i];
+  return product;
+}
+
+}  // namespace
+
+std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& batch) {
+  const BucketShape& padded_shape = batch.padded_shape;
+  std::vector<OutputSlice> slices;
+  int64_t first_row = 0;
+  for (size_t k = 0; k < batch.items.size(); ++k) {
+    const InferenceItem& item = *batch.items[k];
+    for (size_t o = 0; o < spec.outputs.size(); ++o) {
+      if (!item.outputs_wanted[o]) continue;
+      const TensorSpec& output = spec.outputs[o];
+      const std::vector<int64_t> padded = PaddedShape(output, padded_shape);
+      const int variable_dim = output.variable_dim();
+      OutputSlice slice;
+      slice.item = k;
+      slice.output = o;
+      slice.shape = PaddedShape(output, BucketShape{item.rows, item.length});
+      slice.offset = first_row * Product(padded, 1, padded.size());
+      if (variable_dim < 0 || item.length == padded_shape.length) {
+        slice.width = Product(slice.shape, 0, slice.shape.size());
+        slice.pitch = slice.width;
+        slice.height = 1;
+      } else {
+        // Rows of `outer` blocks, each holding padded-length × `inner` elements of which the item
+        // owns the first item.length × inner.
+        const int64_t outer = Product(padded, 1, variable_dim + 1);
+        const int64_t inner = Product(padded, variable_dim + 2, padded.size());
+        slice.width = item.length * inner;
+        slice.pitch = padded_shape.length * inner;
+        slice.height = item.rows * outer;
+      }
+      slices.push_back(std::move(slice));
+    }
+    first_row += item.rows;
+  }
+  return slices;
+}
+
+void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded, char* destination) {
+  const size_t width = static_cast<size_t>(slice.width) * element_size;
+  const char* source = padded + static_cast<size_t>(slice.offset) * element_size;
+  for (int64_t run = 0; run < slice.height; ++run) {
+    std::memcpy(destination + run * width, source + run * slice.pitch * element_size, width);
+  }
+}
+
+void ExecutionCounter::RecordElements(const Batch& batch) {
+  uint64_t real_elements = 0;
+  for (const InferenceItem* item : batch.items) {
+    real_elements += static_cast<uint64_t>(item->rows * item->length);
+  }
+  counters_.batches += 1;
+  counters_.real_elements += real_elements;
+  counters_.padded_elements +=
+      static_cast<uint64_t>(batch.padded_shape.batch * batch.padded_shape.length);
+}
+
+void ExecutionCounter::RecordReplay(const Batch& batch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RecordElements(batch);
+  counters_.graph_replays[batch.padded_shape] += 1;
+}
+
+uint64_t ExecutionCounter::RecordEager(const Batch& batch, EagerReason reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RecordElements(batch);
+  counters_.eager_runs[static_cast<int>(reason)] += 1;
+  return ++eager_total_;
+}
+
+ExecutionCounters ExecutionCounter::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+}  // namespace graphserve

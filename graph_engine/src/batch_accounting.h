@@ -1,0 +1,54 @@
+#pragma once
+// What both executors share once a batch is padded: where each request's share of each output lies
+// in the padded outputs (the one slicing geometry: the eager executor copies it on the host, the
+// CUDA-graph executor off the device), and the counting of executions. Torch-free.
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "graphserve/engine/model_spec.h"
+
+namespace graphserve {
+
+// One item's share of one output of a padded batch, as a 2-D copy out of that output's contiguous
+// padded tensor (PaddedShape(output, batch.padded_shape)): `height` runs of `width` elements, each
+// `pitch` elements after the previous, the first `offset` elements into the tensor. A share that
+// is contiguous (no variable dimension, or the item's length is the padded length) is one run.
+struct OutputSlice {
+  size_t item = 0;
+  size_t output = 0;
+  std::vector<int64_t> shape;  // the item's own [rows, dims...], variable dimension = its length
+  int64_t offset = 0;
+  int64_t width = 0;
+  int64_t pitch = 0;
+  int64_t height = 0;
+};
+
+// The slices of every (item, output) the item wants, in item order, then output order. Assumes the
+// batch is valid for the spec (ValidateBatch).
+std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& batch);
+
+// Copies one slice of a host buffer holding a padded output into `destination` (width × height
+// elements of `element_size` bytes, packed).
+void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded, char* destination);
+
+// The ExecutionCounters of one executor. Thread-safe: the worker records, metrics read.
+class ExecutionCounter {
+ public:
+  // A batch run as a replay of the graph of its padded shape.
+  void RecordReplay(const Batch& batch);
+  // A batch run eagerly; returns how many eager runs this counter has recorded, this one included.
+  uint64_t RecordEager(const Batch& batch, EagerReason reason);
+  ExecutionCounters Snapshot() const;
+
+ private:
+  void RecordElements(const Batch& batch);  // requires mutex_
+
+  mutable std::mutex mutex_;
+  ExecutionCounters counters_;
+  uint64_t eager_total_ = 0;
+};
+
+}  // namespace graphserve
