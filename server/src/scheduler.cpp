@@ -1,13 +1,12 @@
 // The dynamic batcher's threads (ModelScheduler); the policy it runs is BatchPlanner's
 // (batch_planner.cpp says why it decides as it does).
 //
-// Threads: one worker per executor. Workers sleep on a condition variable until
-// the planner's next wake-up, an Enqueue, a Poke or Stop. Every `done` callback runs with the lock
-// released.
+// Threads: one worker per executor. Workers sleep on a condition variable until the planner's next
+// wake-up (waited for through the injected Clock), an Enqueue, a Poke or Stop. Every `done`
+// callback runs with the lock released.
 #include "graphserve/server/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <utility>
 
@@ -253,9 +252,8 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     ++idle_workers_;
     const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/true);
     if (wake_us) {
-      // Clock micros are not a std::chrono clock; convert to a relative wait on the real clock.
-      const int64_t remaining_us = std::max<int64_t>(*wake_us - clock_->NowMicros(), 0);
-      work_available_.wait_for(lock, std::chrono::microseconds(remaining_us));
+      // Through the clock that set the wake-up time, so that a test's clock decides when it comes.
+      clock_->WaitUntil(work_available_, lock, *wake_us);
     } else {
       work_available_.wait(lock);
     }

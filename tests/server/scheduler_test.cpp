@@ -1,5 +1,6 @@
-// ModelScheduler end to end with real worker threads and a fake executor that echoes each
-// request's input back as its output.
+// ModelScheduler end to end with real worker threads, a fake executor that echoes each request's
+// input back as its output, and a fake clock: the workers wait for batching time through it, so the
+// tests move time instead of sleeping.
 #include "graphserve/server/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "fake_clock.h"
 #include "scheduler_test_support.h"
 
 namespace graphserve {
@@ -132,7 +134,7 @@ class ModelSchedulerTest : public ::testing::Test {
     return shared_->batches;
   }
 
-  SteadyClock clock_;
+  FakeClock clock_;
   std::shared_ptr<FakeExecutor::Shared> shared_ = std::make_shared<FakeExecutor::Shared>();
   std::unique_ptr<ModelScheduler> scheduler_;
 };
@@ -174,6 +176,9 @@ TEST_F(ModelSchedulerTest, EveryConcurrentRequestGetsItsOwnResultExactlyOnce) {
   }
   for (std::thread& thread : threads) thread.join();
   ASSERT_EQ(refused.load(), 0);
+  // Every request arrived at time 0: once their delay has run out, whatever is not yet a full batch
+  // goes too.
+  clock_.Advance(200);
 
   for (int id = 0; id < kTotal; ++id) {
     ASSERT_EQ(answered[id].get_future().wait_for(seconds(30)), std::future_status::ready) << id;
@@ -273,8 +278,8 @@ TEST_F(ModelSchedulerTest, ExpiredDeadlineIsNeverExecuted) {
 
 TEST_F(ModelSchedulerTest, CancelledWhileQueuedIsAnsweredCancelledAfterPoke) {
   // The longest delay. Three requests in one bin: from the second on, the bin's arrival rate says
-  // company is coming, so the second and third wait (about 5 s, until the expected gap reaches the
-  // remaining delay); only Poke can wake the worker sooner.
+  // company is coming, so the second and third wait (until 5 s, when the expected gap reaches the
+  // remaining delay, a time the clock never reaches here); only Poke can wake the worker.
   MakeScheduler(Options(10'000'000));
   scheduler_->Start();
   std::vector<std::future<Outcome>> outcomes(3);
@@ -397,6 +402,7 @@ TEST_F(ModelSchedulerTest, RideAlongsAreCountedAndGetTheirOwnRowsBack) {
   for (int i = 0; i < 4; ++i) {
     requests.push_back(Request(1, lengths[i], i, &outcomes[i]));
     ASSERT_TRUE(scheduler_->Enqueue(requests.back()).ok());
+    clock_.Advance(1);  // the bin 64 requests are older, so theirs is the batch the rider joins
   }
   scheduler_->Stop();
   for (int i = 0; i < 4; ++i) {
@@ -411,6 +417,37 @@ TEST_F(ModelSchedulerTest, RideAlongsAreCountedAndGetTheirOwnRowsBack) {
   EXPECT_EQ(counters.batches, 1u);
   EXPECT_EQ(counters.ride_alongs, 1u);
   EXPECT_EQ(counters.batch_rows, 4u);
+}
+
+TEST_F(ModelSchedulerTest, AnIdleWorkerWaitsForCompanyUntilTheClockSaysWaitingNoLongerHelps) {
+  // Two requests of one bin queue together behind a first that holds the executor, so that company
+  // looks imminent. Released, the idle worker waits until the expected gap (by then the time since
+  // the last arrival) reaches the remaining delay: 500 µs into a 1000 µs delay.
+  MakeScheduler(Options(1000));
+  scheduler_->Start();
+  Hold();
+  std::future<Outcome> first, second, third;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 1, &first)).ok());
+  ASSERT_TRUE(WaitForStarted(1));
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 2, &second)).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 3, &third)).ok());
+  Release();
+  ASSERT_TRUE(Ready(first));
+
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  EXPECT_EQ(clock_.EarliestWaiterDeadline(), 500);
+  clock_.Set(499);
+  EXPECT_EQ(second.wait_for(seconds(0)), std::future_status::timeout);
+  clock_.Set(500);
+  for (auto* f : {&second, &third}) {
+    ASSERT_TRUE(Ready(*f));
+    Outcome result = f->get();
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    EXPECT_EQ(result.timing.padded_shape, (BucketShape{2, 16}));
+    EXPECT_EQ(result.timing.queue_us, 500);
+  }
+  scheduler_->Stop();
+  EXPECT_EQ(scheduler_->Counters().batches, 2u);
 }
 
 TEST_F(ModelSchedulerTest, EveryInstanceRunsBatchesFromTheOneQueue) {
@@ -457,7 +494,7 @@ TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {
   executors.push_back(std::make_unique<FakeExecutor>(
       shared, 1,
       std::vector<BucketInfo>{bucket(1, 16, 300), bucket(2, 16, 400), bucket(4, 16, 0)}));
-  SteadyClock clock;
+  FakeClock clock;
   ModelScheduler scheduler(TestSpec(), Options(0), std::move(executors), &clock);
   // 1x16 averaged over both; 2x16 from the one that measured it; 4x16 had no time (not measured).
   EXPECT_EQ(scheduler.bucket_costs(),
@@ -473,6 +510,7 @@ class PipelinedFakeExecutor : public Executor {
     std::condition_variable changed;
     std::vector<std::string> events;  // "launch N" / "complete N", N counting launches from 1
     int launched = 0;
+    int completing = 0;  // threads waiting in Complete
     int in_flight = 0;
     int most_in_flight = 0;
     bool held = true;
@@ -502,7 +540,10 @@ class PipelinedFakeExecutor : public Executor {
   Status Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs* outputs) override {
     auto* run = static_cast<Run*>(launched.get());
     std::unique_lock<std::mutex> lock(shared_->mutex);
+    ++shared_->completing;
+    shared_->changed.notify_all();
     shared_->changed.wait(lock, [this] { return !shared_->held; });
+    --shared_->completing;
     shared_->events.push_back("complete " + std::to_string(run->number));
     --shared_->in_flight;
     *outputs = std::move(run->outputs);
@@ -545,10 +586,11 @@ TEST_F(PipelinedSchedulerTest, NextReadyBatchIsLaunchedBeforeTheRunningOneIsAwai
   scheduler_->Start();
   {
     std::unique_lock<std::mutex> lock(pipeline_->mutex);
-    ASSERT_TRUE(pipeline_->changed.wait_for(lock, seconds(30), [&] { return pipeline_->launched >= 2; }));
+    // Once the only worker waits for batch 1 it can launch nothing more until batch 1 is done.
+    ASSERT_TRUE(pipeline_->changed.wait_for(
+        lock, seconds(30), [&] { return pipeline_->launched >= 2 && pipeline_->completing >= 1; }));
   }
   // The device "runs" batch 1 (held): batch 2 is launched behind it, batch 3 is not (depth 2).
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   {
     std::lock_guard<std::mutex> lock(pipeline_->mutex);
     EXPECT_EQ(pipeline_->events, (std::vector<std::string>{"launch 1", "launch 2"}));
