@@ -108,6 +108,28 @@ size_t ModelScheduler::QueueDepth() const {
   return planner_.queued_requests();
 }
 
+SchedulerSnapshot ModelScheduler::Snapshot() const {
+  SchedulerSnapshot snapshot;
+  snapshot.model = spec_.name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    snapshot.counters = counters_;
+    snapshot.queue_depth = planner_.queued_requests();
+  }
+  // Outside the lock: each executor counts under its own, and a scrape must not hold up the workers.
+  snapshot.executors.reserve(executors_.size());
+  for (const auto& executor : executors_) {
+    ExecutorSnapshot& figures = snapshot.executors.emplace_back();
+    figures.device = executor->device();
+    figures.executed = executor->Counters();
+    for (const BucketInfo& bucket : executor->Buckets()) {
+      if (bucket.graph) figures.graph_buckets.push_back(bucket.shape);
+    }
+    figures.capture = executor->capture_summary();
+  }
+  return snapshot;
+}
+
 void ModelScheduler::Finish(const std::shared_ptr<PendingRequest>& request, const Status& status) {
   RequestTiming timing;
   timing.queue_us = clock_->NowMicros() - request->enqueue_us;

@@ -501,6 +501,39 @@ TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {
             (BucketCosts{{BucketShape{1, 16}, 200}, {BucketShape{2, 16}, 400}}));
 }
 
+TEST(ModelSchedulerSnapshotTest, CopiesTheCountersQueueAndEachInstancesFigures) {
+  auto shared = std::make_shared<FakeExecutor::Shared>();
+  BucketInfo graph_bucket;
+  graph_bucket.shape = BucketShape{2, 16};
+  graph_bucket.graph = true;
+  BucketInfo eager_bucket;
+  eager_bucket.shape = BucketShape{4, 16};
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<FakeExecutor>(shared, 0));
+  executors.push_back(std::make_unique<FakeExecutor>(
+      shared, 1, std::vector<BucketInfo>{graph_bucket, eager_bucket}));
+  FakeClock clock;
+  ModelScheduler scheduler(TestSpec(), Options(0), std::move(executors), &clock);
+  auto request = MakeRequest(1, 10);
+  request->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
+  ASSERT_TRUE(scheduler.Enqueue(request).ok());
+
+  SchedulerSnapshot queued = scheduler.Snapshot();
+  EXPECT_EQ(queued.model, "echo");
+  EXPECT_EQ(queued.queue_depth, 1u);
+  EXPECT_EQ(queued.counters.accepted, 1u);
+  ASSERT_EQ(queued.executors.size(), 2u);
+  EXPECT_EQ(queued.executors[0].device, "cpu");
+  EXPECT_TRUE(queued.executors[0].graph_buckets.empty());
+  EXPECT_EQ(queued.executors[1].graph_buckets, (std::vector<BucketShape>{{2, 16}}));
+
+  scheduler.Stop();  // not started: runs the queue on this thread
+  SchedulerSnapshot done = scheduler.Snapshot();
+  EXPECT_EQ(done.queue_depth, 0u);
+  EXPECT_EQ(done.counters.batches, 1u);
+  EXPECT_EQ(done.counters.batch_rows, 1u);
+}
+
 // Launch returns at once, as on a GPU; Complete waits until the test releases the batch. Records the
 // order of launches and completions, so that a test can see batches overlap.
 class PipelinedFakeExecutor : public Executor {

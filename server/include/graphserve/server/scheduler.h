@@ -5,17 +5,18 @@
 // (batch_planner.h), a pure, clock-injected policy that weighs each bucket's measured execution time
 // against its real work; this header adds the threads around it.
 //
-// Thread safety: Enqueue, Poke, Counters and QueueDepth may be called from any thread; Start and
-// Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued request
-// is owned by the scheduler until its `done` callback has run, which happens exactly once per
-// accepted request: on one of the scheduler's answering threads (CallbackPool) for a request that
-// ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
+// Thread safety: Enqueue, Poke, Counters, QueueDepth and Snapshot may be called from any thread;
+// Start and Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued
+// request is owned by the scheduler until its `done` callback has run, which happens exactly once
+// per accepted request: on one of the scheduler's answering threads (CallbackPool) for a request
+// that ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
 // that expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
 // (RESOURCE_EXHAUSTED, UNAVAILABLE); every other outcome, failures included, reaches the request's
 // `done` callback.
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,6 +39,24 @@ struct SchedulerCounters {
   uint64_t batches = 0;
   uint64_t batch_rows = 0;   // real rows summed over batches
   uint64_t ride_alongs = 0;  // requests that filled padding rows of a longer bin's batch
+};
+
+// What one executor has counted and holds, as the metrics exporter reads it.
+struct ExecutorSnapshot {
+  std::string device;
+  ExecutionCounters executed;              // from one Counters() call, so that its sums agree
+  std::vector<BucketShape> graph_buckets;  // the buckets that replay as CUDA graphs
+  CaptureSummary capture;
+};
+
+// A copy of what a scheduler and its executors have counted, for the metrics exporter, which then
+// needs no access to the executors themselves.
+struct SchedulerSnapshot {
+  std::string model;
+  // Both taken under the scheduler's lock, so that they agree with each other.
+  SchedulerCounters counters;
+  size_t queue_depth = 0;
+  std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
 class ModelScheduler {
@@ -65,11 +84,11 @@ class ModelScheduler {
   void Poke();
 
   const ModelSpec& spec() const { return spec_; }
-  const std::vector<std::unique_ptr<Executor>>& executors() const { return executors_; }
   // The planner's cost table, as read from the executors at construction.
   const BucketCosts& bucket_costs() const { return costs_; }
   SchedulerCounters Counters() const;
   size_t QueueDepth() const;
+  SchedulerSnapshot Snapshot() const;
 
  private:
   struct InFlightBatch;
