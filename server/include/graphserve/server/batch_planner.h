@@ -58,6 +58,11 @@ enum class BatchingPolicy {
   kFifo,
 };
 
+// Requests a model's queue holds when its config does not say (dynamic_batching.max_queue_size):
+// several full grids' worth before Enqueue pushes back. The one default, for SchedulerOptions and
+// the config loader alike.
+inline constexpr int64_t kDefaultMaxQueueSize = 4096;
+
 struct SchedulerOptions {
   // How long the oldest request of a bin may wait for company before it is dispatched anyway. 500
   // µs by default (config.cpp): about one short bucket's execution on a GPU (a BERT-base forward at
@@ -66,7 +71,7 @@ struct SchedulerOptions {
   // join (see BatchPlanner), so the delay is a bound, not a fixed cost.
   int64_t max_queue_delay_us = 500;
   // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
-  int64_t max_queue_size = 1024;
+  int64_t max_queue_size = kDefaultMaxQueueSize;
   BatchingPolicy policy = BatchingPolicy::kSizeBinned;
   // dynamic_batching { disable: true }: every request is a batch of its own, oldest first, at once
   // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
