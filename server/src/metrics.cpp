@@ -27,17 +27,17 @@ class SchedulerCollector final : public prometheus::Collectable {
  public:
   explicit SchedulerCollector(ServerMetricsOptions options) : options_(std::move(options)) {}
 
-  void Add(const ModelScheduler* scheduler) {
-    std::lock_guard<std::mutex> lock(mutex_);
+  void Add(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
+    MutexLock lock(&mutex_);
     schedulers_.push_back(scheduler);
   }
 
-  std::vector<MetricFamily> Collect() const override;
+  std::vector<MetricFamily> Collect() const override EXCLUDES(mutex_);
 
  private:
   const ServerMetricsOptions options_;
-  mutable std::mutex mutex_;
-  std::vector<const ModelScheduler*> schedulers_;  // guarded by mutex_; never shrinks
+  mutable Mutex mutex_;
+  std::vector<const ModelScheduler*> schedulers_ GUARDED_BY(mutex_);  // never shrinks
 };
 
 namespace {
@@ -236,7 +236,7 @@ std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
 std::vector<MetricFamily> SchedulerCollector::Collect() const {
   std::vector<const ModelScheduler*> schedulers;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     schedulers = schedulers_;
   }
   SchedulerFamilies families = EmptySchedulerFamilies();
@@ -352,14 +352,14 @@ void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
   metrics->compute_seconds_ = &compute_seconds_->Add({{"model", model}}, buckets);
   metrics->in_flight_ = &in_flight_->Add({{"model", model}});
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     models_.emplace(model, std::move(metrics));
   }
   collector_->Add(scheduler);
 }
 
 ModelRequestMetrics* ServerMetrics::ForModel(const std::string& model) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   auto it = models_.find(model);
   return it == models_.end() ? nullptr : it->second.get();
 }

@@ -46,7 +46,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
 ModelScheduler::~ModelScheduler() { Stop(); }
 
 void ModelScheduler::Start() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (stopping_ || !workers_.empty()) return;
   for (const auto& executor : executors_) {
     workers_.emplace_back([this, e = executor.get()] { WorkerLoop(e); });
@@ -55,7 +55,7 @@ void ModelScheduler::Start() {
 
 void ModelScheduler::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     stopping_ = true;
   }
   work_available_.notify_all();
@@ -70,7 +70,7 @@ void ModelScheduler::Stop() {
 Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     if (stopping_) return Unavailable("model '" + spec_.name + "' is shutting down");
     if (planner_.queued_requests() >= static_cast<size_t>(options_.max_queue_size)) {
       ++counters_.rejected_queue_full;
@@ -92,19 +92,19 @@ void ModelScheduler::Poke() {
   {
     // Under the lock, so that the worker that next takes it sees the cancelled flag set before this
     // call, and so that the wake-up cannot fall between a worker's check and its wait.
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     planner_.NoteCancellation();
   }
   work_available_.notify_all();
 }
 
 SchedulerCounters ModelScheduler::Counters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return counters_;
 }
 
 size_t ModelScheduler::QueueDepth() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return planner_.queued_requests();
 }
 
@@ -112,7 +112,7 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
   SchedulerSnapshot snapshot;
   snapshot.model = spec_.name;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     snapshot.counters = counters_;
     snapshot.queue_depth = planner_.queued_requests();
   }
@@ -205,32 +205,44 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
   }
 }
 
+std::vector<Status> ModelScheduler::CountDead(
+    const std::vector<std::shared_ptr<PendingRequest>>& dead, int64_t now_us) {
+  std::vector<Status> outcomes;
+  outcomes.reserve(dead.size());
+  for (const auto& request : dead) {
+    if (request->cancelled.load(std::memory_order_relaxed)) {
+      ++counters_.cancelled;
+      outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
+    } else {
+      ++counters_.deadline_exceeded;
+      outcomes.emplace_back(StatusCode::kDeadlineExceeded,
+                            "request deadline expired after " +
+                                std::to_string(now_us - request->enqueue_us) + " us in queue");
+    }
+  }
+  return outcomes;
+}
+
+void ModelScheduler::CountDispatched(const DispatchDecision& decision) {
+  ++counters_.batches;
+  counters_.ride_alongs += static_cast<uint64_t>(decision.ride_alongs);
+  for (const auto& request : decision.requests) counters_.batch_rows += request->item.rows;
+}
+
 void ModelScheduler::WorkerLoop(Executor* executor) {
   const size_t depth = static_cast<size_t>(std::max(executor->pipeline_depth(), 1));
   // Launched and not yet completed, oldest first; at most `depth`.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight;
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   while (true) {
     const int64_t now_us = clock_->NowMicros();
 
     std::vector<std::shared_ptr<PendingRequest>> dead = planner_.TakeDead(now_us);
     if (!dead.empty()) {
-      std::vector<Status> outcomes;
-      outcomes.reserve(dead.size());
-      for (const auto& request : dead) {
-        if (request->cancelled.load(std::memory_order_relaxed)) {
-          ++counters_.cancelled;
-          outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
-        } else {
-          ++counters_.deadline_exceeded;
-          outcomes.emplace_back(StatusCode::kDeadlineExceeded,
-                                "request deadline expired after " +
-                                    std::to_string(now_us - request->enqueue_us) + " us in queue");
-        }
-      }
-      lock.unlock();
+      const std::vector<Status> outcomes = CountDead(dead, now_us);
+      lock.Unlock();
       for (size_t i = 0; i < dead.size(); ++i) Finish(dead[i], outcomes[i]);
-      lock.lock();
+      lock.Lock();
       continue;
     }
 
@@ -242,12 +254,10 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
                                /*executor_idle=*/in_flight.empty());
     }
     if (decision) {
-      ++counters_.batches;
-      counters_.ride_alongs += static_cast<uint64_t>(decision->ride_alongs);
-      for (const auto& request : decision->requests) counters_.batch_rows += request->item.rows;
+      CountDispatched(*decision);
       // Work may remain that another sleeping worker could take right away.
       if (planner_.queued_requests() > 0 && idle_workers_ > 0) work_available_.notify_one();
-      lock.unlock();
+      lock.Unlock();
       // The new batch is assembled and queued on the device while the one before it still runs;
       // only then is the older one waited for and answered.
       in_flight.push_back(LaunchBatch(executor, std::move(*decision)));
@@ -255,16 +265,16 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
         CompleteBatch(executor, std::move(in_flight.front()));
         in_flight.pop_front();
       }
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (!in_flight.empty()) {
       // Nothing is ready to overlap with it: answer the batch in flight, then look again as an
       // idle executor.
-      lock.unlock();
+      lock.Unlock();
       CompleteBatch(executor, std::move(in_flight.front()));
       in_flight.pop_front();
-      lock.lock();
+      lock.Lock();
       continue;
     }
 
@@ -275,9 +285,9 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/true);
     if (wake_us) {
       // Through the clock that set the wake-up time, so that a test's clock decides when it comes.
-      clock_->WaitUntil(work_available_, lock, *wake_us);
+      clock_->WaitUntil(work_available_, lock.native(), *wake_us);
     } else {
-      work_available_.wait(lock);
+      lock.Wait(work_available_);
     }
     --idle_workers_;
   }

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "graphserve/server/batch_planner.h"
 #include "graphserve/server/callback_pool.h"
 #include "graphserve/server/clock.h"
+#include "graphserve/server/thread_annotations.h"
 
 namespace graphserve {
 
@@ -70,35 +70,42 @@ class ModelScheduler {
   ModelScheduler(const ModelScheduler&) = delete;
   ModelScheduler& operator=(const ModelScheduler&) = delete;
 
-  void Start();
+  void Start() EXCLUDES(mutex_);
   // Stops accepting work, runs what is queued, joins the workers and returns once every accepted
   // request has been answered.
-  void Stop();
+  void Stop() EXCLUDES(mutex_);
 
   // Queues `request` and returns at once; never blocks on inference. On OK the scheduler owns the
   // request until `done` runs. RESOURCE_EXHAUSTED (queue full) and UNAVAILABLE (stopping) mean
   // "retry later": `done` is not called and the caller still owns the request.
-  Status Enqueue(std::shared_ptr<PendingRequest> request);
+  Status Enqueue(std::shared_ptr<PendingRequest> request) EXCLUDES(mutex_);
 
   // Wakes the workers to notice cancelled requests promptly; call after setting `cancelled`.
-  void Poke();
+  void Poke() EXCLUDES(mutex_);
 
   const ModelSpec& spec() const { return spec_; }
   // The planner's cost table, as read from the executors at construction.
   const BucketCosts& bucket_costs() const { return costs_; }
-  SchedulerCounters Counters() const;
-  size_t QueueDepth() const;
-  SchedulerSnapshot Snapshot() const;
+  SchedulerCounters Counters() const EXCLUDES(mutex_);
+  size_t QueueDepth() const EXCLUDES(mutex_);
+  SchedulerSnapshot Snapshot() const EXCLUDES(mutex_);
 
  private:
   struct InFlightBatch;
   // Each worker keeps up to its executor's pipeline_depth() batches launched: it launches the next
   // ready batch before it waits for the one the device is running.
-  void WorkerLoop(Executor* executor);
-  std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision);
+  void WorkerLoop(Executor* executor) EXCLUDES(mutex_);
+  // Counts the requests TakeDead removed and returns the status each is answered with.
+  std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
+                                int64_t now_us) REQUIRES(mutex_);
+  void CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
+  // The executor's and the requests' work runs without the lock, so that Enqueue never waits for it.
+  std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
+      EXCLUDES(mutex_);
   // Waits for the batch and answers each of its requests exactly once.
-  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run);
-  void Finish(const std::shared_ptr<PendingRequest>& request, const Status& status);
+  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run) EXCLUDES(mutex_);
+  void Finish(const std::shared_ptr<PendingRequest>& request, const Status& status)
+      EXCLUDES(mutex_);
 
   const ModelSpec spec_;
   const SchedulerOptions options_;
@@ -109,12 +116,12 @@ class ModelScheduler {
   // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
   CallbackPool answering_;
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable work_available_;
-  BatchPlanner planner_;        // guarded by mutex_
-  SchedulerCounters counters_;  // guarded by mutex_
-  int idle_workers_ = 0;        // guarded by mutex_
-  bool stopping_ = false;       // guarded by mutex_
+  BatchPlanner planner_ GUARDED_BY(mutex_);
+  SchedulerCounters counters_ GUARDED_BY(mutex_);
+  int idle_workers_ GUARDED_BY(mutex_) = 0;
+  bool stopping_ GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace graphserve
