@@ -11,7 +11,7 @@ CallbackPool::CallbackPool(int threads) {
 
 CallbackPool::~CallbackPool() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     stopping_ = true;
   }
   work_available_.notify_all();
@@ -24,7 +24,7 @@ int CallbackPool::DefaultThreads() {
 
 void CallbackPool::Post(std::function<void()> callback) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     queue_.push_back(std::move(callback));
     ++unfinished_;
   }
@@ -32,21 +32,21 @@ void CallbackPool::Post(std::function<void()> callback) {
 }
 
 void CallbackPool::Drain() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return unfinished_ == 0; });
+  MutexLock lock(&mutex_);
+  while (unfinished_ != 0) lock.Wait(idle_);
 }
 
 void CallbackPool::Run() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   while (true) {
     // Stopping still runs what is queued: every posted callback runs exactly once.
-    work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) lock.Wait(work_available_);
     if (queue_.empty()) return;
     std::function<void()> callback = std::move(queue_.front());
     queue_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     callback();
-    lock.lock();
+    lock.Lock();
     if (--unfinished_ == 0) idle_.notify_all();
   }
 }

@@ -12,11 +12,10 @@
 namespace graphserve {
 namespace {
 
-// Defaults for a config's dynamic_batching block. The delay is about one short bucket's execution on
-// the GPU: long enough for concurrent callers to share a batch, short enough that a lone request pays
-// little for it. The queue holds several full grids' worth of requests before pushing back.
+// The default delay of a config's dynamic_batching block: about one short bucket's execution on the
+// GPU, long enough for concurrent callers to share a batch, short enough that a lone request pays
+// little for it. (The queue size's default is kDefaultMaxQueueSize, beside SchedulerOptions.)
 constexpr uint64_t kDefaultMaxQueueDelayUs = 500;
-constexpr uint64_t kDefaultMaxQueueSize = 4096;
 
 constexpr const char* kBuiltinEncoderConfig = R"pb(
   name: "encoder"
@@ -225,7 +224,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const config::ModelConfig& config) {
   options.batching_disabled = batching.disable();
   options.max_queue_size = batching.max_queue_size() > 0
                                ? static_cast<int64_t>(batching.max_queue_size())
-                               : static_cast<int64_t>(kDefaultMaxQueueSize);
+                               : kDefaultMaxQueueSize;
   options.policy = batching.policy() == config::DynamicBatching::FIFO ? BatchingPolicy::kFifo
                                                                       : BatchingPolicy::kSizeBinned;
   return options;

@@ -21,23 +21,23 @@ using prometheus::MetricType;
 // ---------------------------------------------------------------------------------------------------
 // Scrape-time families over the schedulers and their executors
 
-// Reads each model's scheduler and executors on every Collect and turns their counters into metric
+// Reads each model's scheduler snapshot on every Collect and turns its counters into metric
 // families; it keeps no copy. Thread-safe: Add and Collect may run concurrently.
 class SchedulerCollector final : public prometheus::Collectable {
  public:
   explicit SchedulerCollector(ServerMetricsOptions options) : options_(std::move(options)) {}
 
-  void Add(const ModelScheduler* scheduler) {
-    std::lock_guard<std::mutex> lock(mutex_);
+  void Add(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
+    MutexLock lock(&mutex_);
     schedulers_.push_back(scheduler);
   }
 
-  std::vector<MetricFamily> Collect() const override;
+  std::vector<MetricFamily> Collect() const override EXCLUDES(mutex_);
 
  private:
   const ServerMetricsOptions options_;
-  mutable std::mutex mutex_;
-  std::vector<const ModelScheduler*> schedulers_;  // guarded by mutex_; never shrinks
+  mutable Mutex mutex_;
+  std::vector<const ModelScheduler*> schedulers_ GUARDED_BY(mutex_);  // never shrinks
 };
 
 namespace {
@@ -51,6 +51,22 @@ struct DeviceTotals {
   std::array<uint64_t, kEagerReasonCount> eager_runs{};
   double capture_time_us = 0.0;
   uint64_t graph_pool_bytes = 0;
+};
+
+// Every family SchedulerCollector exports, filled by the steps below.
+struct SchedulerFamilies {
+  MetricFamily build_info;
+  MetricFamily queue_depth;
+  MetricFamily batch_rows;
+  MetricFamily batches;
+  MetricFamily replays;
+  MetricFamily eager;
+  MetricFamily real_elements;
+  MetricFamily padded_elements;
+  MetricFamily capture_seconds;
+  MetricFamily pool_bytes;
+  MetricFamily memory_allocated;
+  MetricFamily memory_reserved;
 };
 
 MetricFamily NewFamily(const char* name, const char* help, MetricType type) {
@@ -75,134 +91,167 @@ void AddSample(MetricFamily* family, std::vector<ClientMetric::Label> labels, do
 
 bool IsCudaDevice(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
+// The families with their names, help and types, and no samples yet.
+SchedulerFamilies EmptySchedulerFamilies() {
+  SchedulerFamilies f;
+  f.build_info = NewFamily(
+      "graphserve_build_info",
+      "graphserve's version and its engine's libtorch and CUDA versions; always 1", MetricType::Gauge);
+  f.queue_depth = NewFamily(
+      "graphserve_queue_depth", "Requests waiting in the model's queue for a batch", MetricType::Gauge);
+  f.batch_rows = NewFamily(
+      "graphserve_batch_rows_total",
+      "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
+      "graphserve_batches_total's rate)",
+      MetricType::Counter);
+  f.batches = NewFamily(
+      "graphserve_batches_total",
+      "Batches executed: graphserve_graph_replays_total plus graphserve_eager_executions_total",
+      MetricType::Counter);
+  f.replays = NewFamily("graphserve_graph_replays_total",
+                        "Batches executed as a CUDA graph replay, by bucket (batch x length)",
+                        MetricType::Counter);
+  f.eager = NewFamily(
+      "graphserve_eager_executions_total",
+      "Batches executed eagerly instead of as a graph replay, by reason (oversize, capture_failed, "
+      "verify_failed, disabled, no_cuda)",
+      MetricType::Counter);
+  f.real_elements =
+      NewFamily("graphserve_real_elements_total",
+                "Request elements (rows x length) executed; padding waste = 1 - this / padded elements",
+                MetricType::Counter);
+  f.padded_elements = NewFamily(
+      "graphserve_padded_elements_total",
+      "Elements (bucket batch x bucket length) executed, padding included", MetricType::Counter);
+  f.capture_seconds =
+      NewFamily("graphserve_graph_capture_seconds",
+                "Time spent warming up, capturing and verifying the model's CUDA graphs on the device",
+                MetricType::Gauge);
+  f.pool_bytes =
+      NewFamily("graphserve_graph_pool_bytes",
+                "Device memory held by the model's CUDA graph pool on the device", MetricType::Gauge);
+  f.memory_allocated = NewFamily(
+      "graphserve_gpu_memory_allocated_bytes",
+      "GPU memory held by live tensors (graph pools included), per CUDA device", MetricType::Gauge);
+  f.memory_reserved =
+      NewFamily("graphserve_gpu_memory_reserved_bytes",
+                "GPU memory obtained from the driver by libtorch's caching allocator, per CUDA device",
+                MetricType::Gauge);
+  return f;
+}
+
+void AddBuildInfoSample(const ServerMetricsOptions& options, SchedulerFamilies* families) {
+  AddSample(&families->build_info,
+            {{"version", options.version},
+             {"libtorch", options.engine.libtorch_version},
+             {"cuda", options.engine.cuda_version.empty() ? "none" : options.engine.cuda_version}},
+            1.0);
+}
+
+std::map<std::string, DeviceTotals> TotalsByDevice(const std::vector<ExecutorSnapshot>& executors) {
+  std::map<std::string, DeviceTotals> by_device;
+  for (const ExecutorSnapshot& executor : executors) {
+    DeviceTotals& totals = by_device[executor.device];
+    totals.batches += executor.executed.batches;
+    totals.real_elements += executor.executed.real_elements;
+    totals.padded_elements += executor.executed.padded_elements;
+    // Buckets that replay as graphs are exported from zero, before their first replay.
+    for (const BucketShape& shape : executor.graph_buckets) totals.graph_replays[shape] += 0;
+    for (const auto& [shape, count] : executor.executed.graph_replays) {
+      totals.graph_replays[shape] += count;
+    }
+    for (int i = 0; i < kEagerReasonCount; ++i) {
+      totals.eager_runs[i] += executor.executed.eager_runs[i];
+    }
+    totals.capture_time_us += executor.capture.capture_time_us;
+    totals.graph_pool_bytes += executor.capture.graph_pool_bytes;
+  }
+  return by_device;
+}
+
+void AddDeviceSamples(const std::string& model, const std::string& device,
+                      const DeviceTotals& totals, SchedulerFamilies* families) {
+  AddSample(&families->batches, {{"model", model}, {"device", device}},
+            static_cast<double>(totals.batches));
+  for (const auto& [shape, count] : totals.graph_replays) {
+    AddSample(&families->replays,
+              {{"model", model}, {"device", device}, {"bucket", shape.ToString()}},
+              static_cast<double>(count));
+  }
+  // Every reason is exported, zeros included, so that a dashboard shows each from the start.
+  for (int i = 0; i < kEagerReasonCount; ++i) {
+    AddSample(&families->eager,
+              {{"model", model},
+               {"device", device},
+               {"reason", EagerReasonName(static_cast<EagerReason>(i))}},
+              static_cast<double>(totals.eager_runs[i]));
+  }
+  AddSample(&families->real_elements, {{"model", model}, {"device", device}},
+            static_cast<double>(totals.real_elements));
+  AddSample(&families->padded_elements, {{"model", model}, {"device", device}},
+            static_cast<double>(totals.padded_elements));
+  AddSample(&families->capture_seconds, {{"model", model}, {"device", device}},
+            totals.capture_time_us / 1e6);
+  AddSample(&families->pool_bytes, {{"model", model}, {"device", device}},
+            static_cast<double>(totals.graph_pool_bytes));
+}
+
+void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* families) {
+  const std::string& model = snapshot.model;
+  AddSample(&families->queue_depth, {{"model", model}}, static_cast<double>(snapshot.queue_depth));
+  AddSample(&families->batch_rows, {{"model", model}},
+            static_cast<double>(snapshot.counters.batch_rows));
+  for (const auto& [device, totals] : TotalsByDevice(snapshot.executors)) {
+    AddDeviceSamples(model, device, totals, families);
+  }
+}
+
+// Per device rather than per model: the caching allocator is shared by every model on a device.
+void AddDeviceMemorySamples(const std::set<std::string>& cuda_devices,
+                            const ServerMetricsOptions& options, SchedulerFamilies* families) {
+  if (!options.device_memory) return;
+  for (const std::string& device : cuda_devices) {
+    const DeviceMemory memory = options.device_memory(device);
+    AddSample(&families->memory_allocated, {{"device", device}},
+              static_cast<double>(memory.allocated_bytes));
+    AddSample(&families->memory_reserved, {{"device", device}},
+              static_cast<double>(memory.reserved_bytes));
+  }
+}
+
+// Families without samples (no CUDA device, no graph buckets) are still listed, with their HELP and
+// TYPE lines, so that every name graphserve exports is visible on every machine.
+std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
+  std::vector<MetricFamily> families;
+  for (MetricFamily* family :
+       {&f.build_info, &f.queue_depth, &f.batch_rows, &f.batches, &f.replays, &f.eager,
+        &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.pool_bytes,
+        &f.memory_allocated, &f.memory_reserved}) {
+    families.push_back(std::move(*family));
+  }
+  return families;
+}
+
 }  // namespace
 
 std::vector<MetricFamily> SchedulerCollector::Collect() const {
   std::vector<const ModelScheduler*> schedulers;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     schedulers = schedulers_;
   }
-
-  MetricFamily build_info = NewFamily(
-      "graphserve_build_info",
-      "graphserve's version and its engine's libtorch and CUDA versions; always 1", MetricType::Gauge);
-  AddSample(&build_info,
-            {{"version", options_.version},
-             {"libtorch", options_.engine.libtorch_version},
-             {"cuda", options_.engine.cuda_version.empty() ? "none" : options_.engine.cuda_version}},
-            1.0);
-
-  MetricFamily queue_depth = NewFamily(
-      "graphserve_queue_depth", "Requests waiting in the model's queue for a batch", MetricType::Gauge);
-  MetricFamily batch_rows = NewFamily(
-      "graphserve_batch_rows_total",
-      "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
-      "graphserve_batches_total's rate)",
-      MetricType::Counter);
-  MetricFamily batches = NewFamily(
-      "graphserve_batches_total",
-      "Batches executed: graphserve_graph_replays_total plus graphserve_eager_executions_total",
-      MetricType::Counter);
-  MetricFamily replays = NewFamily("graphserve_graph_replays_total",
-                                   "Batches executed as a CUDA graph replay, by bucket (batch x length)",
-                                   MetricType::Counter);
-  MetricFamily eager = NewFamily(
-      "graphserve_eager_executions_total",
-      "Batches executed eagerly instead of as a graph replay, by reason (oversize, capture_failed, "
-      "verify_failed, disabled, no_cuda)",
-      MetricType::Counter);
-  MetricFamily real_elements =
-      NewFamily("graphserve_real_elements_total",
-                "Request elements (rows x length) executed; padding waste = 1 - this / padded elements",
-                MetricType::Counter);
-  MetricFamily padded_elements = NewFamily(
-      "graphserve_padded_elements_total",
-      "Elements (bucket batch x bucket length) executed, padding included", MetricType::Counter);
-  MetricFamily capture_seconds =
-      NewFamily("graphserve_graph_capture_seconds",
-                "Time spent warming up, capturing and verifying the model's CUDA graphs on the device",
-                MetricType::Gauge);
-  MetricFamily pool_bytes =
-      NewFamily("graphserve_graph_pool_bytes",
-                "Device memory held by the model's CUDA graph pool on the device", MetricType::Gauge);
-  MetricFamily memory_allocated = NewFamily(
-      "graphserve_gpu_memory_allocated_bytes",
-      "GPU memory held by live tensors (graph pools included), per CUDA device", MetricType::Gauge);
-  MetricFamily memory_reserved =
-      NewFamily("graphserve_gpu_memory_reserved_bytes",
-                "GPU memory obtained from the driver by libtorch's caching allocator, per CUDA device",
-                MetricType::Gauge);
-
+  SchedulerFamilies families = EmptySchedulerFamilies();
+  AddBuildInfoSample(options_, &families);
   std::set<std::string> cuda_devices;
   for (const ModelScheduler* scheduler : schedulers) {
-    const std::string& model = scheduler->spec().name;
-    const SchedulerCounters counters = scheduler->Counters();
-    AddSample(&queue_depth, {{"model", model}}, static_cast<double>(scheduler->QueueDepth()));
-    AddSample(&batch_rows, {{"model", model}}, static_cast<double>(counters.batch_rows));
-
-    std::map<std::string, DeviceTotals> by_device;
-    for (const auto& executor : scheduler->executors()) {
-      const std::string device = executor->device();
-      if (IsCudaDevice(device)) cuda_devices.insert(device);
-      DeviceTotals& totals = by_device[device];
-      // One snapshot per executor, so that replays + eager runs = batches holds in every scrape.
-      const ExecutionCounters executed = executor->Counters();
-      totals.batches += executed.batches;
-      totals.real_elements += executed.real_elements;
-      totals.padded_elements += executed.padded_elements;
-      // Buckets that replay as graphs are exported from zero, before their first replay.
-      for (const BucketInfo& bucket : executor->Buckets()) {
-        if (bucket.graph) totals.graph_replays[bucket.shape] += 0;
-      }
-      for (const auto& [shape, count] : executed.graph_replays) totals.graph_replays[shape] += count;
-      for (int i = 0; i < kEagerReasonCount; ++i) totals.eager_runs[i] += executed.eager_runs[i];
-      const CaptureSummary capture = executor->capture_summary();
-      totals.capture_time_us += capture.capture_time_us;
-      totals.graph_pool_bytes += capture.graph_pool_bytes;
+    const SchedulerSnapshot snapshot = scheduler->Snapshot();
+    for (const ExecutorSnapshot& executor : snapshot.executors) {
+      if (IsCudaDevice(executor.device)) cuda_devices.insert(executor.device);
     }
-
-    for (const auto& [device, totals] : by_device) {
-      AddSample(&batches, {{"model", model}, {"device", device}}, static_cast<double>(totals.batches));
-      for (const auto& [shape, count] : totals.graph_replays) {
-        AddSample(&replays, {{"model", model}, {"device", device}, {"bucket", shape.ToString()}},
-                  static_cast<double>(count));
-      }
-      // Every reason is exported, zeros included, so that a dashboard shows each from the start.
-      for (int i = 0; i < kEagerReasonCount; ++i) {
-        AddSample(&eager,
-                  {{"model", model},
-                   {"device", device},
-                   {"reason", EagerReasonName(static_cast<EagerReason>(i))}},
-                  static_cast<double>(totals.eager_runs[i]));
-      }
-      AddSample(&real_elements, {{"model", model}, {"device", device}},
-                static_cast<double>(totals.real_elements));
-      AddSample(&padded_elements, {{"model", model}, {"device", device}},
-                static_cast<double>(totals.padded_elements));
-      AddSample(&capture_seconds, {{"model", model}, {"device", device}}, totals.capture_time_us / 1e6);
-      AddSample(&pool_bytes, {{"model", model}, {"device", device}},
-                static_cast<double>(totals.graph_pool_bytes));
-    }
+    AddModelSamples(snapshot, &families);
   }
-
-  // Per device rather than per model: the caching allocator is shared by every model on a device.
-  for (const std::string& device : cuda_devices) {
-    if (!options_.device_memory) break;
-    const DeviceMemory memory = options_.device_memory(device);
-    AddSample(&memory_allocated, {{"device", device}}, static_cast<double>(memory.allocated_bytes));
-    AddSample(&memory_reserved, {{"device", device}}, static_cast<double>(memory.reserved_bytes));
-  }
-
-  // Families without samples (no CUDA device, no graph buckets) are still listed, with their HELP and
-  // TYPE lines, so that every name graphserve exports is visible on every machine.
-  std::vector<MetricFamily> families;
-  for (MetricFamily* family :
-       {&build_info, &queue_depth, &batch_rows, &batches, &replays, &eager, &real_elements,
-        &padded_elements, &capture_seconds, &pool_bytes, &memory_allocated, &memory_reserved}) {
-    families.push_back(std::move(*family));
-  }
-  return families;
+  AddDeviceMemorySamples(cuda_devices, options_, &families);
+  return ListFamilies(std::move(families));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -304,14 +353,14 @@ void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
   metrics->compute_seconds_ = &compute_seconds_->Add({{"model", model}}, buckets);
   metrics->in_flight_ = &in_flight_->Add({{"model", model}});
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     models_.emplace(model, std::move(metrics));
   }
   collector_->Add(scheduler);
 }
 
 ModelRequestMetrics* ServerMetrics::ForModel(const std::string& model) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   auto it = models_.find(model);
   return it == models_.end() ? nullptr : it->second.get();
 }

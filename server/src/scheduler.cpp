@@ -1,576 +1,18 @@
-// The dynamic batcher.
+// The dynamic batcher's threads (ModelScheduler); the policy it runs is BatchPlanner's
+// (batch_planner.cpp says why it decides as it does).
 //
-// Batching policy (BatchPlanner), and why:
-//   - Bins. A request joins the bin of the smallest bucket length that holds it, so that a short
-//     request is never padded to a long one's length just because they arrived together; requests
-//     longer than the grid share an oversize bin. Within a bin requests leave in arrival order.
-//   - Candidates. A bin's batch is its oldest requests while their rows fit the largest batch
-//   bucket
-//     (the front request always goes, even alone over the limit: it cannot be split and runs as an
-//     oversize batch of its own shape), padded to the smallest batch bucket that holds them. When
-//     fewer of them fill a smaller bucket exactly and that does more real work per µs of measured
-//     time (on long sequences time grows with rows, so 16 rows in a 16-bucket beat 22 in a
-//     32-bucket whose 10 spare rows are mostly padding), the rest wait for the next batch.
-//   - Ride-alongs. The rows between a batch's rows and its bucket's batch size are padding: they
-//   cost
-//     the same whether zeros or real requests fill them. So they are filled with requests from
-//     shorter bins, which then need no batch of their own: due ones first (oldest first), then from
-//     the longest shorter bin down, since a longer rider saves more padded work later. A ride-along
-//     never makes a bucket larger: growing one to carry short requests would trade padding for
-//     launches, which the simulator showed to raise the padding ratio well above 1.2 at moderate
-//     loads.
-//   - When. A bin may go when its rows fill the largest batch bucket (waiting cannot make the batch
-//     larger), when its oldest request is due (has waited max_queue_delay_us), or when an executor
-//     is idle and waiting cannot help: the arrivals that could join (this bin's, and the shorter
-//     bins' while the batch has spare rows; rates from an exponential average of observed gaps that
-//     decays while a bin is quiet) are expected to be fewer than one before the delay runs out. A
-//     lone caller on a quiet model pays no delay.
-//   - Which. Due requests go first, oldest first: no mix of arrivals, however heavy or efficient
-//   its
-//     batches, can hold a due request back behind anything but older due requests. While these fit
-//     one batch (below capacity) the due bin's due requests all go together, so a request waits at
-//     most the delay plus the batch an executor was running when it fell due. Beyond capacity a due
-//     bin may keep some back for a smaller, better-filled bucket (padding falls from 1.25 to 1.19
-//     at saturation). Otherwise, among the dispatchable candidates, the one doing the most real
-//     elements per µs of its bucket's measured time, relative to the best its bin could do (a full
-//     unpadded batch of its length), wins, the oldest on a tie: that keeps the executor on
-//     efficient batches while the others keep filling, without always favouring long sequences
-//     (whose batches do more per µs on a GPU).
-//   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
-//     what a server without a batcher does, kept as a mode of its own so that its cost can be
-//     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
-//     would only add work; with graphs it is padded to its bucket, since a replay at the padded
-//     shape beats an eager run at the exact one.
-//
-// Threads (ModelScheduler): one worker per executor. Workers sleep on a condition variable until
-// the planner's next wake-up, an Enqueue, a Poke or Stop. Every `done` callback runs with the lock
-// released.
+// Threads: one worker per executor. Workers sleep on a condition variable until the planner's next
+// wake-up (waited for through the injected Clock), an Enqueue, a Poke or Stop. Every `done`
+// callback runs with the lock released.
 #include "graphserve/server/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <limits>
 #include <string>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
 namespace graphserve {
-namespace {
-
-// The longest max_queue_delay_us accepted: longer delays are configuration mistakes, not policies.
-constexpr int64_t kMaxQueueDelayUs = 10'000'000;
-
-// "Now" for a planner once the scheduler is stopping: every request's delay has run out, so every
-// non-empty bin is dispatchable and the queue drains without waiting.
-constexpr int64_t kEndOfTime = std::numeric_limits<int64_t>::max();
-
-// Weight of a new gap in a bin's mean inter-arrival gap: 1/8 follows a change of load within a few
-// arrivals while smoothing the spread of Poisson gaps.
-constexpr double kGapSmoothing = 1.0 / 8.0;
-
-// Scores within this fraction of each other count as equal, so that the older head decides between
-// batches whose efficiency differs by noise in the measured times.
-constexpr double kScoreTolerance = 0.02;
-
-}  // namespace
-
-Status SchedulerOptions::Validate() const {
-  if (max_queue_delay_us < 0 || max_queue_delay_us > kMaxQueueDelayUs) {
-    return InvalidArgument(
-        "dynamic_batching.max_queue_delay_microseconds: " + std::to_string(max_queue_delay_us) +
-        " is out of range [0, " + std::to_string(kMaxQueueDelayUs) + "]");
-  }
-  if (max_queue_size < 1) {
-    return InvalidArgument("dynamic_batching.max_queue_size: " + std::to_string(max_queue_size) +
-                           " must be at least 1");
-  }
-  if (batching_disabled && max_queue_delay_us != 0) {
-    return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
-                           std::to_string(max_queue_delay_us) +
-                           " with disable: true; requests then wait for nobody, so it must be 0");
-  }
-  return Status::Ok();
-}
-
-// ---------------------------------------------------------------------------------------------------
-// BatchPlanner
-
-BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& options,
-                           const BucketCosts& costs)
-    : spec_(spec),
-      options_(options),
-      largest_batch_(spec.bucket_batch_sizes.empty() ? spec.max_batch_size
-                                                     : spec.bucket_batch_sizes.back()) {
-  for (int64_t length : spec_.bucket_lengths) {
-    Bin bin;
-    bin.length = length;
-    bins_.push_back(std::move(bin));
-  }
-  // The oversize bin sorts last, so that "the first bin whose length holds the request" finds it.
-  Bin oversize;
-  oversize.length = kEndOfTime;
-  bins_.push_back(std::move(oversize));
-
-  // The cost table over the grid. A bucket without a measured time is scaled from the largest timed
-  // bucket of its length with fewer rows (time grows at most linearly with rows), else from the
-  // smallest timed one with more rows (an upper bound), else by elements from the largest timed
-  // bucket. With no times at all (executors that measure nothing), a batch costs its padded
-  // elements plus a fixed overhead worth a full batch of the shortest length, so that batching
-  // still pays.
-  const auto& batches = spec_.bucket_batch_sizes;
-  const auto& lengths = spec_.bucket_lengths;
-  cost_us_.assign(lengths.size(), std::vector<double>(batches.size(), 0.0));
-  const BucketShape* largest_timed = nullptr;
-  for (const auto& [shape, time_us] : costs) {
-    if (time_us <= 0) continue;
-    const size_t li = SmallestAtLeast(lengths, shape.length);
-    const size_t bi = SmallestAtLeast(batches, shape.batch);
-    if (li == lengths.size() || bi == batches.size() || lengths[li] != shape.length ||
-        batches[bi] != shape.batch) {
-      continue;  // not a bucket of this grid
-    }
-    cost_us_[li][bi] = time_us;
-    if (largest_timed == nullptr ||
-        shape.batch * shape.length > largest_timed->batch * largest_timed->length) {
-      largest_timed = &shape;
-    }
-  }
-  for (size_t li = 0; li < lengths.size(); ++li) {
-    const std::vector<double> timed = cost_us_[li];
-    for (size_t bi = 0; bi < batches.size(); ++bi) {
-      if (timed[bi] > 0) continue;
-      const double elements = static_cast<double>(batches[bi] * lengths[li]);
-      double estimate = 0;
-      for (size_t j = bi; j-- > 0;) {
-        if (timed[j] > 0) {
-          estimate = timed[j] * static_cast<double>(batches[bi]) / static_cast<double>(batches[j]);
-          break;
-        }
-      }
-      for (size_t j = bi + 1; estimate == 0 && j < batches.size(); ++j) {
-        if (timed[j] > 0) estimate = timed[j];
-      }
-      if (estimate == 0 && largest_timed != nullptr) {
-        estimate = costs.at(*largest_timed) * elements /
-                   static_cast<double>(largest_timed->batch * largest_timed->length);
-      }
-      cost_us_[li][bi] = estimate > 0
-                             ? estimate
-                             : elements + static_cast<double>(batches.back() * lengths.front());
-    }
-  }
-}
-
-double BatchPlanner::CostUs(const BucketShape& shape) const {
-  const auto& batches = spec_.bucket_batch_sizes;
-  const auto& lengths = spec_.bucket_lengths;
-  const size_t li = SmallestAtLeast(lengths, shape.length);
-  const size_t bi = SmallestAtLeast(batches, shape.batch);
-  if (li < lengths.size() && bi < batches.size() && lengths[li] == shape.length &&
-      batches[bi] == shape.batch) {
-    return cost_us_[li][bi];
-  }
-  // Off the grid (an oversize batch): by elements, from the largest bucket.
-  const double elements = static_cast<double>(shape.batch * shape.length);
-  if (lengths.empty() || batches.empty()) return elements;
-  return cost_us_.back().back() * elements / static_cast<double>(batches.back() * lengths.back());
-}
-
-size_t BatchPlanner::BinIndex(int64_t length) const {
-  return SmallestAtLeast(spec_.bucket_lengths, length);  // == the oversize bin when none holds it
-}
-
-bool BatchPlanner::Overdue(const PendingRequest& request, int64_t now_us) const {
-  // Written so that kEndOfTime cannot overflow.
-  return now_us - options_.max_queue_delay_us >= request.enqueue_us;
-}
-
-void BatchPlanner::Add(std::shared_ptr<PendingRequest> request) {
-  Bin& bin = bins_[BinIndex(request->item.length)];
-  const int64_t now_us = request->enqueue_us;
-  if (bin.last_arrival_us >= 0) {
-    const double gap_us = static_cast<double>(now_us - bin.last_arrival_us);
-    bin.mean_gap_us =
-        bin.mean_gap_us == 0
-            ? std::max(gap_us, 1.0)
-            : std::max(bin.mean_gap_us + kGapSmoothing * (gap_us - bin.mean_gap_us), 1.0);
-  }
-  bin.last_arrival_us = now_us;
-
-  if (request->deadline_us != 0) {
-    // Entries of requests that already left are dropped lazily; rebuilding once they outnumber the
-    // queued requests keeps the heap's size proportional to the queue.
-    if (deadlines_.size() > 2 * queued_ + 64) RebuildDeadlines();
-    deadlines_.push_back(DeadlineEntry{request->deadline_us, request});
-    std::push_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);
-  }
-  request->queued = true;
-  bin.rows += request->item.rows;
-  bin.requests.push_back(std::move(request));
-  ++queued_;
-}
-
-void BatchPlanner::Remove(const std::shared_ptr<PendingRequest>& request) {
-  Bin& bin = bins_[BinIndex(request->item.length)];
-  auto found = std::find(bin.requests.begin(), bin.requests.end(), request);
-  if (found == bin.requests.end()) return;
-  bin.rows -= request->item.rows;
-  bin.requests.erase(found);
-  request->queued = false;
-  --queued_;
-}
-
-void BatchPlanner::RebuildDeadlines() {
-  deadlines_.clear();
-  for (const Bin& bin : bins_) {
-    for (const auto& request : bin.requests) {
-      if (request->deadline_us != 0)
-        deadlines_.push_back(DeadlineEntry{request->deadline_us, request});
-    }
-  }
-  std::make_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);
-}
-
-void BatchPlanner::DropStaleDeadlines() {
-  while (!deadlines_.empty()) {
-    std::shared_ptr<PendingRequest> request = deadlines_.front().request.lock();
-    if (request != nullptr && request->queued) return;
-    std::pop_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);
-    deadlines_.pop_back();
-  }
-}
-
-std::vector<std::shared_ptr<PendingRequest>> BatchPlanner::TakeDead(int64_t now_us) {
-  std::vector<std::shared_ptr<PendingRequest>> dead;
-  if (cancellation_noted_) {
-    // Cancellations are rare and announced (NoteCancellation), so only then is the queue scanned.
-    cancellation_noted_ = false;
-    for (Bin& bin : bins_) {
-      auto live_end = std::stable_partition(
-          bin.requests.begin(), bin.requests.end(),
-          [](const auto& r) { return !r->cancelled.load(std::memory_order_relaxed); });
-      for (auto it = live_end; it != bin.requests.end(); ++it) {
-        bin.rows -= (*it)->item.rows;
-        (*it)->queued = false;
-        --queued_;
-        dead.push_back(std::move(*it));
-      }
-      bin.requests.erase(live_end, bin.requests.end());
-    }
-  }
-  while (!deadlines_.empty() && deadlines_.front().deadline_us <= now_us) {
-    std::shared_ptr<PendingRequest> request = deadlines_.front().request.lock();
-    std::pop_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);
-    deadlines_.pop_back();
-    if (request == nullptr || !request->queued) continue;
-    Remove(request);
-    dead.push_back(std::move(request));
-  }
-  DropStaleDeadlines();
-  return dead;
-}
-
-double BatchPlanner::ExpectedArrivalGapUs(size_t bin, int64_t now_us) const {
-  // Arrivals in the bin itself always join its batch. Those of shorter bins join only as
-  // ride-alongs, in spare rows, so they count only while the batch has some (a bucket is never
-  // grown for them); the oversize bin has none.
-  const auto& sizes = spec_.bucket_batch_sizes;
-  const int64_t rows = std::min(bins_[bin].rows, largest_batch_);
-  const size_t bucket = SmallestAtLeast(sizes, rows);
-  const bool spare_rows = !IsOversizeBin(bin) && bucket < sizes.size() && sizes[bucket] > rows;
-  double rate_per_us = 0;
-  for (size_t j = spare_rows ? 0 : bin; j <= bin; ++j) {
-    const Bin& b = bins_[j];
-    if (b.mean_gap_us <= 0) continue;  // fewer than two arrivals: no rate known
-    // A bin quiet for longer than its mean gap is slowing down: its silence bounds the gap.
-    const double quiet_us = static_cast<double>(now_us - b.last_arrival_us);
-    rate_per_us += 1.0 / std::max(b.mean_gap_us, quiet_us);
-  }
-  return rate_per_us > 0 ? 1.0 / rate_per_us : std::numeric_limits<double>::infinity();
-}
-
-bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, size_t bucket,
-                           int64_t now_us, Candidate* candidate) const {
-  const int64_t batch_rows = spec_.bucket_batch_sizes[bucket];
-  Candidate& c = *candidate;
-  c = Candidate{};
-  c.bin = bin_index;
-  c.take.assign(bins_.size(), 0);
-  auto take = [&](size_t j) {
-    const InferenceItem& item = bins_[j].requests[c.take[j]]->item;
-    ++c.take[j];
-    c.rows += item.rows;
-    c.real_elements += static_cast<double>(item.rows * item.length);
-    if (j != bin_index) ++c.ride_alongs;
-  };
-  auto next_fits = [&](size_t j) {
-    return c.take[j] < bins_[j].requests.size() &&
-           c.rows + bins_[j].requests[c.take[j]]->item.rows <= batch_rows;
-  };
-  for (size_t j = 0; j <= bin_index; ++j) {
-    while (c.take[j] < must[j]) take(j);
-  }
-  if (c.rows > batch_rows) return false;
-  // The bin's own requests next, in arrival order.
-  while (next_fits(bin_index)) take(bin_index);
-  const int64_t own_and_must_rows = c.rows;
-  // Then ride-alongs in the spare rows: overdue ones first, oldest first, as they are owed the next
-  // batch; then from the longest shorter bin down, as a longer rider saves more padded work later.
-  while (true) {
-    size_t oldest = bin_index;
-    for (size_t j = 0; j < bin_index; ++j) {
-      if (!next_fits(j) || !Overdue(*bins_[j].requests[c.take[j]], now_us)) continue;
-      if (oldest == bin_index || bins_[j].requests[c.take[j]]->enqueue_us <
-                                     bins_[oldest].requests[c.take[oldest]]->enqueue_us) {
-        oldest = j;
-      }
-    }
-    if (oldest == bin_index) break;
-    take(oldest);
-  }
-  for (size_t j = bin_index; j-- > 0;) {
-    while (next_fits(j)) take(j);
-  }
-  c.shape = BucketShape{batch_rows, bins_[bin_index].length};
-  c.cost_us = cost_us_[bin_index][bucket];
-  // Riders fill a bucket; they never make one larger than the rows that had to go need.
-  return SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows) == bucket;
-}
-
-BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t now_us,
-                                                     bool take_all, size_t must_own) const {
-  const Bin& bin = bins_[bin_index];
-  const auto& sizes = spec_.bucket_batch_sizes;
-  const InferenceItem& head = bin.requests.front()->item;
-
-  if (IsOversizeBin(bin_index) || head.rows > largest_batch_ || sizes.empty()) {
-    // Oversize: the oldest requests that fit the largest batch (the head alone when it does not),
-    // at their own exact shape, without riders (they would change it).
-    Candidate c;
-    c.bin = bin_index;
-    c.take.assign(bins_.size(), 0);
-    int64_t longest = 0;
-    for (const auto& request : bin.requests) {
-      if (c.rows > 0 && c.rows + request->item.rows > largest_batch_) break;
-      c.rows += request->item.rows;
-      longest = std::max(longest, request->item.length);
-      c.real_elements += static_cast<double>(request->item.rows * request->item.length);
-      ++c.take[bin_index];
-    }
-    c.shape = BucketShape{c.rows, longest};
-    c.cost_us = CostUs(c.shape);
-    return c;
-  }
-
-  // One option per batch bucket from the one holding the requests that must go to the one holding
-  // every own row that fits the largest batch: the oldest own requests that fill it, plus riders in
-  // its spare rows. The best does the most real work per µs; on a tie the larger serves more. A
-  // full bin takes the largest option only.
-  int64_t own_rows = 0;
-  int64_t must_rows = 0;
-  for (size_t i = 0; i < bin.requests.size(); ++i) {
-    const int64_t rows = bin.requests[i]->item.rows;
-    if (i > 0 && own_rows + rows > largest_batch_) break;
-    own_rows += rows;
-    if (i < must_own) must_rows = own_rows;
-  }
-  const size_t all_bucket = SmallestAtLeast(sizes, own_rows);
-  const size_t first_bucket = take_all ? all_bucket : SmallestAtLeast(sizes, must_rows);
-  std::vector<size_t> must(bins_.size(), 0);
-  must[bin_index] = std::max<size_t>(must_own, 1);
-  Candidate best, option;
-  double best_score = -1;
-  for (size_t bucket = first_bucket; bucket <= all_bucket; ++bucket) {
-    if (!Compose(bin_index, must, bucket, now_us, &option)) continue;
-    const double score = option.real_elements / option.cost_us;
-    if (score >= best_score) {
-      best_score = score;
-      best = std::move(option);
-    }
-  }
-  return best;
-}
-
-DispatchDecision BatchPlanner::Take(const Candidate& candidate) {
-  DispatchDecision decision;
-  decision.padded_shape = candidate.shape;
-  decision.ride_alongs = candidate.ride_alongs;
-  // The own bin first, so that the own requests lead in arrival order.
-  auto take_from = [&](size_t bin_index) {
-    Bin& bin = bins_[bin_index];
-    for (size_t i = 0; i < candidate.take[bin_index]; ++i) {
-      std::shared_ptr<PendingRequest> request = std::move(bin.requests.front());
-      bin.requests.pop_front();
-      bin.rows -= request->item.rows;
-      request->queued = false;
-      decision.requests.push_back(std::move(request));
-    }
-  };
-  take_from(candidate.bin);
-  for (size_t j = 0; j < bins_.size(); ++j) {
-    if (j != candidate.bin) take_from(j);
-  }
-  queued_ -= decision.requests.size();
-  DropStaleDeadlines();
-  return decision;
-}
-
-size_t BatchPlanner::OldestBin(const std::vector<size_t>& skip) const {
-  size_t oldest = bins_.size();
-  for (size_t i = 0; i < bins_.size(); ++i) {
-    if (skip[i] == bins_[i].requests.size()) continue;
-    if (oldest == bins_.size() ||
-        bins_[i].requests[skip[i]]->enqueue_us < bins_[oldest].requests[skip[oldest]]->enqueue_us) {
-      oldest = i;
-    }
-  }
-  return oldest;
-}
-
-std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
-  // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time.
-  std::vector<size_t> taken(bins_.size(), 0);
-  const size_t first = OldestBin(taken);
-  if (first == bins_.size()) return std::nullopt;
-  int64_t queued_rows = 0;
-  for (const Bin& bin : bins_) queued_rows += bin.rows;
-  if (queued_rows < largest_batch_ && !Overdue(*bins_[first].requests.front(), now_us)) {
-    return std::nullopt;
-  }
-  Candidate candidate;
-  candidate.bin = first;
-  int64_t longest = 0;
-  for (size_t next = first; next < bins_.size(); next = OldestBin(taken)) {
-    const PendingRequest& request = *bins_[next].requests[taken[next]];
-    if (candidate.rows > 0 && candidate.rows + request.item.rows > largest_batch_) break;
-    ++taken[next];
-    candidate.rows += request.item.rows;
-    longest = std::max(longest, request.item.length);
-  }
-  candidate.take = taken;
-  candidate.shape = spec_.BucketFor(candidate.rows, longest);
-  return Take(candidate);
-}
-
-std::optional<DispatchDecision> BatchPlanner::TakeOldestAlone() {
-  const size_t oldest = OldestBin(std::vector<size_t>(bins_.size(), 0));
-  if (oldest == bins_.size()) return std::nullopt;
-  Candidate alone;
-  alone.bin = oldest;
-  alone.take.assign(bins_.size(), 0);
-  alone.take[oldest] = 1;
-  const InferenceItem& item = bins_[oldest].requests.front()->item;
-  alone.shape = spec_.cuda_graphs_disabled ? BucketShape{item.rows, item.length}
-                                           : spec_.BucketFor(item.rows, item.length);
-  return Take(alone);
-}
-
-std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {
-  if (options_.batching_disabled) return TakeOldestAlone();
-  if (options_.policy == BatchingPolicy::kFifo) return NextInArrivalOrder(now_us);
-  // An overdue request goes first, oldest first.
-  size_t oldest_overdue = bins_.size();
-  for (size_t i = 0; i < bins_.size(); ++i) {
-    if (bins_[i].requests.empty() || !Overdue(*bins_[i].requests.front(), now_us)) continue;
-    if (oldest_overdue == bins_.size() || bins_[i].requests.front()->enqueue_us <
-                                              bins_[oldest_overdue].requests.front()->enqueue_us) {
-      oldest_overdue = i;
-    }
-  }
-  std::optional<Candidate> best;
-  if (oldest_overdue < bins_.size()) {
-    // Below capacity (every due request fits one batch) the bin's due requests all go: then no
-    // request waits longer than the delay plus the batch running when it fell due. Beyond it, the
-    // bin may keep some back when a smaller bucket does more real work per µs.
-    int64_t due_rows = 0;
-    size_t own_due = 0;
-    for (size_t i = 0; i < bins_.size() && due_rows <= largest_batch_; ++i) {
-      for (size_t k = 0; k < bins_[i].requests.size() && due_rows <= largest_batch_; ++k) {
-        if (!Overdue(*bins_[i].requests[k], now_us)) break;
-        due_rows += bins_[i].requests[k]->item.rows;
-        if (i == oldest_overdue) own_due = k + 1;
-      }
-    }
-    best = BuildCandidate(oldest_overdue, now_us, /*take_all=*/false,
-                          due_rows <= largest_batch_ ? own_due : 1);
-  } else {
-    double best_score = 0;
-    for (size_t i = 0; i < bins_.size(); ++i) {
-      const Bin& bin = bins_[i];
-      if (bin.requests.empty()) continue;
-      const bool full = bin.rows >= largest_batch_;
-      if (!full && !(executor_idle && WaitingCannotHelp(i, now_us))) continue;
-
-      Candidate candidate = BuildCandidate(i, now_us, /*take_all=*/full);
-      // Real work per µs, relative to the best this length can do: a full batch without padding
-      // (for the oversize bin, the grid's largest bucket).
-      double score = candidate.real_elements / candidate.cost_us;
-      if (!spec_.bucket_lengths.empty()) {
-        const BucketShape full{largest_batch_,
-                               IsOversizeBin(i) ? spec_.bucket_lengths.back() : bin.length};
-        score /= static_cast<double>(full.batch * full.length) / CostUs(full);
-      }
-      const bool better =
-          !best || score > best_score * (1 + kScoreTolerance) ||
-          (score >= best_score * (1 - kScoreTolerance) &&
-           bin.requests.front()->enqueue_us < bins_[best->bin].requests.front()->enqueue_us);
-      if (better) {
-        best_score = score;
-        best = std::move(candidate);
-      }
-    }
-  }
-  if (!best) return std::nullopt;
-  return Take(*best);
-}
-
-bool BatchPlanner::WaitingCannotHelp(size_t bin, int64_t now_us) const {
-  const int64_t remaining_us =
-      bins_[bin].requests.front()->enqueue_us + options_.max_queue_delay_us - now_us;
-  return static_cast<double>(remaining_us) <= ExpectedArrivalGapUs(bin, now_us);
-}
-
-std::optional<int64_t> BatchPlanner::NextWakeUp(int64_t now_us, bool executor_idle) const {
-  // Arrival order waits for a full batch or the delay, idle executor or not.
-  if (options_.policy == BatchingPolicy::kFifo) executor_idle = false;
-  std::optional<int64_t> earliest;
-  auto consider = [&earliest](int64_t t) {
-    if (!earliest || t < *earliest) earliest = t;
-  };
-  // Unbatched, a queued request is always ready to go.
-  if (options_.batching_disabled && queued_ > 0) return now_us;
-  for (size_t i = 0; i < bins_.size(); ++i) {
-    const Bin& bin = bins_[i];
-    if (bin.requests.empty()) continue;
-    const int64_t due_us = bin.requests.front()->enqueue_us + options_.max_queue_delay_us;
-    if (!executor_idle || due_us <= now_us) {
-      consider(due_us);
-      continue;
-    }
-    if (WaitingCannotHelp(i, now_us)) {
-      consider(now_us);
-      continue;
-    }
-    // Waiting stops helping once the remaining delay is no longer than the expected gap. The gap
-    // only grows while nothing arrives and the remaining delay only shrinks, so the moment is the
-    // first at which the condition holds: found by bisection, on whole microseconds.
-    int64_t helps = now_us;   // waiting still helps here
-    int64_t cannot = due_us;  // and no longer here
-    while (cannot - helps > 1) {
-      const int64_t mid = helps + (cannot - helps) / 2;
-      (WaitingCannotHelp(i, mid) ? cannot : helps) = mid;
-    }
-    consider(cannot);
-  }
-  if (!deadlines_.empty()) consider(deadlines_.front().deadline_us);
-  return earliest;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// ModelScheduler
-
 namespace {
 
 // The mean over the instances of each bucket's warm-up time (instances on different devices may
@@ -604,7 +46,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
 ModelScheduler::~ModelScheduler() { Stop(); }
 
 void ModelScheduler::Start() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (stopping_ || !workers_.empty()) return;
   for (const auto& executor : executors_) {
     workers_.emplace_back([this, e = executor.get()] { WorkerLoop(e); });
@@ -613,7 +55,7 @@ void ModelScheduler::Start() {
 
 void ModelScheduler::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     stopping_ = true;
   }
   work_available_.notify_all();
@@ -628,7 +70,7 @@ void ModelScheduler::Stop() {
 Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     if (stopping_) return Unavailable("model '" + spec_.name + "' is shutting down");
     if (planner_.queued_requests() >= static_cast<size_t>(options_.max_queue_size)) {
       ++counters_.rejected_queue_full;
@@ -650,20 +92,42 @@ void ModelScheduler::Poke() {
   {
     // Under the lock, so that the worker that next takes it sees the cancelled flag set before this
     // call, and so that the wake-up cannot fall between a worker's check and its wait.
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     planner_.NoteCancellation();
   }
   work_available_.notify_all();
 }
 
 SchedulerCounters ModelScheduler::Counters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return counters_;
 }
 
 size_t ModelScheduler::QueueDepth() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return planner_.queued_requests();
+}
+
+SchedulerSnapshot ModelScheduler::Snapshot() const {
+  SchedulerSnapshot snapshot;
+  snapshot.model = spec_.name;
+  {
+    MutexLock lock(&mutex_);
+    snapshot.counters = counters_;
+    snapshot.queue_depth = planner_.queued_requests();
+  }
+  // Outside the lock: each executor counts under its own, and a scrape must not hold up the workers.
+  snapshot.executors.reserve(executors_.size());
+  for (const auto& executor : executors_) {
+    ExecutorSnapshot& figures = snapshot.executors.emplace_back();
+    figures.device = executor->device();
+    figures.executed = executor->Counters();
+    for (const BucketInfo& bucket : executor->Buckets()) {
+      if (bucket.graph) figures.graph_buckets.push_back(bucket.shape);
+    }
+    figures.capture = executor->capture_summary();
+  }
+  return snapshot;
 }
 
 void ModelScheduler::Finish(const std::shared_ptr<PendingRequest>& request, const Status& status) {
@@ -741,32 +205,44 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
   }
 }
 
+std::vector<Status> ModelScheduler::CountDead(
+    const std::vector<std::shared_ptr<PendingRequest>>& dead, int64_t now_us) {
+  std::vector<Status> outcomes;
+  outcomes.reserve(dead.size());
+  for (const auto& request : dead) {
+    if (request->cancelled.load(std::memory_order_relaxed)) {
+      ++counters_.cancelled;
+      outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
+    } else {
+      ++counters_.deadline_exceeded;
+      outcomes.emplace_back(StatusCode::kDeadlineExceeded,
+                            "request deadline expired after " +
+                                std::to_string(now_us - request->enqueue_us) + " us in queue");
+    }
+  }
+  return outcomes;
+}
+
+void ModelScheduler::CountDispatched(const DispatchDecision& decision) {
+  ++counters_.batches;
+  counters_.ride_alongs += static_cast<uint64_t>(decision.ride_alongs);
+  for (const auto& request : decision.requests) counters_.batch_rows += request->item.rows;
+}
+
 void ModelScheduler::WorkerLoop(Executor* executor) {
   const size_t depth = static_cast<size_t>(std::max(executor->pipeline_depth(), 1));
   // Launched and not yet completed, oldest first; at most `depth`.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight;
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   while (true) {
     const int64_t now_us = clock_->NowMicros();
 
     std::vector<std::shared_ptr<PendingRequest>> dead = planner_.TakeDead(now_us);
     if (!dead.empty()) {
-      std::vector<Status> outcomes;
-      outcomes.reserve(dead.size());
-      for (const auto& request : dead) {
-        if (request->cancelled.load(std::memory_order_relaxed)) {
-          ++counters_.cancelled;
-          outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
-        } else {
-          ++counters_.deadline_exceeded;
-          outcomes.emplace_back(StatusCode::kDeadlineExceeded,
-                                "request deadline expired after " +
-                                    std::to_string(now_us - request->enqueue_us) + " us in queue");
-        }
-      }
-      lock.unlock();
+      const std::vector<Status> outcomes = CountDead(dead, now_us);
+      lock.Unlock();
       for (size_t i = 0; i < dead.size(); ++i) Finish(dead[i], outcomes[i]);
-      lock.lock();
+      lock.Lock();
       continue;
     }
 
@@ -774,15 +250,14 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     // ready anyway (full or due), so that a batch still worth waiting for keeps waiting.
     std::optional<DispatchDecision> decision;
     if (in_flight.size() < depth) {
-      decision = planner_.Next(stopping_ ? kEndOfTime : now_us, /*executor_idle=*/in_flight.empty());
+      decision = planner_.Next(stopping_ ? BatchPlanner::kEndOfTime : now_us,
+                               /*executor_idle=*/in_flight.empty());
     }
     if (decision) {
-      ++counters_.batches;
-      counters_.ride_alongs += static_cast<uint64_t>(decision->ride_alongs);
-      for (const auto& request : decision->requests) counters_.batch_rows += request->item.rows;
+      CountDispatched(*decision);
       // Work may remain that another sleeping worker could take right away.
       if (planner_.queued_requests() > 0 && idle_workers_ > 0) work_available_.notify_one();
-      lock.unlock();
+      lock.Unlock();
       // The new batch is assembled and queued on the device while the one before it still runs;
       // only then is the older one waited for and answered.
       in_flight.push_back(LaunchBatch(executor, std::move(*decision)));
@@ -790,16 +265,16 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
         CompleteBatch(executor, std::move(in_flight.front()));
         in_flight.pop_front();
       }
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (!in_flight.empty()) {
       // Nothing is ready to overlap with it: answer the batch in flight, then look again as an
       // idle executor.
-      lock.unlock();
+      lock.Unlock();
       CompleteBatch(executor, std::move(in_flight.front()));
       in_flight.pop_front();
-      lock.lock();
+      lock.Lock();
       continue;
     }
 
@@ -809,11 +284,10 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     ++idle_workers_;
     const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/true);
     if (wake_us) {
-      // Clock micros are not a std::chrono clock; convert to a relative wait on the real clock.
-      const int64_t remaining_us = std::max<int64_t>(*wake_us - clock_->NowMicros(), 0);
-      work_available_.wait_for(lock, std::chrono::microseconds(remaining_us));
+      // Through the clock that set the wake-up time, so that a test's clock decides when it comes.
+      clock_->WaitUntil(work_available_, lock.native(), *wake_us);
     } else {
-      work_available_.wait(lock);
+      lock.Wait(work_available_);
     }
     --idle_workers_;
   }

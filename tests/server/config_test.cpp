@@ -126,6 +126,15 @@ TEST(ConfigTest, ServingModesAreConfigs) {
   EXPECT_EQ(unbatched_options.max_queue_size, 4096);  // the default still bounds the queue
 }
 
+// A config without dynamic_batching gets the queue size a SchedulerOptions has by default: there is
+// one default, not one per place that builds options.
+TEST(ConfigTest, DefaultQueueSizeIsSchedulerOptionsDefault) {
+  config::ModelConfig config = BuiltinEncoderConfig();
+  ASSERT_FALSE(config.has_dynamic_batching());
+  EXPECT_EQ(SchedulerOptionsFromConfig(config).max_queue_size, SchedulerOptions{}.max_queue_size);
+  EXPECT_EQ(SchedulerOptions{}.max_queue_size, 4096);  // what README.md documents
+}
+
 struct BadConfigCase {
   std::string edit;            // text appended to (and overriding) the valid config
   std::string expected_field;  // must appear in the error message

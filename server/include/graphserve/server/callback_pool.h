@@ -11,9 +11,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "graphserve/server/thread_annotations.h"
 
 namespace graphserve {
 
@@ -26,23 +27,23 @@ class CallbackPool {
   CallbackPool(const CallbackPool&) = delete;
   CallbackPool& operator=(const CallbackPool&) = delete;
 
-  void Post(std::function<void()> callback);
+  void Post(std::function<void()> callback) EXCLUDES(mutex_);
   // Returns once every callback posted before the call has run.
-  void Drain();
+  void Drain() EXCLUDES(mutex_);
 
   // A quarter of the host's cores, 1 to 4: enough to keep up with a GPU's batches while leaving the
   // cores to gRPC's own threads.
   static int DefaultThreads();
 
  private:
-  void Run();
+  void Run() EXCLUDES(mutex_);
 
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable work_available_;
   std::condition_variable idle_;
-  std::deque<std::function<void()>> queue_;  // guarded by mutex_
-  int64_t unfinished_ = 0;                   // posted and not yet run; guarded by mutex_
-  bool stopping_ = false;                    // guarded by mutex_
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mutex_);
+  int64_t unfinished_ GUARDED_BY(mutex_) = 0;  // posted and not yet run
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::vector<std::thread> threads_;
 };
 

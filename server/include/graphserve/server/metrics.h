@@ -17,13 +17,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/status.h"
 #include "graphserve/server/scheduler.h"
+#include "graphserve/server/thread_annotations.h"
 
 namespace prometheus {
 class Counter;
@@ -101,10 +101,10 @@ class ServerMetrics {
 
   // Starts exporting `scheduler`'s model (its spec's name; not yet added) and creates its request
   // series at zero, so that rates and ratios are defined before the first request.
-  void AddModel(const ModelScheduler* scheduler);
+  void AddModel(const ModelScheduler* scheduler) EXCLUDES(mutex_);
 
   // The model's RPC-edge series; nullptr when no model of that name was added.
-  ModelRequestMetrics* ForModel(const std::string& model);
+  ModelRequestMetrics* ForModel(const std::string& model) EXCLUDES(mutex_);
 
   // A ModelInfer call that reached no served model: an unknown name (not_found) or a call before the
   // models were ready (unavailable). Counted with model="" so that clients cannot create series.
@@ -122,9 +122,9 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* compute_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
 
-  std::mutex mutex_;
+  Mutex mutex_;
   // Values are never removed, so handed-out pointers stay valid.
-  std::map<std::string, std::unique_ptr<ModelRequestMetrics>> models_;  // guarded by mutex_
+  std::map<std::string, std::unique_ptr<ModelRequestMetrics>> models_ GUARDED_BY(mutex_);
 };
 
 }  // namespace graphserve

@@ -1,85 +1,34 @@
 #pragma once
 // The per-model dynamic batcher: requests queue here, are binned by the smallest bucket length that
 // holds them, and are handed to the model's executors (one worker thread per executor instance) as
-// batches padded to a bucket of the grid. Which batch runs next is decided by BatchPlanner, a pure,
-// clock-injected policy that weighs each bucket's measured execution time against its real work.
+// batches padded to a bucket of the grid. Which batch runs next is decided by BatchPlanner
+// (batch_planner.h), a pure, clock-injected policy that weighs each bucket's measured execution time
+// against its real work; this header adds the threads around it.
 //
-// Thread safety: Enqueue, Poke, Counters and QueueDepth may be called from any thread; Start and
-// Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued request
-// is owned by the scheduler until its `done` callback has run, which happens exactly once per
-// accepted request: on one of the scheduler's answering threads (CallbackPool) for a request that
-// ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
-// that expired or was cancelled in the queue.
-#include <atomic>
+// Thread safety: Enqueue, Poke, Counters, QueueDepth and Snapshot may be called from any thread;
+// Start and Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued
+// request is owned by the scheduler until its `done` callback has run, which happens exactly once
+// per accepted request: on one of the scheduler's answering threads (CallbackPool) for a request
+// that ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
+// that expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
+// (RESOURCE_EXHAUSTED, UNAVAILABLE); every other outcome, failures included, reaches the request's
+// `done` callback.
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
+#include "graphserve/server/batch_planner.h"
 #include "graphserve/server/callback_pool.h"
 #include "graphserve/server/clock.h"
+#include "graphserve/server/thread_annotations.h"
 
 namespace graphserve {
-
-// What happened to a request, for the caller and for metrics.
-struct RequestTiming {
-  int64_t queue_us = 0;    // enqueue → batch dispatch
-  int64_t compute_us = 0;  // the batch's Execute call
-  BucketShape padded_shape;
-};
-
-struct PendingRequest {
-  InferenceItem item;
-  // Absolute deadline on the scheduler's clock; 0 = none. An expired request is dropped before it
-  // runs, with DEADLINE_EXCEEDED.
-  int64_t deadline_us = 0;
-  // Set by the RPC layer when the client goes away, followed by ModelScheduler::Poke; a cancelled
-  // request leaves the queue (CANCELLED).
-  std::atomic<bool> cancelled{false};
-  // Called exactly once with the outcome. `outputs` holds one tensor per ModelSpec output (empty
-  // where not wanted) when the status is OK.
-  std::function<void(const Status&, std::vector<HostTensor>&& outputs, const RequestTiming&)> done;
-
-  // Filled in by the scheduler, under its lock.
-  int64_t enqueue_us = 0;
-  bool queued = false;  // in a BatchPlanner's queue right now
-};
-
-// How queued requests become batches.
-enum class BatchingPolicy {
-  // Binned by bucket length, padding-aware (BatchPlanner below): graphserve's policy.
-  kSizeBinned,
-  // Arrival order, each batch padded to the smallest bucket holding its longest request: what
-  // batchers without size binning do. For comparing the two on the same server and traffic.
-  kFifo,
-};
-
-struct SchedulerOptions {
-  // How long the oldest request of a bin may wait for company before it is dispatched anyway. 500
-  // µs by default (config.cpp): about one short bucket's execution on a GPU (a BERT-base forward at
-  // 1x64 takes ~0.7 ms on an H200), so under load a batch forms while the previous one runs, and a
-  // lone caller pays at most that much. The planner dispatches sooner when it expects nobody to
-  // join (see BatchPlanner), so the delay is a bound, not a fixed cost.
-  int64_t max_queue_delay_us = 500;
-  // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
-  int64_t max_queue_size = 1024;
-  BatchingPolicy policy = BatchingPolicy::kSizeBinned;
-  // dynamic_batching { disable: true }: every request is a batch of its own, oldest first, at once
-  // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
-  bool batching_disabled = false;
-
-  // Returns INVALID_ARGUMENT naming the field when an option is out of range.
-  Status Validate() const;
-};
 
 // Outcome counts, monotonic, for the metrics exporter.
 struct SchedulerCounters {
@@ -92,135 +41,22 @@ struct SchedulerCounters {
   uint64_t ride_alongs = 0;  // requests that filled padding rows of a longer bin's batch
 };
 
-// Execution time of one batch of each bucket shape in microseconds, as the executors measured it
-// during warm-up (Executor::Buckets).
-using BucketCosts = std::map<BucketShape, double>;
-
-// One batch the scheduler decided to run, and on which bucket shape.
-struct DispatchDecision {
-  // The bin's own requests first (in arrival order), then the ride-alongs from shorter bins.
-  std::vector<std::shared_ptr<PendingRequest>> requests;
-  BucketShape padded_shape;
-  int ride_alongs = 0;  // how many of `requests` came from shorter bins
+// What one executor has counted and holds, as the metrics exporter reads it.
+struct ExecutorSnapshot {
+  std::string device;
+  ExecutionCounters executed;              // from one Counters() call, so that its sums agree
+  std::vector<BucketShape> graph_buckets;  // the buckets that replay as CUDA graphs
+  CaptureSummary capture;
 };
 
-// The pure decision part of the scheduler, apart from threads, so that tests and the batching
-// simulator (tests/server/batch_simulator.h) drive it with a fake clock. Not thread-safe: the
-// ModelScheduler calls it under its lock. The policy, in short (scheduler.cpp has the reasons):
-//   - A request joins the bin of the smallest bucket length that holds it; requests longer than the
-//     grid share an oversize bin. Within a bin requests leave in arrival order.
-//   - A bin's batch is its oldest requests up to the largest batch size, padded to the smallest
-//   batch
-//     bucket holding them (or fewer of them in a smaller bucket, when that does more real work per
-//     µs); the bucket's spare rows, padding otherwise, carry ride-alongs from shorter bins.
-//   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
-//     max_queue_delay_us), or, with an executor idle, when fewer than one joining arrival is
-//     expected before the delay runs out (from the arrival rates the planner observes).
-//   - Due requests go first, oldest first. Otherwise the dispatchable batch doing the most real
-//     elements per µs of its bucket's measured time (relative to a full batch of its length) wins.
-//   - Wait bound: while every due request fits in one batch and those of one bin only are waiting
-//     (below capacity), no request waits longer than max_queue_delay_us plus the batch an executor
-//     was running when it fell due, whatever the mix of lengths.
-//   - Batching disabled (SchedulerOptions::batching_disabled): the oldest request goes alone as soon
-//     as an executor asks, at its own rows × length when the model's CUDA graphs are disabled (no
-//     graph to fit, so no padding), else padded to its smallest bucket so that it still replays.
-class BatchPlanner {
- public:
-  // `costs` may be partial or empty: a bucket without a time is scaled from a timed one; with no
-  // times at all a batch costs its padded elements plus a fixed overhead per batch.
-  BatchPlanner(const ModelSpec& spec, const SchedulerOptions& options,
-               const BucketCosts& costs = {});
-
-  // Queues `request`, whose enqueue_us is set and not earlier than any earlier Add's.
-  void Add(std::shared_ptr<PendingRequest> request);
-  size_t queued_requests() const { return queued_; }
-
-  // A queued request's `cancelled` flag was set: the next TakeDead looks for it.
-  void NoteCancellation() { cancellation_noted_ = true; }
-  // Removes and returns the requests whose deadline is <= `now_us`, and the cancelled ones noted.
-  std::vector<std::shared_ptr<PendingRequest>> TakeDead(int64_t now_us);
-
-  // The batch to run now, if any. `executor_idle`: a worker is waiting for work right now (so a
-  // batch nobody will join is better run than held).
-  std::optional<DispatchDecision> Next(int64_t now_us, bool executor_idle);
-
-  // When Next(.., executor_idle) would next return a batch without new arrivals (a delay running
-  // out, or, with an idle executor, the expected arrivals no longer worth waiting for) or TakeDead
-  // a request (its deadline); nullopt when nothing is queued. Later than `now_us` after
-  // Next(now_us, executor_idle) returned none.
-  std::optional<int64_t> NextWakeUp(int64_t now_us, bool executor_idle) const;
-
-  // The execution time the planner assumes for a batch padded to `shape`, in µs.
-  double CostUs(const BucketShape& shape) const;
-
- private:
-  struct Bin {
-    int64_t length = 0;  // the bucket length this bin pads to
-    std::deque<std::shared_ptr<PendingRequest>> requests;
-    int64_t rows = 0;
-    // Arrivals seen, for the rate estimate: the last one, and the mean gap between them (EWMA).
-    int64_t last_arrival_us = -1;
-    double mean_gap_us = 0.0;  // 0 until two arrivals were seen
-  };
-  // A batch under consideration: how many requests it takes from the front of each bin.
-  struct Candidate {
-    size_t bin = 0;            // the bin whose length it pads to
-    std::vector<size_t> take;  // per bin
-    BucketShape shape;
-    int64_t rows = 0;
-    double real_elements = 0;
-    double cost_us = 0;
-    int ride_alongs = 0;
-  };
-  struct DeadlineEntry {
-    int64_t deadline_us;
-    std::weak_ptr<PendingRequest> request;
-  };
-  // The heap order of deadlines_: the earliest on top.
-  static bool LaterDeadline(const DeadlineEntry& a, const DeadlineEntry& b) {
-    return a.deadline_us > b.deadline_us;
-  }
-
-  // Policy kFifo: the oldest requests across all bins, once they fill the largest batch or the
-  // oldest is due.
-  std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
-  // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
-  size_t OldestBin(const std::vector<size_t>& skip) const;
-  size_t BinIndex(int64_t length) const;
-  bool IsOversizeBin(size_t bin) const { return bin + 1 == bins_.size(); }
-  // The bin's best candidate, holding at least its first `must_own` requests (and always the
-  // first); `take_all` takes all its requests that fit the largest batch.
-  Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
-  // A batch in bin `bin`'s length and batch bucket index `bucket`: the first must[j] requests of
-  // every bin j, then more of the bin's own, then ride-alongs. False when the bucket is larger than
-  // the own and required rows need (riders never make a bucket larger).
-  bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
-               Candidate* candidate) const;
-  DispatchDecision Take(const Candidate& candidate);
-  // Batching disabled: the oldest queued request alone; nullopt when none is queued.
-  std::optional<DispatchDecision> TakeOldestAlone();
-  // Expected µs until the next arrival that could join bin `bin`'s batch: its own, or a shorter
-  // bin's while the batch has spare rows.
-  double ExpectedArrivalGapUs(size_t bin, int64_t now_us) const;
-  // Fewer than one such arrival is expected before the (non-empty) bin's oldest request falls due.
-  bool WaitingCannotHelp(size_t bin, int64_t now_us) const;
-  bool Overdue(const PendingRequest& request, int64_t now_us) const;
-  void Remove(const std::shared_ptr<PendingRequest>& request);
-  void DropStaleDeadlines();
-  void RebuildDeadlines();
-
-  const ModelSpec spec_;
-  const SchedulerOptions options_;
-  const int64_t largest_batch_;
-  // cost_us_[length index][batch index] over the grid.
-  std::vector<std::vector<double>> cost_us_;
-
-  std::vector<Bin> bins_;  // one per bucket length, plus one for oversize requests, in length order
-  size_t queued_ = 0;
-  bool cancellation_noted_ = false;
-  // Min-heap on deadline of queued requests that have one; entries of requests that left the queue
-  // are dropped lazily.
-  std::vector<DeadlineEntry> deadlines_;
+// A copy of what a scheduler and its executors have counted, for the metrics exporter, which then
+// needs no access to the executors themselves.
+struct SchedulerSnapshot {
+  std::string model;
+  // Both taken under the scheduler's lock, so that they agree with each other.
+  SchedulerCounters counters;
+  size_t queue_depth = 0;
+  std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
 class ModelScheduler {
@@ -234,35 +70,42 @@ class ModelScheduler {
   ModelScheduler(const ModelScheduler&) = delete;
   ModelScheduler& operator=(const ModelScheduler&) = delete;
 
-  void Start();
+  void Start() EXCLUDES(mutex_);
   // Stops accepting work, runs what is queued, joins the workers and returns once every accepted
   // request has been answered.
-  void Stop();
+  void Stop() EXCLUDES(mutex_);
 
   // Queues `request` and returns at once; never blocks on inference. On OK the scheduler owns the
   // request until `done` runs. RESOURCE_EXHAUSTED (queue full) and UNAVAILABLE (stopping) mean
   // "retry later": `done` is not called and the caller still owns the request.
-  Status Enqueue(std::shared_ptr<PendingRequest> request);
+  Status Enqueue(std::shared_ptr<PendingRequest> request) EXCLUDES(mutex_);
 
   // Wakes the workers to notice cancelled requests promptly; call after setting `cancelled`.
-  void Poke();
+  void Poke() EXCLUDES(mutex_);
 
   const ModelSpec& spec() const { return spec_; }
-  const std::vector<std::unique_ptr<Executor>>& executors() const { return executors_; }
   // The planner's cost table, as read from the executors at construction.
   const BucketCosts& bucket_costs() const { return costs_; }
-  SchedulerCounters Counters() const;
-  size_t QueueDepth() const;
+  SchedulerCounters Counters() const EXCLUDES(mutex_);
+  size_t QueueDepth() const EXCLUDES(mutex_);
+  SchedulerSnapshot Snapshot() const EXCLUDES(mutex_);
 
  private:
   struct InFlightBatch;
   // Each worker keeps up to its executor's pipeline_depth() batches launched: it launches the next
   // ready batch before it waits for the one the device is running.
-  void WorkerLoop(Executor* executor);
-  std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision);
+  void WorkerLoop(Executor* executor) EXCLUDES(mutex_);
+  // Counts the requests TakeDead removed and returns the status each is answered with.
+  std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
+                                int64_t now_us) REQUIRES(mutex_);
+  void CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
+  // The executor's and the requests' work runs without the lock, so that Enqueue never waits for it.
+  std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
+      EXCLUDES(mutex_);
   // Waits for the batch and answers each of its requests exactly once.
-  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run);
-  void Finish(const std::shared_ptr<PendingRequest>& request, const Status& status);
+  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run) EXCLUDES(mutex_);
+  void Finish(const std::shared_ptr<PendingRequest>& request, const Status& status)
+      EXCLUDES(mutex_);
 
   const ModelSpec spec_;
   const SchedulerOptions options_;
@@ -273,12 +116,12 @@ class ModelScheduler {
   // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
   CallbackPool answering_;
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable work_available_;
-  BatchPlanner planner_;        // guarded by mutex_
-  SchedulerCounters counters_;  // guarded by mutex_
-  int idle_workers_ = 0;        // guarded by mutex_
-  bool stopping_ = false;       // guarded by mutex_
+  BatchPlanner planner_ GUARDED_BY(mutex_);
+  SchedulerCounters counters_ GUARDED_BY(mutex_);
+  int idle_workers_ GUARDED_BY(mutex_) = 0;
+  bool stopping_ GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace graphserve

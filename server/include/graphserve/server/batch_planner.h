@@ -1,0 +1,219 @@
+#pragma once
+// The batching policy of ModelScheduler, apart from its threads: which queued requests go together,
+// padded to which bucket, and when. Also the types the policy works on (PendingRequest,
+// SchedulerOptions, DispatchDecision), which scheduler.h re-exports by including this header.
+//
+// BatchPlanner is a pure function of the requests it was given, the times passed in and the cost
+// table: it reads no clock and starts no thread, so that tests and the batching simulator drive it
+// with simulated time. Thread safety: none; its owner serialises every call (ModelScheduler calls
+// it under its lock). Ownership: the planner shares ownership of each request from Add until the
+// request leaves through Next or TakeDead, which hand it back to the caller. Errors: the planner
+// has none; SchedulerOptions::Validate reports bad options as INVALID_ARGUMENT.
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "graphserve/engine/executor.h"
+#include "graphserve/engine/model_spec.h"
+#include "graphserve/engine/status.h"
+
+namespace graphserve {
+
+// What happened to a request, for the caller and for metrics.
+struct RequestTiming {
+  int64_t queue_us = 0;    // enqueue → batch dispatch
+  int64_t compute_us = 0;  // the batch's Execute call
+  BucketShape padded_shape;
+};
+
+struct PendingRequest {
+  InferenceItem item;
+  // Absolute deadline on the scheduler's clock; 0 = none. An expired request is dropped before it
+  // runs, with DEADLINE_EXCEEDED.
+  int64_t deadline_us = 0;
+  // Set by the RPC layer when the client goes away, followed by ModelScheduler::Poke; a cancelled
+  // request leaves the queue (CANCELLED).
+  std::atomic<bool> cancelled{false};
+  // Called exactly once with the outcome. `outputs` holds one tensor per ModelSpec output (empty
+  // where not wanted) when the status is OK.
+  std::function<void(const Status&, std::vector<HostTensor>&& outputs, const RequestTiming&)> done;
+
+  // Filled in by the scheduler, under its lock.
+  int64_t enqueue_us = 0;
+  bool queued = false;  // in a BatchPlanner's queue right now
+};
+
+// How queued requests become batches.
+enum class BatchingPolicy {
+  // Binned by bucket length, padding-aware (BatchPlanner below): graphserve's policy.
+  kSizeBinned,
+  // Arrival order, each batch padded to the smallest bucket holding its longest request: what
+  // batchers without size binning do. For comparing the two on the same server and traffic.
+  kFifo,
+};
+
+// Requests a model's queue holds when its config does not say (dynamic_batching.max_queue_size):
+// several full grids' worth before Enqueue pushes back. The one default, for SchedulerOptions and
+// the config loader alike.
+inline constexpr int64_t kDefaultMaxQueueSize = 4096;
+
+struct SchedulerOptions {
+  // How long the oldest request of a bin may wait for company before it is dispatched anyway. 500
+  // µs by default (config.cpp): about one short bucket's execution on a GPU (a BERT-base forward at
+  // 1x64 takes ~0.7 ms on an H200), so under load a batch forms while the previous one runs, and a
+  // lone caller pays at most that much. The planner dispatches sooner when it expects nobody to
+  // join (see BatchPlanner), so the delay is a bound, not a fixed cost.
+  int64_t max_queue_delay_us = 500;
+  // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
+  int64_t max_queue_size = kDefaultMaxQueueSize;
+  BatchingPolicy policy = BatchingPolicy::kSizeBinned;
+  // dynamic_batching { disable: true }: every request is a batch of its own, oldest first, at once
+  // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
+  bool batching_disabled = false;
+
+  // Returns INVALID_ARGUMENT naming the field when an option is out of range.
+  Status Validate() const;
+};
+
+// Execution time of one batch of each bucket shape in microseconds, as the executors measured it
+// during warm-up (Executor::Buckets).
+using BucketCosts = std::map<BucketShape, double>;
+
+// One batch the scheduler decided to run, and on which bucket shape.
+struct DispatchDecision {
+  // The bin's own requests first (in arrival order), then the ride-alongs from shorter bins.
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  BucketShape padded_shape;
+  int ride_alongs = 0;  // how many of `requests` came from shorter bins
+};
+
+// The pure decision part of the scheduler, apart from threads, so that tests and the batching
+// simulator (tests/server/batch_simulator.h) drive it with a fake clock. Not thread-safe: the
+// ModelScheduler calls it under its lock. The policy, in short (batch_planner.cpp has the reasons):
+//   - A request joins the bin of the smallest bucket length that holds it; requests longer than the
+//     grid share an oversize bin. Within a bin requests leave in arrival order.
+//   - A bin's batch is its oldest requests up to the largest batch size, padded to the smallest
+//   batch
+//     bucket holding them (or fewer of them in a smaller bucket, when that does more real work per
+//     µs); the bucket's spare rows, padding otherwise, carry ride-alongs from shorter bins.
+//   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
+//     max_queue_delay_us), or, with an executor idle, when fewer than one joining arrival is
+//     expected before the delay runs out (from the arrival rates the planner observes).
+//   - Due requests go first, oldest first. Otherwise the dispatchable batch doing the most real
+//     elements per µs of its bucket's measured time (relative to a full batch of its length) wins.
+//   - Wait bound: while every due request fits in one batch and those of one bin only are waiting
+//     (below capacity), no request waits longer than max_queue_delay_us plus the batch an executor
+//     was running when it fell due, whatever the mix of lengths.
+//   - Batching disabled (SchedulerOptions::batching_disabled): the oldest request goes alone as soon
+//     as an executor asks, at its own rows × length when the model's CUDA graphs are disabled (no
+//     graph to fit, so no padding), else padded to its smallest bucket so that it still replays.
+class BatchPlanner {
+ public:
+  // A `now_us` by which every request's delay has run out: Next then finds every non-empty bin
+  // dispatchable, so a stopping scheduler drains its queue without waiting.
+  static constexpr int64_t kEndOfTime = std::numeric_limits<int64_t>::max();
+
+  // `costs` may be partial or empty: a bucket without a time is scaled from a timed one; with no
+  // times at all a batch costs its padded elements plus a fixed overhead per batch.
+  BatchPlanner(const ModelSpec& spec, const SchedulerOptions& options,
+               const BucketCosts& costs = {});
+
+  // Queues `request`, whose enqueue_us is set and not earlier than any earlier Add's.
+  void Add(std::shared_ptr<PendingRequest> request);
+  size_t queued_requests() const { return queued_; }
+
+  // A queued request's `cancelled` flag was set: the next TakeDead looks for it.
+  void NoteCancellation() { cancellation_noted_ = true; }
+  // Removes and returns the requests whose deadline is <= `now_us`, and the cancelled ones noted.
+  std::vector<std::shared_ptr<PendingRequest>> TakeDead(int64_t now_us);
+
+  // The batch to run now, if any. `executor_idle`: a worker is waiting for work right now (so a
+  // batch nobody will join is better run than held).
+  std::optional<DispatchDecision> Next(int64_t now_us, bool executor_idle);
+
+  // When Next(.., executor_idle) would next return a batch without new arrivals (a delay running
+  // out, or, with an idle executor, the expected arrivals no longer worth waiting for) or TakeDead
+  // a request (its deadline); nullopt when nothing is queued. Later than `now_us` after
+  // Next(now_us, executor_idle) returned none.
+  std::optional<int64_t> NextWakeUp(int64_t now_us, bool executor_idle) const;
+
+  // The execution time the planner assumes for a batch padded to `shape`, in µs.
+  double CostUs(const BucketShape& shape) const;
+
+ private:
+  struct Bin {
+    int64_t length = 0;  // the bucket length this bin pads to
+    std::deque<std::shared_ptr<PendingRequest>> requests;
+    int64_t rows = 0;
+    // Arrivals seen, for the rate estimate: the last one, and the mean gap between them (EWMA).
+    int64_t last_arrival_us = -1;
+    double mean_gap_us = 0.0;  // 0 until two arrivals were seen
+  };
+  // A batch under consideration: how many requests it takes from the front of each bin.
+  struct Candidate {
+    size_t bin = 0;            // the bin whose length it pads to
+    std::vector<size_t> take;  // per bin
+    BucketShape shape;
+    int64_t rows = 0;
+    double real_elements = 0;
+    double cost_us = 0;
+    int ride_alongs = 0;
+  };
+  struct DeadlineEntry {
+    int64_t deadline_us;
+    std::weak_ptr<PendingRequest> request;
+  };
+  // The heap order of deadlines_: the earliest on top.
+  static bool LaterDeadline(const DeadlineEntry& a, const DeadlineEntry& b) {
+    return a.deadline_us > b.deadline_us;
+  }
+
+  // Policy kFifo: the oldest requests across all bins, once they fill the largest batch or the
+  // oldest is due.
+  std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
+  // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
+  size_t OldestBin(const std::vector<size_t>& skip) const;
+  size_t BinIndex(int64_t length) const;
+  bool IsOversizeBin(size_t bin) const { return bin + 1 == bins_.size(); }
+  // The bin's best candidate, holding at least its first `must_own` requests (and always the
+  // first); `take_all` takes all its requests that fit the largest batch.
+  Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
+  // A batch in bin `bin`'s length and batch bucket index `bucket`: the first must[j] requests of
+  // every bin j, then more of the bin's own, then ride-alongs. False when the bucket is larger than
+  // the own and required rows need (riders never make a bucket larger).
+  bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
+               Candidate* candidate) const;
+  DispatchDecision Take(const Candidate& candidate);
+  // Batching disabled: the oldest queued request alone; nullopt when none is queued.
+  std::optional<DispatchDecision> TakeOldestAlone();
+  // Expected µs until the next arrival that could join bin `bin`'s batch: its own, or a shorter
+  // bin's while the batch has spare rows.
+  double ExpectedArrivalGapUs(size_t bin, int64_t now_us) const;
+  // Fewer than one such arrival is expected before the (non-empty) bin's oldest request falls due.
+  bool WaitingCannotHelp(size_t bin, int64_t now_us) const;
+  bool Overdue(const PendingRequest& request, int64_t now_us) const;
+  void Remove(const std::shared_ptr<PendingRequest>& request);
+  void DropStaleDeadlines();
+  void RebuildDeadlines();
+
+  const ModelSpec spec_;
+  const SchedulerOptions options_;
+  const int64_t largest_batch_;
+  // cost_us_[length index][batch index] over the grid.
+  std::vector<std::vector<double>> cost_us_;
+
+  std::vector<Bin> bins_;  // one per bucket length, plus one for oversize requests, in length order
+  size_t queued_ = 0;
+  bool cancellation_noted_ = false;
+  // Min-heap on deadline of queued requests that have one; entries of requests that left the queue
+  // are dropped lazily.
+  std::vector<DeadlineEntry> deadlines_;
+};
+
+}  // namespace graphserve

@@ -1,0 +1,633 @@
+// BatchPlanner decisions under a fake clock: exact, no threads.
+#include "graphserve/server/batch_planner.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fake_clock.h"
+#include "scheduler_test_support.h"
+
+namespace graphserve {
+namespace {
+
+using scheduler_test::MakeRequest;
+using scheduler_test::Options;
+using scheduler_test::TestSpec;
+
+// ---------------------------------------------------------------------------------------------------
+// BatchPlanner
+
+// Enqueues at the fake clock's current time, as ModelScheduler::Enqueue does.
+void AddAt(BatchPlanner& planner, const FakeClock& clock,
+           const std::shared_ptr<PendingRequest>& r) {
+  r->enqueue_us = clock.NowMicros();
+  planner.Add(r);
+}
+
+std::vector<int64_t> Lengths(const DispatchDecision& decision) {
+  std::vector<int64_t> lengths;
+  for (const auto& r : decision.requests) lengths.push_back(r->item.length);
+  return lengths;
+}
+
+TEST(BatchPlannerTest, BinsBySmallestBucketLengthThatHolds) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  // One request per time step, each in the bin named on its right.
+  for (int64_t length : {10, 20, 40, 16, 33, 100, 64, 17}) {
+    AddAt(planner, clock, MakeRequest(1, length));  // 16, 32, 64, 16, 64, oversize, 64, 32
+    clock.Set(clock.NowMicros() + 1);
+  }
+  ASSERT_EQ(planner.queued_requests(), 8u);
+
+  clock.Set(10'000);  // every delay has run out: bins go oldest first
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(Lengths(*first), (std::vector<int64_t>{10, 16}));
+  EXPECT_EQ(first->padded_shape, (BucketShape{2, 16}));
+
+  auto second = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(Lengths(*second), (std::vector<int64_t>{20, 17}));
+  EXPECT_EQ(second->padded_shape, (BucketShape{2, 32}));
+
+  auto third = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(Lengths(*third), (std::vector<int64_t>{40, 33, 64}));
+  EXPECT_EQ(third->padded_shape, (BucketShape{4, 64}));
+
+  auto oversize = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(oversize);
+  EXPECT_EQ(Lengths(*oversize), (std::vector<int64_t>{100}));
+  EXPECT_EQ(oversize->padded_shape, (BucketShape{1, 100}));  // its own rows × length
+
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, OversizeBinPadsToLongestOfItsBatch) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 80));
+  AddAt(planner, clock, MakeRequest(2, 120));
+  clock.Set(1000);
+  auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{80, 120}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{3, 120}));
+}
+
+TEST(BatchPlannerTest, FullBinDispatchesBeforeTheDelay) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 20, 1));
+  AddAt(planner, clock, MakeRequest(2, 30, 2));
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // 3 rows of 4, delay not run out
+
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 25, 3));
+  auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{20, 30, 25}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 32}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, WithoutAnIdleExecutorALoneRequestWaitsExactlyItsDelay) {
+  FakeClock clock;
+  clock.Set(100);
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 10));
+
+  EXPECT_FALSE(planner.Next(1099, false));
+  auto decision = planner.Next(1100, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, IdleExecutorRunsARequestNobodyIsExpectedToJoinAtOnce) {
+  FakeClock clock;
+  clock.Set(100);
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 10));  // the first arrival: no rate suggests company
+  auto decision = planner.Next(100, true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, IdleExecutorWaitsWhileCompanyIsExpectedAndNoLonger) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t t : {0, 100, 200}) {  // one arrival per 100 us in bin 16
+    clock.Set(t);
+    AddAt(planner, clock, MakeRequest(1, 10));
+  }
+  // 800 us of delay left and the next arrival expected in 100: wait. The expected gap grows with
+  // the silence since the last arrival (t - 200); it meets the remaining delay (1000 - t) at 600.
+  EXPECT_FALSE(planner.Next(200, true));
+  EXPECT_EQ(planner.NextWakeUp(200, true), 600);
+  EXPECT_EQ(planner.NextWakeUp(200, false), 1000);  // busy executors wait for the delay
+  EXPECT_FALSE(planner.Next(599, true));
+  auto decision = planner.Next(600, true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 3u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(BatchPlannerTest, ShorterBinsArrivalsCountAsCompanyOnlyForSpareRows) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t t : {0, 10, 20}) {  // bin 16: an arrival every 10 us, 3 rows waiting for a fourth
+    clock.Set(t);
+    AddAt(planner, clock, MakeRequest(1, 10));
+  }
+  // Bin 64's first request, 2 rows: its 2x64 batch has no spare row for bin 16's arrivals to ride
+  // in, and nothing is known to arrive in bin 64 itself. It goes; bin 16 waits for its fourth row.
+  AddAt(planner, clock, MakeRequest(2, 60));
+  auto decision = planner.Next(20, true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+  EXPECT_FALSE(planner.Next(20, true));
+
+  // Bin 32's first request, 3 rows: its 4x32 batch has a spare row that bin 16's next arrival, due
+  // any microsecond, could fill. It waits too.
+  clock.Set(30);
+  AddAt(planner, clock, MakeRequest(3, 25));
+  EXPECT_FALSE(planner.Next(30, true));
+  EXPECT_EQ(planner.queued_requests(), 4u);
+}
+
+TEST(BatchPlannerTest, PadsToTheSmallestBucket) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(3, 20));
+  clock.Set(1000);
+  auto three_rows = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(three_rows);
+  EXPECT_EQ(three_rows->padded_shape, (BucketShape{4, 32}));
+
+  AddAt(planner, clock, MakeRequest(2, 64));
+  clock.Set(2000);
+  auto two_rows = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(two_rows);
+  EXPECT_EQ(two_rows->padded_shape, (BucketShape{2, 64}));
+}
+
+TEST(BatchPlannerTest, ZeroDelayDispatchesAtOnce) {
+  FakeClock clock;
+  clock.Set(500);
+  BatchPlanner planner(TestSpec(), Options(0));
+  AddAt(planner, clock, MakeRequest(1, 5));
+  auto decision = planner.Next(clock.NowMicros(), true);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{1, 16}));
+}
+
+SchedulerOptions Unbatched() {
+  SchedulerOptions options = Options(0);
+  options.batching_disabled = true;
+  return options;
+}
+
+TEST(BatchPlannerTest, UnbatchedEachRequestGoesAloneOldestFirstAtOnce) {
+  FakeClock clock;
+  ModelSpec spec = TestSpec();
+  spec.cuda_graphs_disabled = true;
+  BatchPlanner planner(spec, Unbatched());
+  // Two of one bin (which would share a batch), one of a shorter bin, one oversize, one of 3 rows.
+  for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 40}, {1, 5}, {1, 50}, {2, 100}, {3, 20}}) {
+    AddAt(planner, clock, MakeRequest(rows, length));
+    clock.Set(clock.NowMicros() + 1);
+  }
+  EXPECT_EQ(planner.NextWakeUp(clock.NowMicros(), true), clock.NowMicros());
+  // Without graphs nothing is padded: each goes at its own rows x length, in arrival order, and
+  // without an idle executor too (nobody is waited for).
+  const std::vector<BucketShape> expected = {{1, 40}, {1, 5}, {1, 50}, {2, 100}, {3, 20}};
+  for (const BucketShape& shape : expected) {
+    auto decision = planner.Next(clock.NowMicros(), /*executor_idle=*/false);
+    ASSERT_TRUE(decision) << shape.ToString();
+    ASSERT_EQ(decision->requests.size(), 1u);
+    EXPECT_EQ(decision->ride_alongs, 0);
+    EXPECT_EQ(decision->padded_shape, shape);
+    EXPECT_EQ(decision->requests[0]->item.rows, shape.batch);
+    EXPECT_EQ(decision->requests[0]->item.length, shape.length);
+  }
+  EXPECT_EQ(planner.queued_requests(), 0u);
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));
+  EXPECT_FALSE(planner.NextWakeUp(clock.NowMicros(), true));
+}
+
+TEST(BatchPlannerTest, UnbatchedWithGraphsPadsEachRequestToItsBucketOnly) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Unbatched());  // graphs on: a request alone still replays
+  for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 40}, {1, 33}, {3, 20}, {1, 100}}) {
+    AddAt(planner, clock, MakeRequest(rows, length));
+    clock.Set(clock.NowMicros() + 1);
+  }
+  const std::vector<BucketShape> expected = {{1, 64}, {1, 64}, {4, 32}, {1, 100}};
+  for (const BucketShape& shape : expected) {
+    auto decision = planner.Next(clock.NowMicros(), true);
+    ASSERT_TRUE(decision) << shape.ToString();
+    ASSERT_EQ(decision->requests.size(), 1u);
+    EXPECT_EQ(decision->padded_shape, shape);
+  }
+}
+
+TEST(BatchPlannerTest, UnbatchedDeadlinesStillExpire) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Unbatched());
+  auto late = MakeRequest(1, 10);
+  late->deadline_us = 5;
+  AddAt(planner, clock, late);
+  clock.Set(5);
+  const auto dead = planner.TakeDead(clock.NowMicros());
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0], late);
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));
+}
+
+TEST(BatchPlannerTest, OldestRequestGoesFirstAcrossBins) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 20));  // bin 32 at t=0
+  clock.Set(500);
+  for (int i = 0; i < 4; ++i) AddAt(planner, clock, MakeRequest(1, 10));  // bin 16 full at t=500
+
+  // Before the lone request's delay runs out only the full bin may go.
+  clock.Set(999);
+  auto full = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->padded_shape, (BucketShape{4, 16}));
+
+  // Once both are dispatchable, the bin with the older request wins over a full, younger one.
+  clock.Set(1500);
+  for (int i = 0; i < 4; ++i) AddAt(planner, clock, MakeRequest(1, 10));
+  clock.Set(2000);
+  auto oldest = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(oldest);
+  EXPECT_EQ(Lengths(*oldest), (std::vector<int64_t>{20}));
+  auto then_full = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(then_full);
+  EXPECT_EQ(then_full->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(BatchPlannerTest, FifoWithinABinAndARequestThatDoesNotFitWaits) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  auto a = MakeRequest(2, 10);
+  auto b = MakeRequest(3, 12);
+  auto c = MakeRequest(1, 14);
+  AddAt(planner, clock, a);
+  clock.Set(1);
+  AddAt(planner, clock, b);
+  clock.Set(2);
+  AddAt(planner, clock, c);
+
+  // 6 rows queued: the bin is full. `b` does not fit beside `a`, and `c`, which would, must not
+  // overtake `b`.
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->requests.size(), 1u);
+  EXPECT_EQ(first->requests[0], a);
+  EXPECT_EQ(first->padded_shape, (BucketShape{2, 16}));
+
+  // 4 rows left: full again, and `b` leads.
+  auto second = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->requests.size(), 2u);
+  EXPECT_EQ(second->requests[0], b);
+  EXPECT_EQ(second->requests[1], c);
+  EXPECT_EQ(second->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(BatchPlannerTest, RequestWithMoreRowsThanTheLargestBatchRunsAlone) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  auto before = MakeRequest(1, 20);
+  auto big = MakeRequest(6, 20);
+  auto after = MakeRequest(1, 20);
+  AddAt(planner, clock, before);
+  AddAt(planner, clock, big);
+  AddAt(planner, clock, after);
+
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->requests.size(), 1u);
+  EXPECT_EQ(first->requests[0], before);
+  EXPECT_EQ(first->padded_shape, (BucketShape{1, 32}));
+
+  auto alone = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(alone);
+  ASSERT_EQ(alone->requests.size(), 1u);
+  EXPECT_EQ(alone->requests[0], big);
+  EXPECT_EQ(alone->padded_shape, (BucketShape{6, 20}));
+
+  // One row left, delay not run out.
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));
+  EXPECT_EQ(planner.queued_requests(), 1u);
+}
+
+TEST(BatchPlannerTest, TakeDeadRemovesExpiredAndCancelledRequests) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  auto expires_500 = MakeRequest(2, 10);  // with the two below, bin 16 starts full
+  expires_500->deadline_us = 500;
+  auto no_deadline = MakeRequest(1, 10);
+  auto expires_1000 = MakeRequest(1, 10);
+  expires_1000->deadline_us = 1000;
+  auto cancelled = MakeRequest(1, 40);
+  for (const auto& r : {expires_500, no_deadline, expires_1000, cancelled})
+    AddAt(planner, clock, r);
+
+  EXPECT_TRUE(planner.TakeDead(100).empty());
+  cancelled->cancelled = true;
+  // Cancellations are announced (ModelScheduler::Poke); until then the queue is not scanned.
+  EXPECT_TRUE(planner.TakeDead(200).empty());
+  planner.NoteCancellation();
+  EXPECT_EQ(planner.TakeDead(499), (std::vector<std::shared_ptr<PendingRequest>>{cancelled}));
+  EXPECT_EQ(planner.TakeDead(500), (std::vector<std::shared_ptr<PendingRequest>>{expires_500}));
+  EXPECT_EQ(planner.queued_requests(), 2u);
+
+  // The bin's row count shrank with it: 2 of 4 rows left, so nothing is full before the delay.
+  EXPECT_FALSE(planner.Next(999, false));
+
+  EXPECT_EQ(planner.TakeDead(1000), (std::vector<std::shared_ptr<PendingRequest>>{expires_1000}));
+  auto rest = planner.Next(1000, false);
+  ASSERT_TRUE(rest);
+  ASSERT_EQ(rest->requests.size(), 1u);
+  EXPECT_EQ(rest->requests[0], no_deadline);
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, NextWakeUpIsTheEarliestDelayExpiryOrDeadline) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  EXPECT_EQ(planner.NextWakeUp(0, false), std::nullopt);
+
+  // Busy executors: requests wait their delay, and no arrival rate is known yet.
+  clock.Set(100);
+  AddAt(planner, clock, MakeRequest(1, 20));
+  EXPECT_FALSE(planner.Next(100, false));
+  EXPECT_EQ(planner.NextWakeUp(100, false), 1100);
+
+  clock.Set(150);
+  AddAt(planner, clock, MakeRequest(1, 40));  // another bin, younger: no change
+  EXPECT_EQ(planner.NextWakeUp(150, false), 1100);
+
+  clock.Set(200);
+  auto with_deadline = MakeRequest(1, 50);  // behind bin 64's front, but with an early deadline
+  with_deadline->deadline_us = 700;
+  AddAt(planner, clock, with_deadline);
+  EXPECT_EQ(planner.NextWakeUp(200, false), 700);
+
+  EXPECT_EQ(planner.TakeDead(700).size(), 1u);
+  EXPECT_EQ(planner.NextWakeUp(700, false), 1100);
+
+  ASSERT_TRUE(planner.Next(1100, false));  // the bin-32 request
+  EXPECT_EQ(planner.NextWakeUp(1100, false), 1150);
+  ASSERT_TRUE(planner.Next(1150, false));
+  EXPECT_EQ(planner.NextWakeUp(1150, false), std::nullopt);
+}
+
+TEST(BatchPlannerTest, ADispatchedRequestsDeadlineNoLongerCounts) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 4; ++i) {  // a full bin, each with a deadline
+    requests.push_back(MakeRequest(1, 10));
+    requests.back()->deadline_us = 5000 + i;
+    AddAt(planner, clock, requests.back());
+  }
+  auto later = MakeRequest(1, 60);
+  later->deadline_us = 9000;
+  AddAt(planner, clock, later);
+  auto full = planner.Next(0, false);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->requests,
+            (std::vector<std::shared_ptr<PendingRequest>>(requests.begin(), requests.end())));
+  // Gone from the queue: their deadlines neither wake anyone nor expire anything.
+  EXPECT_EQ(planner.NextWakeUp(0, false), 1000);
+  EXPECT_TRUE(planner.TakeDead(8999).empty());
+  EXPECT_EQ(planner.TakeDead(9000), (std::vector<std::shared_ptr<PendingRequest>>{later}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, DeadlinesExpireInTheirOrderWhateverTheArrivalOrder) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(10'000'000));
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 200; ++i) {
+    requests.push_back(MakeRequest(1, 1 + i % 64));
+    requests.back()->deadline_us = 1000 + (i * 7919) % 200;  // a permutation of 1000..1199
+    AddAt(planner, clock, requests.back());
+  }
+  for (int64_t t = 1000; t < 1200; ++t) {
+    std::vector<std::shared_ptr<PendingRequest>> dead = planner.TakeDead(t);
+    ASSERT_EQ(dead.size(), 1u) << t;
+    EXPECT_EQ(dead[0]->deadline_us, t);
+    EXPECT_EQ(planner.queued_requests(), static_cast<size_t>(1199 - t));
+  }
+}
+
+TEST(BatchPlannerTest, RideAlongsFillSpareRowsLongestShorterBinFirst) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t length : {40, 50, 60}) AddAt(planner, clock, MakeRequest(1, length));  // bin 64, t=0
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 30));  // bin 32
+  clock.Set(2);
+  AddAt(planner, clock, MakeRequest(1, 10));  // bin 16
+  // Bin 64 is due; its 3 rows take a 4-row bucket, whose spare row carries the bin-32 request.
+  auto decision = planner.Next(1000, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{40, 50, 60, 30}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(decision->ride_alongs, 1);
+  EXPECT_EQ(planner.queued_requests(), 1u);
+}
+
+TEST(BatchPlannerTest, DueRideAlongsGoBeforeLongerOnes) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  for (int64_t length : {40, 50, 60}) AddAt(planner, clock, MakeRequest(1, length));  // bin 64, t=0
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 10));  // bin 16, due at 1001
+  clock.Set(2);
+  AddAt(planner, clock, MakeRequest(1, 30));  // bin 32, due at 1002
+  auto decision = planner.Next(1001, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{40, 50, 60, 10}));
+  EXPECT_EQ(decision->ride_alongs, 1);
+}
+
+TEST(BatchPlannerTest, RideAlongsNeverMakeABucketLarger) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(2, 60));
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(1, 10));
+  auto decision = planner.Next(1001, false);  // both due; bin 16's is the younger
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{60}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+  auto next = planner.Next(1001, false);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->padded_shape, (BucketShape{1, 16}));
+}
+
+// Costs over TestSpec's grid: `per_row_us` per row at every length, plus `fixed_us` per batch.
+BucketCosts Costs(double fixed_us, double per_row_us) {
+  BucketCosts costs;
+  for (int64_t batch : {1, 2, 4}) {
+    for (int64_t length : {16, 32, 64})
+      costs[BucketShape{batch, length}] = fixed_us + per_row_us * batch;
+  }
+  return costs;
+}
+
+TEST(BatchPlannerTest, FewerRowsInASmallerBucketWhenThatDoesMoreWorkPerMicrosecond) {
+  // Bin 64 holds 3 rows, its oldest due, the others not yet: they may wait for another batch.
+  auto fill = [](BatchPlanner& planner, FakeClock& clock) {
+    clock.Set(0);
+    AddAt(planner, clock, MakeRequest(1, 60));
+    clock.Set(10);
+    AddAt(planner, clock, MakeRequest(1, 60));
+    AddAt(planner, clock, MakeRequest(1, 60));
+  };
+  {
+    // Time proportional to rows (as on a CPU): 2 rows in 2 beat 3 rows in 4.
+    FakeClock clock;
+    BatchPlanner planner(TestSpec(), Options(1000), Costs(0, 100));
+    fill(planner, clock);
+    auto decision = planner.Next(1000, false);
+    ASSERT_TRUE(decision);
+    EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+    EXPECT_EQ(planner.queued_requests(), 1u);
+  }
+  {
+    // Launch-bound (as small batches on a GPU): 4 rows cost what 2 do, so all 3 go.
+    FakeClock clock;
+    BatchPlanner planner(TestSpec(), Options(1000), Costs(700, 1));
+    fill(planner, clock);
+    auto decision = planner.Next(1000, false);
+    ASSERT_TRUE(decision);
+    EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+    EXPECT_EQ(planner.queued_requests(), 0u);
+  }
+}
+
+TEST(BatchPlannerTest, BelowCapacityADueBinsDueRequestsAllGo) {
+  // Same queue, but all three are due: they go together even where two rows would be cheaper per
+  // row, so that none waits a second batch.
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1000), Costs(0, 100));
+  for (int i = 0; i < 3; ++i) AddAt(planner, clock, MakeRequest(1, 60));
+  auto decision = planner.Next(1000, false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, BeforeAnythingIsDueTheMostRealWorkPerMicrosecondGoesFirst) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(),
+                       Options(1000));       // no costs: time ~ padded elements + a fixed cost
+  AddAt(planner, clock, MakeRequest(1, 4));  // the oldest, but 4 of 16 elements real
+  clock.Set(1);
+  AddAt(planner, clock, MakeRequest(2, 30));  // 60 of 64 real
+  // Both bins are first arrivals (nobody expected to join) and the executor is idle.
+  auto first = planner.Next(1, true);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->padded_shape, (BucketShape{2, 32}));
+  auto second = planner.Next(1, true);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->padded_shape, (BucketShape{1, 16}));
+}
+
+TEST(BatchPlannerTest, CostTableScalesWhatWasNotMeasured) {
+  BucketCosts measured = {
+      {BucketShape{1, 16}, 100}, {BucketShape{4, 16}, 300}, {BucketShape{2, 64}, 500}};
+  BatchPlanner planner(TestSpec(), Options(1000), measured);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{1, 16}), 100);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{4, 16}), 300);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{2, 16}), 200);   // from 1x16, linear in rows
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{4, 64}), 1000);  // from 2x64, linear in rows
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{1, 64}),
+                   500);  // only a larger one: its time, a bound
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{2, 32}),
+                   250);  // no length-32 time: by elements from 2x64
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{3, 100}),
+                   1000 * 300.0 / 256.0);  // oversize: from 4x64
+
+  // Nothing measured: padded elements plus a full batch of the shortest length (4 x 16).
+  BatchPlanner unmeasured(TestSpec(), Options(1000));
+  EXPECT_DOUBLE_EQ(unmeasured.CostUs(BucketShape{4, 64}), 256 + 64);
+  EXPECT_DOUBLE_EQ(unmeasured.CostUs(BucketShape{2, 16}), 32 + 64);
+}
+
+TEST(BatchPlannerTest, FifoPolicyTakesArrivalOrderAndPadsToTheLongest) {
+  SchedulerOptions options = Options(100);
+  options.policy = BatchingPolicy::kFifo;
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), options);
+  const auto a = MakeRequest(1, 60), b = MakeRequest(1, 5), c = MakeRequest(1, 20), d = MakeRequest(2, 7);
+  for (const auto& r : {a, b, c}) {
+    AddAt(planner, clock, r);
+    clock.Set(clock.NowMicros() + 10);
+  }
+  // 3 rows do not fill the largest batch (4) and nobody is due yet, so even an idle executor waits
+  // (the size-binned policy would run a batch nobody is expected to join at once).
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), /*executor_idle=*/true));
+  EXPECT_EQ(planner.NextWakeUp(clock.NowMicros(), /*executor_idle=*/true), 100);
+  AddAt(planner, clock, d);
+  std::optional<DispatchDecision> batch = planner.Next(clock.NowMicros(), true);
+  ASSERT_TRUE(batch);
+  // a, b, c in arrival order; d's 2 rows do not fit beside them. Padded to the longest: 60 → 64.
+  std::vector<std::shared_ptr<PendingRequest>> taken = batch->requests;
+  std::sort(taken.begin(), taken.end());
+  std::vector<std::shared_ptr<PendingRequest>> expected = {a, b, c};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(taken, expected);
+  EXPECT_EQ(batch->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(batch->ride_alongs, 0);
+  // d alone goes once it has waited the delay.
+  EXPECT_FALSE(planner.Next(clock.NowMicros() + 99, true));
+  batch = planner.Next(clock.NowMicros() + 100, true);
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->requests, (std::vector<std::shared_ptr<PendingRequest>>{d}));
+  EXPECT_EQ(batch->padded_shape, (BucketShape{2, 16}));
+}
+
+TEST(SchedulerOptionsTest, ValidateNamesTheField) {
+  EXPECT_TRUE(Options(0, 1).Validate().ok());
+  EXPECT_TRUE(Options(10'000'000, 1).Validate().ok());
+
+  for (int64_t delay : {int64_t{-1}, int64_t{10'000'001}}) {
+    Status status = Options(delay).Validate();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << delay;
+    EXPECT_NE(status.message().find("dynamic_batching.max_queue_delay_microseconds"),
+              std::string::npos)
+        << status.message();
+  }
+  Status status = Options(100, 0).Validate();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("dynamic_batching.max_queue_size"), std::string::npos)
+      << status.message();
+
+  EXPECT_TRUE(Unbatched().Validate().ok());
+  SchedulerOptions waits_for_nobody = Unbatched();
+  waits_for_nobody.max_queue_delay_us = 100;
+  status = waits_for_nobody.Validate();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("dynamic_batching.max_queue_delay_microseconds"),
+            std::string::npos)
+      << status.message();
+}
+
+}  // namespace
+}  // namespace graphserve

@@ -1,0 +1,56 @@
+#pragma once
+// What the BatchPlanner and ModelScheduler tests share: a small bucket grid, options, and requests
+// whose inputs identify them.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "graphserve/server/scheduler.h"
+
+namespace graphserve {
+namespace scheduler_test {
+
+// batch {1, 2, 4} × length {16, 32, 64}: small enough to reason about every decision by hand.
+inline ModelSpec TestSpec() {
+  ModelSpec spec;
+  spec.name = "echo";
+  spec.platform = kPlatformBuiltinEncoder;
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = 64;
+  spec.inputs = {TensorSpec{"x", DataType::kInt64, {-1}, 0.0}};
+  spec.outputs = {TensorSpec{"y", DataType::kInt64, {-1}, 0.0}};
+  spec.bucket_batch_sizes = {1, 2, 4};
+  spec.bucket_lengths = {16, 32, 64};
+  return spec;
+}
+
+inline SchedulerOptions Options(int64_t max_queue_delay_us, int64_t max_queue_size = 1024) {
+  SchedulerOptions options;
+  options.max_queue_delay_us = max_queue_delay_us;
+  options.max_queue_size = max_queue_size;
+  return options;
+}
+
+// An int64 [rows, length] tensor whose every element is `tag`, so that a result identifies its
+// request.
+inline HostTensor TaggedTensor(int64_t rows, int64_t length, int64_t tag) {
+  HostTensor tensor;
+  tensor.dtype = DataType::kInt64;
+  tensor.shape = {rows, length};
+  std::vector<int64_t> values(static_cast<size_t>(rows * length), tag);
+  tensor.bytes.assign(reinterpret_cast<const char*>(values.data()),
+                      values.size() * sizeof(int64_t));
+  return tensor;
+}
+
+inline std::shared_ptr<PendingRequest> MakeRequest(int64_t rows, int64_t length, int64_t tag = 0) {
+  auto request = std::make_shared<PendingRequest>();
+  request->item.rows = rows;
+  request->item.length = length;
+  request->item.inputs.push_back(TaggedTensor(rows, length, tag));
+  request->item.outputs_wanted = {true};
+  return request;
+}
+
+}  // namespace scheduler_test
+}  // namespace graphserve
