@@ -167,26 +167,9 @@ Status CudaGraphExecutor::Warmup() {
 }
 
 Status CudaGraphExecutor::PrepareBucket(GraphBucket* bucket) {
-  const BucketShape shape = bucket->info.shape;
   const Clock::time_point start = Clock::now();
-
-  std::vector<at::Tensor> warmup_inputs;
-  Status status = MakeWarmupInputs(spec_, shape, &warmup_inputs);
+  Status status = WarmUpEagerly(bucket);
   if (!status.ok()) return status;
-  const std::vector<at::Tensor> statics = StaticInputs(shape);
-  for (size_t i = 0; i < statics.size(); ++i) statics[i].copy_(warmup_inputs[i]);
-
-  // Eager runs first: cuBLAS handles and workspaces, lazily built module state and the caching
-  // allocator's blocks must exist before capture, which may not allocate them from the driver.
-  std::vector<at::Tensor> outputs;
-  for (int run = 0; run < 3; ++run) {
-    const Clock::time_point eager_start = Clock::now();
-    status = ForwardEager(shape, &outputs);
-    if (!status.ok()) return status;
-    stream_.synchronize();
-    bucket->eager_time_us = MicrosSince(eager_start);
-  }
-  outputs.clear();
 
   const uint64_t reserved_before = CudaDeviceMemory(device_).reserved_bytes;
   double difference = 0.0;
@@ -201,54 +184,86 @@ Status CudaGraphExecutor::PrepareBucket(GraphBucket* bucket) {
   const uint64_t capture_bytes = reserved_after > reserved_before ? reserved_after - reserved_before : 0;
 
   if (failure.empty()) {
-    const double tolerance = spec_.verify_rtol > 0 ? spec_.verify_rtol : DefaultTolerance(spec_.precision);
-    if (!(difference <= tolerance)) {
+    failure = VerificationFailure(difference);
+    if (!failure.empty()) {
       reason = EagerReason::kVerifyFailed;
-      std::ostringstream why;
-      why << "replay differs from eager by " << difference << " (relative), tolerance " << tolerance;
-      failure = why.str();
       // Kept, not destroyed: destroying a graph releases its hold on the shared pool, and libtorch
       // deletes a pool whose last graph is gone, which would fail the captures still to come.
       retired_graphs_.push_back(std::move(bucket->graph));
     }
   }
-
   // Replay time (graph) or eager time (disabled bucket): what the scheduler plans with.
-  double execute_time_us = bucket->eager_time_us;
-  if (failure.empty()) {
-    constexpr int kTimedReplays = 5;
-    stream_.synchronize();
-    const Clock::time_point replay_start = Clock::now();
-    for (int i = 0; i < kTimedReplays; ++i) bucket->graph->replay();
-    stream_.synchronize();
-    execute_time_us = MicrosSince(replay_start) / kTimedReplays;
-  }
+  const double execute_time_us = failure.empty() ? TimeReplays(*bucket) : bucket->eager_time_us;
+  RecordPreparedBucket(bucket, execute_time_us, capture_bytes, failure, reason);
 
   std::ostringstream message;
-  message << DescribeBucket(spec_, shape) << " on " << device() << ": ";
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    bucket->info.execute_time_us = execute_time_us;
-    bucket->info.time_measured = true;
-    if (failure.empty()) {
-      bucket->info.graph = true;
-      ++summary_.graphs_captured;
-      summary_.graph_pool_bytes += capture_bytes;
-      message << "captured in " << MicrosSince(start) / 1000.0 << " ms, pool +"
-              << capture_bytes / (1024.0 * 1024.0) << " MiB, replay " << execute_time_us
-              << " us vs eager " << bucket->eager_time_us << " us, verified (difference "
-              << difference << ")";
-    } else {
-      bucket->info.graph = false;
-      bucket->info.eager_reason = reason;
-      ++summary_.graphs_disabled;
-      summary_.graph_pool_bytes += capture_bytes;
-      message << "disabled (" << EagerReasonName(reason) << "): " << failure
-              << "; its batches run eagerly";
-    }
+  message << DescribeBucket(spec_, bucket->info.shape) << " on " << device() << ": ";
+  if (failure.empty()) {
+    message << "captured in " << MicrosSince(start) / 1000.0 << " ms, pool +"
+            << capture_bytes / (1024.0 * 1024.0) << " MiB, replay " << execute_time_us
+            << " us vs eager " << bucket->eager_time_us << " us, verified (difference " << difference
+            << ")";
+  } else {
+    message << "disabled (" << EagerReasonName(reason) << "): " << failure
+            << "; its batches run eagerly";
   }
   EngineLog(failure.empty() ? LogLevel::kInfo : LogLevel::kWarning, message.str());
   return Status::Ok();
+}
+
+// Eager runs first: cuBLAS handles and workspaces, lazily built module state and the caching
+// allocator's blocks must exist before capture, which may not allocate them from the driver.
+Status CudaGraphExecutor::WarmUpEagerly(GraphBucket* bucket) {
+  const BucketShape shape = bucket->info.shape;
+  std::vector<at::Tensor> warmup_inputs;
+  Status status = MakeWarmupInputs(spec_, shape, &warmup_inputs);
+  if (!status.ok()) return status;
+  const std::vector<at::Tensor> statics = StaticInputs(shape);
+  for (size_t i = 0; i < statics.size(); ++i) statics[i].copy_(warmup_inputs[i]);
+  std::vector<at::Tensor> outputs;
+  for (int run = 0; run < 3; ++run) {
+    const Clock::time_point eager_start = Clock::now();
+    status = ForwardEager(shape, &outputs);
+    if (!status.ok()) return status;
+    stream_.synchronize();
+    bucket->eager_time_us = MicrosSince(eager_start);
+  }
+  return Status::Ok();
+}
+
+// Why a replay that differs from eager by `difference` (relative) fails verification; "" if not.
+std::string CudaGraphExecutor::VerificationFailure(double difference) const {
+  const double tolerance =
+      spec_.verify_rtol > 0 ? spec_.verify_rtol : DefaultTolerance(spec_.precision);
+  if (difference <= tolerance) return "";  // false for NaN too
+  std::ostringstream why;
+  why << "replay differs from eager by " << difference << " (relative), tolerance " << tolerance;
+  return why.str();
+}
+
+double CudaGraphExecutor::TimeReplays(const GraphBucket& bucket) {
+  constexpr int kTimedReplays = 5;
+  stream_.synchronize();
+  const Clock::time_point replay_start = Clock::now();
+  for (int i = 0; i < kTimedReplays; ++i) bucket.graph->replay();
+  stream_.synchronize();
+  return MicrosSince(replay_start) / kTimedReplays;
+}
+
+void CudaGraphExecutor::RecordPreparedBucket(GraphBucket* bucket, double execute_time_us,
+                                             uint64_t capture_bytes, const std::string& failure,
+                                             EagerReason reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bucket->info.execute_time_us = execute_time_us;
+  bucket->info.time_measured = true;
+  bucket->info.graph = failure.empty();
+  summary_.graph_pool_bytes += capture_bytes;
+  if (failure.empty()) {
+    ++summary_.graphs_captured;
+  } else {
+    bucket->info.eager_reason = reason;
+    ++summary_.graphs_disabled;
+  }
 }
 
 // UNAVAILABLE means "this bucket cannot be captured" (the bucket is disabled); any other error is

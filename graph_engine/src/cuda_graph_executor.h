@@ -77,7 +77,14 @@ class CudaGraphExecutor : public Executor {
   // Eager warm-up, capture and verification of one bucket; a capture or verification failure
   // disables the bucket (returns OK), anything else fails the warm-up.
   Status PrepareBucket(GraphBucket* bucket);
+  // PrepareBucket's steps: eager runs on warm-up inputs (timed), the capture with its verification
+  // difference, the verdict on that difference, the replay time, and the bucket's record.
+  Status WarmUpEagerly(GraphBucket* bucket);
   Status CaptureBucket(GraphBucket* bucket, double* verify_difference);
+  std::string VerificationFailure(double difference) const;
+  double TimeReplays(const GraphBucket& bucket);
+  void RecordPreparedBucket(GraphBucket* bucket, double execute_time_us, uint64_t capture_bytes,
+                            const std::string& failure, EagerReason reason);
   // Runs the model eagerly on the current contents of the static inputs for `shape`.
   Status ForwardEager(const BucketShape& shape, std::vector<at::Tensor>* outputs);
   // Queues copy-in, replay and copy-out of `launched`'s batch on the stream, without waiting.
