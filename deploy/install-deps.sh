@@ -16,7 +16,6 @@
 #   deploy/install-deps.sh --runtime FILE        install the packages FILE lists (a slim image)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-. "$repo/deploy/toolchain.env"
 
 . /etc/os-release
 build_packages=(
@@ -31,8 +30,9 @@ build_packages=(
 case "$ID:$VERSION_ID" in
   debian:12)
     build_packages+=(
-      # Tests of the metrics endpoint against the real Prometheus tools.
-      prometheus curl
+      # Tests of the metrics endpoint against the real Prometheus tools; Clang's thread-safety
+      # analysis of the server's locking (tests/boundary).
+      prometheus curl clang
     )
     ;;
   ubuntu:24.04) ;;
@@ -41,9 +41,6 @@ case "$ID:$VERSION_ID" in
     exit 2
     ;;
 esac
-# What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
-# checks parse compose and Kubernetes files).
-python_packages=("torch==$GRAPHSERVE_TORCH_VERSION" numpy pyyaml)
 
 sudo_cmd=()
 [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
@@ -68,6 +65,9 @@ apt_install() {
 # installed) keeps a second run offline and fast.
 venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
+  # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
+  # checks parse compose and Kubernetes files).
+  local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION" numpy pyyaml)
   # Ubuntu 24.04's and Debian's pip refuse the system interpreter (PEP 668): a venv of our own.
   [[ -x $python ]] || "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$GRAPHSERVE_VENV"
   if "$python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
@@ -142,6 +142,8 @@ case "${1:-}" in
     apt_install "${runtime_packages[@]}"
     ;;
   "")
+    # The pin and the venv's place; not needed by --runtime, which runs in a slim image alone.
+    . "$repo/deploy/toolchain.env"
     apt_install "${build_packages[@]}"
     venv_install
     cuda_toolkit_install
