@@ -10,13 +10,13 @@ graph_engine/ is left out: its units include libtorch, whose headers clang check
   check_thread_safety.py BUILD_DIR SOURCE_DIR [CLANG]
 Exit 77 (skipped) without clang++.
 """
-import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+
+import compile_commands
 
 CHECKED_DIRS = ("server/", "client/", "tools/")
 ANALYSIS = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety"]
@@ -24,35 +24,17 @@ ANALYSIS = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety"]
 
 def clang_command(entry, clang):
     """The unit's compile command with clang++ in place of the compiler and no outputs."""
-    args = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
-    command = [clang]
-    skip = False
-    for arg in args[1:]:
-        if skip:
-            skip = False
-            continue
-        if arg in ("-o", "-MF", "-MT", "-MQ"):
-            skip = True
-            continue
-        if arg in ("-MD", "-MMD", "-c"):
-            continue
-        command.append(arg)
-    return command + ANALYSIS
+    return [clang] + compile_commands.without_outputs(entry)[1:] + ANALYSIS
 
 
 def main():
-    build_dir, source_dir = sys.argv[1], os.path.realpath(sys.argv[2])
+    build_dir, source_dir = sys.argv[1], sys.argv[2]
     clang = sys.argv[3] if len(sys.argv) > 3 else (shutil.which("clang++") or "")
     if not clang or not shutil.which(clang):
         print("clang++ not found (Debian package clang): thread-safety analysis skipped")
         return 77
-    with open(os.path.join(build_dir, "compile_commands.json")) as f:
-        entries = json.load(f)
-    units = []
-    for entry in entries:
-        rel = os.path.relpath(os.path.realpath(os.path.join(entry["directory"], entry["file"])), source_dir)
-        if rel.startswith(CHECKED_DIRS):
-            units.append((rel, entry))
+    units = [(rel, e) for rel, e in compile_commands.load(build_dir, source_dir)
+             if rel.startswith(CHECKED_DIRS)]
     if not units:
         print("no server/client units in compile_commands.json")
         return 1

@@ -13,12 +13,12 @@ It asks the compiler itself, through compile_commands.json, which headers each u
   check_torch_boundary.py BUILD_DIR SOURCE_DIR   check a build
   check_torch_boundary.py --self-test            check the rules on made-up include lists
 """
-import json
 import os
-import shlex
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+
+import compile_commands
 
 TORCH_MARKERS = ("/torch/csrc/", "/ATen/", "/c10/", "/torch/script.h", "/torch/torch.h")
 RPC_MARKERS = ("/google/protobuf/", "/grpcpp/", "/grpc/", "/spdlog/")
@@ -44,19 +44,7 @@ def violations(source_rel, headers):
 
 def dependencies(entry):
     """Headers the unit includes, from the compiler's -M output."""
-    args = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
-    stripped = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in ("-o", "-MF", "-MT", "-MQ"):
-            skip = True
-            continue
-        if arg in ("-MD", "-MMD", "-c"):
-            continue
-        stripped.append(arg)
+    stripped = compile_commands.without_outputs(entry)
     result = subprocess.run(stripped + ["-M"], cwd=entry["directory"], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"cannot list the includes of {entry['file']}:\n{result.stderr[-2000:]}")
@@ -65,16 +53,14 @@ def dependencies(entry):
 
 
 def check_build(build_dir, source_dir):
-    with open(os.path.join(build_dir, "compile_commands.json")) as f:
-        entries = json.load(f)
-    source_dir = os.path.realpath(source_dir)
-    units = [e for e in entries if os.path.realpath(e["file"]).startswith(source_dir + os.sep)]
+    units = [(rel, e) for rel, e in compile_commands.load(build_dir, source_dir)
+             if not rel.startswith("..")]
     if not units:
         print("no translation units of the project in compile_commands.json")
         return 1
 
-    def check(entry):
-        rel = os.path.relpath(os.path.realpath(entry["file"]), source_dir)
+    def check(unit):
+        rel, entry = unit
         return rel, violations(rel, dependencies(entry))
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

@@ -21,26 +21,15 @@
 #include "graphserve/server/metrics_endpoint.h"
 #include "http_get.h"
 #include "prometheus_text.h"
+#include "scheduler_test_support.h"
 
 namespace graphserve {
 namespace {
 
+using scheduler_test::Options;
+using scheduler_test::TestSpec;
 using testing::Exposition;
 using testing::Labels;
-
-// batch {1, 2, 4} × length {16, 32, 64}.
-ModelSpec TestSpec(const std::string& name) {
-  ModelSpec spec;
-  spec.name = name;
-  spec.platform = kPlatformBuiltinEncoder;
-  spec.max_batch_size = 4;
-  spec.max_sequence_length = 64;
-  spec.inputs = {TensorSpec{"x", DataType::kInt64, {-1}, 0.0}};
-  spec.outputs = {TensorSpec{"y", DataType::kInt64, {-1}, 0.0}};
-  spec.bucket_batch_sizes = {1, 2, 4};
-  spec.bucket_lengths = {16, 32, 64};
-  return spec;
-}
 
 // Counts like the engine's executors: a batch padded to one of `graphs` is a replay, any other grid
 // bucket runs eagerly with reason kVerifyFailed, and a shape off the grid with kOversize. Echoes each
@@ -116,12 +105,6 @@ HostTensor Int64Tensor(int64_t rows, int64_t length) {
   return tensor;
 }
 
-SchedulerOptions Options(int64_t max_queue_delay_us, int64_t max_queue_size = 1024) {
-  SchedulerOptions options;
-  options.max_queue_delay_us = max_queue_delay_us;
-  options.max_queue_size = max_queue_size;
-  return options;
-}
 
 ServerMetricsOptions TestOptions() {
   ServerMetricsOptions options;

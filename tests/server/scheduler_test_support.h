@@ -1,8 +1,9 @@
 #pragma once
-// What the BatchPlanner and ModelScheduler tests share: a small bucket grid, options, and requests
+// What the BatchPlanner, ModelScheduler and metrics tests share: a small bucket grid, options, and requests
 // whose inputs identify them.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "graphserve/server/scheduler.h"
@@ -11,9 +12,9 @@ namespace graphserve {
 namespace scheduler_test {
 
 // batch {1, 2, 4} × length {16, 32, 64}: small enough to reason about every decision by hand.
-inline ModelSpec TestSpec() {
+inline ModelSpec TestSpec(const std::string& name = "echo") {
   ModelSpec spec;
-  spec.name = "echo";
+  spec.name = name;
   spec.platform = kPlatformBuiltinEncoder;
   spec.max_batch_size = 4;
   spec.max_sequence_length = 64;
