@@ -26,9 +26,10 @@ at::ScalarType ToScalarType(DataType dtype);
 // "model 'encoder' bucket 4x16": the prefix of every message about one execution.
 std::string DescribeBucket(const ModelSpec& spec, const BucketShape& shape);
 
-// INVALID_ARGUMENT unless every item matches the spec (input count, dtypes, shapes [rows, dims...]
-// with its own length, byte sizes, one outputs_wanted flag per output) and batch.padded_shape holds
-// them all (sum of rows <= batch, longest length <= length).
+// INVALID_ARGUMENT unless the batch holds together for padding: one input per spec input whose bytes
+// hold its shape (in the spec's dtype) with the item's rows, one outputs_wanted flag per output, and
+// a padded shape that holds every item (sum of rows <= batch, longest length <= length). Requests
+// are validated against the spec once, at the server's edge (request_codec); this is not that.
 Status ValidateBatch(const ModelSpec& spec, const Batch& batch);
 
 // Validates `batch`, then writes it into `destinations`: one tensor per spec input, each of shape

@@ -77,6 +77,126 @@ bool HasTypedContents(const inference::ModelInferRequest::InferInputTensor& inpu
          c.fp64_contents_size() || c.bytes_contents_size();
 }
 
+
+// One input's checks against its TensorSpec: datatype, rank, fixed dims, and the request-wide
+// limits on rows and length. Returns its rows and its variable length (-1 for none).
+Status CheckInputShape(const ModelSpec& spec, const TensorSpec& tensor, const std::string& field,
+                       const inference::ModelInferRequest::InferInputTensor& input,
+                       std::vector<int64_t>* shape, int64_t* rows, int64_t* length) {
+  const std::string model = "model '" + spec.name + "': ";
+  if (input.datatype() != DataTypeName(tensor.dtype)) {
+    return InvalidArgument(model + field + ": datatype '" + input.datatype() + "', expected '" +
+                           DataTypeName(tensor.dtype) + "'");
+  }
+  shape->assign(input.shape().begin(), input.shape().end());
+  std::string expected_shape = "[batch";
+  for (int64_t dim : tensor.dims) {
+    expected_shape += ", " + (dim == -1 ? std::string("length") : std::to_string(dim));
+  }
+  expected_shape += "]";
+  if (shape->size() != tensor.dims.size() + 1) {
+    return InvalidArgument(model + field + ": shape " + ShapeToString(*shape) + " has rank " +
+                           std::to_string(shape->size()) + ", expected " + expected_shape);
+  }
+  for (int64_t dim : *shape) {
+    if (dim < 1) {
+      return InvalidArgument(model + field + ": shape " + ShapeToString(*shape) +
+                             " has a dimension below 1");
+    }
+  }
+  for (size_t d = 0; d < tensor.dims.size(); ++d) {
+    if (tensor.dims[d] != -1 && (*shape)[d + 1] != tensor.dims[d]) {
+      return InvalidArgument(model + field + ": shape " + ShapeToString(*shape) + ", expected " +
+                             expected_shape);
+    }
+  }
+  *rows = (*shape)[0];
+  if (*rows > spec.max_batch_size) {
+    return InvalidArgument(model + field + ": batch " + std::to_string(*rows) +
+                           " exceeds max_batch_size " + std::to_string(spec.max_batch_size));
+  }
+  const int variable_dim = tensor.variable_dim();
+  *length = variable_dim >= 0 ? (*shape)[variable_dim + 1] : -1;
+  if (*length > spec.max_sequence_length) {
+    return InvalidArgument(model + field + ": length " + std::to_string(*length) +
+                           " exceeds max_sequence_length " +
+                           std::to_string(spec.max_sequence_length));
+  }
+  return Status::Ok();
+}
+
+// The first input fixes the item's rows and length; every other input must agree with it.
+Status AgreeOnRowsAndLength(const std::string& model, const std::string& field,
+                            const std::string& name, int64_t rows, int64_t length,
+                            std::string* reference_input, InferenceItem* item) {
+  if (item->rows == -1) {
+    item->rows = rows;
+    *reference_input = name;
+  } else if (rows != item->rows) {
+    return InvalidArgument(model + field + ": batch " + std::to_string(rows) +
+                           " disagrees with input '" + *reference_input + "' (" +
+                           std::to_string(item->rows) + ")");
+  }
+  if (length == -1) return Status::Ok();
+  if (item->length == -1) {
+    item->length = length;
+  } else if (length != item->length) {
+    return InvalidArgument(model + field + ": variable length " + std::to_string(length) +
+                           " disagrees with the other inputs' " + std::to_string(item->length));
+  }
+  return Status::Ok();
+}
+
+// The input's data into `host` (whose dtype and shape are set): raw bytes taken over without a copy,
+// or typed contents packed; either must hold exactly the shape's element count.
+Status TakeInputData(const std::string& model, const std::string& field, int index, bool raw,
+                     inference::ModelInferRequest* request, HostTensor* host) {
+  const inference::ModelInferRequest::InferInputTensor& input = request->inputs(index);
+  const int64_t expected_count = host->element_count();
+  if (!raw) {
+    int64_t count = 0;
+    Status status = PackTypedContents(input.contents(), host->dtype, model + field, &host->bytes, &count);
+    if (!status.ok()) return status;
+    if (count != expected_count) {
+      return InvalidArgument(model + field + ": contents hold " + std::to_string(count) +
+                             " values, expected " + std::to_string(expected_count) +
+                             " for shape " + ShapeToString(host->shape));
+    }
+    return Status::Ok();
+  }
+  if (HasTypedContents(input)) {
+    return InvalidArgument(model + field + ": data given both in contents and raw_input_contents");
+  }
+  const size_t expected_bytes = expected_count * ElementSize(host->dtype);
+  std::string* bytes = request->mutable_raw_input_contents(index);
+  if (bytes->size() != expected_bytes) {
+    return InvalidArgument(model + "raw_input_contents[" + std::to_string(index) + "] ('" +
+                           input.name() + "'): " + std::to_string(bytes->size()) +
+                           " bytes, expected " + std::to_string(expected_bytes) + " for shape " +
+                           ShapeToString(host->shape) + " " + DataTypeName(host->dtype));
+  }
+  // The request is ours until the RPC finishes: take its buffer instead of copying it.
+  host->bytes = std::move(*bytes);
+  return Status::Ok();
+}
+
+// Which outputs the request names (all when it names none); INVALID_ARGUMENT for an unknown one.
+Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInferRequest& request,
+                              InferenceItem* item) {
+  item->outputs_wanted.assign(spec.outputs.size(), request.outputs_size() == 0);
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    const std::string& name = request.outputs(i).name();
+    size_t index = 0;
+    while (index < spec.outputs.size() && spec.outputs[index].name != name) ++index;
+    if (index == spec.outputs.size()) {
+      return InvalidArgument("model '" + spec.name + "': outputs[" + std::to_string(i) + "] '" +
+                             name + "': unknown output");
+    }
+    item->outputs_wanted[index] = true;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
@@ -92,123 +212,38 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
 
   item->inputs.assign(spec.inputs.size(), HostTensor{});
   std::vector<bool> seen(spec.inputs.size(), false);
-  // The first input fixes rows and length; every other input must agree with it.
   std::string reference_input;
   item->rows = -1;
   item->length = -1;
-
   for (int i = 0; i < input_count; ++i) {
-    inference::ModelInferRequest::InferInputTensor* input = request->mutable_inputs(i);
-    const std::string field = InputField(i, input->name());
+    const inference::ModelInferRequest::InferInputTensor& input = request->inputs(i);
+    const std::string field = InputField(i, input.name());
     size_t index = 0;
-    while (index < spec.inputs.size() && spec.inputs[index].name != input->name()) ++index;
+    while (index < spec.inputs.size() && spec.inputs[index].name != input.name()) ++index;
     if (index == spec.inputs.size()) return InvalidArgument(model + field + ": unknown input");
     if (seen[index]) return InvalidArgument(model + field + ": given twice");
     seen[index] = true;
     const TensorSpec& tensor = spec.inputs[index];
 
-    if (input->datatype() != DataTypeName(tensor.dtype)) {
-      return InvalidArgument(model + field + ": datatype '" + input->datatype() + "', expected '" +
-                             DataTypeName(tensor.dtype) + "'");
-    }
-    std::vector<int64_t> shape(input->shape().begin(), input->shape().end());
-    const std::string expected_shape = "[batch" + [&] {
-      std::string dims;
-      for (int64_t dim : tensor.dims) dims += ", " + (dim == -1 ? std::string("length") : std::to_string(dim));
-      return dims;
-    }() + "]";
-    if (shape.size() != tensor.dims.size() + 1) {
-      return InvalidArgument(model + field + ": shape " + ShapeToString(shape) + " has rank " +
-                             std::to_string(shape.size()) + ", expected " + expected_shape);
-    }
-    for (int64_t dim : shape) {
-      if (dim < 1) {
-        return InvalidArgument(model + field + ": shape " + ShapeToString(shape) +
-                               " has a dimension below 1");
-      }
-    }
-    for (size_t d = 0; d < tensor.dims.size(); ++d) {
-      if (tensor.dims[d] != -1 && shape[d + 1] != tensor.dims[d]) {
-        return InvalidArgument(model + field + ": shape " + ShapeToString(shape) + ", expected " +
-                               expected_shape);
-      }
-    }
-    const int64_t rows = shape[0];
-    if (rows > spec.max_batch_size) {
-      return InvalidArgument(model + field + ": batch " + std::to_string(rows) +
-                             " exceeds max_batch_size " + std::to_string(spec.max_batch_size));
-    }
-    const int variable_dim = tensor.variable_dim();
-    const int64_t length = variable_dim >= 0 ? shape[variable_dim + 1] : -1;
-    if (length > spec.max_sequence_length) {
-      return InvalidArgument(model + field + ": length " + std::to_string(length) +
-                             " exceeds max_sequence_length " +
-                             std::to_string(spec.max_sequence_length));
-    }
-    if (item->rows == -1) {
-      item->rows = rows;
-      reference_input = input->name();
-    } else if (rows != item->rows) {
-      return InvalidArgument(model + field + ": batch " + std::to_string(rows) +
-                             " disagrees with input '" + reference_input + "' (" +
-                             std::to_string(item->rows) + ")");
-    }
-    if (length != -1) {
-      if (item->length == -1) {
-        item->length = length;
-      } else if (length != item->length) {
-        return InvalidArgument(model + field + ": variable length " + std::to_string(length) +
-                               " disagrees with the other inputs' " + std::to_string(item->length));
-      }
-    }
-
+    std::vector<int64_t> shape;
+    int64_t rows = 0;
+    int64_t length = -1;
+    Status status = CheckInputShape(spec, tensor, field, input, &shape, &rows, &length);
+    if (!status.ok()) return status;
+    status = AgreeOnRowsAndLength(model, field, input.name(), rows, length, &reference_input, item);
+    if (!status.ok()) return status;
     HostTensor& host = item->inputs[index];
     host.dtype = tensor.dtype;
     host.shape = std::move(shape);
-    const int64_t expected_count = host.element_count();
-    if (raw) {
-      if (HasTypedContents(*input)) {
-        return InvalidArgument(model + field + ": data given both in contents and raw_input_contents");
-      }
-      const size_t expected_bytes = expected_count * ElementSize(tensor.dtype);
-      std::string* bytes = request->mutable_raw_input_contents(i);
-      if (bytes->size() != expected_bytes) {
-        return InvalidArgument(model + "raw_input_contents[" + std::to_string(i) + "] ('" +
-                               input->name() + "'): " + std::to_string(bytes->size()) +
-                               " bytes, expected " + std::to_string(expected_bytes) + " for shape " +
-                               ShapeToString(host.shape) + " " + DataTypeName(tensor.dtype));
-      }
-      // The request is ours until the RPC finishes: take its buffer instead of copying it.
-      host.bytes = std::move(*bytes);
-    } else {
-      int64_t count = 0;
-      Status status = PackTypedContents(input->contents(), tensor.dtype, model + field, &host.bytes, &count);
-      if (!status.ok()) return status;
-      if (count != expected_count) {
-        return InvalidArgument(model + field + ": contents hold " + std::to_string(count) +
-                               " values, expected " + std::to_string(expected_count) +
-                               " for shape " + ShapeToString(host.shape));
-      }
-    }
+    status = TakeInputData(model, field, i, raw, request, &host);
+    if (!status.ok()) return status;
   }
   for (size_t index = 0; index < spec.inputs.size(); ++index) {
     if (!seen[index]) {
       return InvalidArgument(model + "inputs: missing input '" + spec.inputs[index].name + "'");
     }
   }
-
-  item->outputs_wanted.assign(spec.outputs.size(), request->outputs_size() == 0);
-  for (int i = 0; i < request->outputs_size(); ++i) {
-    const std::string& name = request->outputs(i).name();
-    size_t index = 0;
-    while (index < spec.outputs.size() && spec.outputs[index].name != name) ++index;
-    if (index == spec.outputs.size()) {
-      return InvalidArgument(model + "outputs[" + std::to_string(i) + "] '" + name +
-                             "': unknown output");
-    }
-    item->outputs_wanted[index] = true;
-  }
-  return Status::Ok();
+  return DecodeRequestedOutputs(spec, *request, item);
 }
 
 void EncodeInferResponse(const ModelSpec& spec, const inference::ModelInferRequest& request,

@@ -130,12 +130,12 @@ TEST(PaddingTest, ValidateBatchRejectsWhatDoesNotFit) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateBatch(spec, MakeBatch({}, {4, 6})).code(), StatusCode::kInvalidArgument);
 
-  InferenceItem wrong_shape = items.a;
-  wrong_shape.inputs[0] = Int64Tensor({1, 2}, {10, 11});
-  const Status shape_status = ValidateBatch(spec, MakeBatch({&wrong_shape}, {4, 6}));
-  EXPECT_EQ(shape_status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(shape_status.message().find("input 'ids'"), std::string::npos)
-      << shape_status.ToString();
+  InferenceItem wrong_rows = items.a;
+  wrong_rows.inputs[0] = Int64Tensor({2, 1}, {10, 11});
+  const Status rows_status = ValidateBatch(spec, MakeBatch({&wrong_rows}, {4, 6}));
+  EXPECT_EQ(rows_status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rows_status.message().find("input 'ids'"), std::string::npos)
+      << rows_status.ToString();
 
   InferenceItem wrong_dtype = items.a;
   wrong_dtype.inputs[1] = Int64Tensor({1, 2}, {1, 2});
