@@ -283,6 +283,23 @@ class MetricNamesTest(unittest.TestCase):
                 self.assertIn(metric, known, f"{name} names {metric}, which graphserve does not export")
 
 
+class NoRegistryHostTest(unittest.TestCase):
+    """Scripts, images and docs reach packages through the machine's own apt and pip configuration
+    (or a variable the user sets), so no URL in them may name a host other than the local services."""
+
+    LOCAL_HOSTS = {"localhost", "127.0.0.1", "HOST", "prometheus", "grafana", "graphserve"}
+
+    def test_only_local_services_are_named(self):
+        files = ["Dockerfile", "README.md", "BENCHMARKS.md", ".ci/run",
+                 *[str(p.relative_to(SOURCE)) for p in (SOURCE / "deploy").rglob("*")
+                   if p.is_file() and p.suffix in (".sh", ".yml", ".yaml", ".py", ".env", ".md")],
+                 *[str(p.relative_to(SOURCE)) for p in (SOURCE / "docs").glob("*.md")],
+                 *[str(p.relative_to(SOURCE)) for p in (SOURCE / "cmake").glob("*")]]
+        for name in files:
+            for host in re.findall(r"\b[a-z][a-z0-9+.-]*://([^/:\s\"'`)]+)", read(name)):
+                self.assertIn(host, self.LOCAL_HOSTS, f"{name} names the host {host}")
+
+
 class PromtoolTest(unittest.TestCase):
     def setUp(self):
         # CMake passes PROMTOOL-NOTFOUND where Debian's prometheus package is absent (the CUDA host).
