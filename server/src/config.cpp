@@ -12,11 +12,6 @@
 namespace graphserve {
 namespace {
 
-// The default delay of a config's dynamic_batching block: about one short bucket's execution on the
-// GPU, long enough for concurrent callers to share a batch, short enough that a lone request pays
-// little for it. (The queue size's default is kDefaultMaxQueueSize, beside SchedulerOptions.)
-constexpr uint64_t kDefaultMaxQueueDelayUs = 500;
-
 constexpr const char* kBuiltinEncoderConfig = R"pb(
   name: "encoder"
   platform: "graphserve_encoder"
@@ -220,7 +215,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const config::ModelConfig& config) {
   const config::DynamicBatching& batching = config.dynamic_batching();
   options.max_queue_delay_us = config.has_dynamic_batching()
                                    ? static_cast<int64_t>(batching.max_queue_delay_microseconds())
-                                   : static_cast<int64_t>(kDefaultMaxQueueDelayUs);
+                                   : kDefaultMaxQueueDelayUs;
   options.batching_disabled = batching.disable();
   options.max_queue_size = batching.max_queue_size() > 0
                                ? static_cast<int64_t>(batching.max_queue_size())

@@ -62,14 +62,16 @@ enum class BatchingPolicy {
 // several full grids' worth before Enqueue pushes back. The one default, for SchedulerOptions and
 // the config loader alike.
 inline constexpr int64_t kDefaultMaxQueueSize = 4096;
+// The delay when a config does not say (dynamic_batching.max_queue_delay_microseconds): about one
+// short bucket's execution on a GPU (a BERT-base forward at 1x64 takes ~0.7 ms on an H200), so
+// under load a batch forms while the previous one runs, and a lone caller pays at most that much.
+inline constexpr int64_t kDefaultMaxQueueDelayUs = 500;
 
 struct SchedulerOptions {
-  // How long the oldest request of a bin may wait for company before it is dispatched anyway. 500
-  // µs by default (config.cpp): about one short bucket's execution on a GPU (a BERT-base forward at
-  // 1x64 takes ~0.7 ms on an H200), so under load a batch forms while the previous one runs, and a
-  // lone caller pays at most that much. The planner dispatches sooner when it expects nobody to
-  // join (see BatchPlanner), so the delay is a bound, not a fixed cost.
-  int64_t max_queue_delay_us = 500;
+  // How long the oldest request of a bin may wait for company before it is dispatched anyway. The
+  // planner dispatches sooner when it expects nobody to join (see BatchPlanner), so the delay is a
+  // bound, not a fixed cost.
+  int64_t max_queue_delay_us = kDefaultMaxQueueDelayUs;
   // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
   int64_t max_queue_size = kDefaultMaxQueueSize;
   BatchingPolicy policy = BatchingPolicy::kSizeBinned;
