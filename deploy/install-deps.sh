@@ -61,8 +61,8 @@ apt_install() {
   "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
-# The virtual environment with the pinned wheel. pip's own check (a dry run that finds everything
-# installed) keeps a second run offline and fast.
+# The virtual environment with the pinned wheel. A second run finds every package at its pinned
+# version in the venv's metadata and skips pip, offline and fast.
 venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
   # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
