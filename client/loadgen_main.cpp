@@ -53,12 +53,8 @@ void ClearProgress() {
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "graphserve-loadgen: send ModelInfer load to a KServe v2 gRPC server and report throughput, "
-      "latency percentiles and errors"};
+// The command line: the load's options and what main needs besides them.
+struct Flags {
   std::string address = "localhost:8001";
   loadgen::LoadOptions options;
   std::string lengths = "skewed";
@@ -66,8 +62,12 @@ int main(int argc, char** argv) {
   std::string json_path;
   double wait_s = 0;
   bool no_progress = false;
+};
 
-  app.add_option("--address", address, "Server address, host:port")->capture_default_str();
+// Where the load goes, its pacing, its requests and how long it lasts.
+void AddLoadFlags(CLI::App& app, Flags* flags) {
+  loadgen::LoadOptions& options = flags->options;
+  app.add_option("--address", flags->address, "Server address, host:port")->capture_default_str();
   app.add_option("--model", options.model, "Model to load")->required();
   CLI::Option* concurrency =
       app.add_option("--concurrency", options.concurrency,
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--rate", options.rate_rps, "Open loop: Poisson arrivals, requests per second")
       ->check(CLI::PositiveNumber)
       ->excludes(concurrency);
-  app.add_option("--lengths", lengths,
+  app.add_option("--lengths", flags->lengths,
                  "Tokens per row: fixed:N, uniform:A-B, file:PATH, lognormal:MEDIAN,SIGMA,A-B or "
                  "skewed (= lognormal:48,0.8,8-512)")
       ->capture_default_str();
@@ -93,6 +93,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-s", options.warmup_s, "Seconds of load sent first and not counted")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+}
+
+// How the calls travel, and where the report goes. Added after AddLoadFlags: --help keeps this order.
+void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
+  loadgen::LoadOptions& options = flags->options;
   app.add_option("--timeout-ms", options.timeout_ms, "Deadline of each call in ms; 0: none")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -111,49 +116,53 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--outputs", options.outputs, "Outputs to ask for, comma-separated (default: all)")
       ->delimiter(',');
-  app.add_option("--contents", contents, "How inputs travel: raw bytes or typed contents")
+  app.add_option("--contents", flags->contents, "How inputs travel: raw bytes or typed contents")
       ->check(CLI::IsMember({"raw", "typed"}))
       ->capture_default_str();
-  app.add_option("--wait-s", wait_s, "Wait up to this many seconds for the server to be ready")
+  app.add_option("--wait-s", flags->wait_s, "Wait up to this many seconds for the server to be ready")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--json", json_path, "Also write the report as JSON to this file ('-': stdout)");
-  app.add_flag("--no-progress", no_progress, "No progress line, even on a terminal");
+  app.add_option("--json", flags->json_path, "Also write the report as JSON to this file ('-': stdout)");
+  app.add_flag("--no-progress", flags->no_progress, "No progress line, even on a terminal");
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error) == 0 ? 0 : kCannotRun;
-  }
+// The defaults that depend on which flags were given, and the text flags turned into options; fails
+// only on a bad --lengths.
+grpc::Status CompleteOptions(Flags* flags) {
+  loadgen::LoadOptions& options = flags->options;
   if (options.rate_rps == 0 && options.concurrency == 0) options.concurrency = 1;
   if (options.requests == 0 && options.duration_s == 0) options.duration_s = kDefaultDurationS;
   options.encoding =
-      contents == "typed" ? graphserve::InputEncoding::kTyped : graphserve::InputEncoding::kRaw;
-  grpc::Status status = loadgen::LengthDistribution::Parse(lengths, &options.lengths);
-  if (!status.ok()) return CannotRun("--lengths", status);
+      flags->contents == "typed" ? graphserve::InputEncoding::kTyped : graphserve::InputEncoding::kRaw;
+  return loadgen::LengthDistribution::Parse(flags->lengths, &options.lengths);
+}
 
-  graphserve::ClientOptions client_options;
-  client_options.timeout_ms = options.timeout_ms;
-  graphserve::InferenceClient client(address, client_options);
-  if (wait_s > 0) {
-    status = client.WaitForReady(std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
-    if (!status.ok()) return CannotRun("server " + address, status);
+// Waits for the server if asked, then builds the runner for the model; returns 0 or the exit status.
+int CreateRunner(graphserve::InferenceClient& client, const Flags& flags,
+                 std::unique_ptr<loadgen::LoadRunner>* runner) {
+  grpc::Status status;
+  if (flags.wait_s > 0) {
+    status = client.WaitForReady(std::chrono::milliseconds(static_cast<int64_t>(flags.wait_s * 1000)));
+    if (!status.ok()) return CannotRun("server " + flags.address, status);
   }
   // The metadata decides the inputs to send and the shapes every answer must have.
   inference::ModelMetadataResponse metadata;
-  status = client.ModelMetadata(options.model, &metadata);
-  if (!status.ok()) return CannotRun("metadata of model '" + options.model + "'", status);
-
-  std::unique_ptr<loadgen::LoadRunner> runner;
-  status = loadgen::LoadRunner::Create(address, options, metadata, &runner);
+  status = client.ModelMetadata(flags.options.model, &metadata);
+  if (!status.ok()) return CannotRun("metadata of model '" + flags.options.model + "'", status);
+  status = loadgen::LoadRunner::Create(flags.address, flags.options, metadata, runner);
   if (!status.ok()) return CannotRun("options", status);
+  return 0;
+}
 
-  const bool show_progress = !no_progress && isatty(STDOUT_FILENO) && json_path != "-";
-  loadgen::Report report;
-  status = runner->Run(&report, show_progress ? PrintProgress
-                                              : std::function<void(const loadgen::Progress&)>());
+grpc::Status RunLoad(loadgen::LoadRunner& runner, const Flags& flags, loadgen::Report* report) {
+  const bool show_progress = !flags.no_progress && isatty(STDOUT_FILENO) && flags.json_path != "-";
+  const grpc::Status status = runner.Run(
+      report, show_progress ? PrintProgress : std::function<void(const loadgen::Progress&)>());
   if (show_progress) ClearProgress();
-  if (!status.ok()) return CannotRun("run", status);
+  return status;
+}
 
+// The text report, and the JSON one where --json asks; returns 0 or the exit status.
+int PrintReport(const loadgen::Report& report, const std::string& json_path) {
   // With --json -, stdout carries only the JSON, for pipes; the text goes to stderr.
   (json_path == "-" ? std::cerr : std::cout) << loadgen::FormatReport(report);
   if (json_path == "-") {
@@ -167,5 +176,35 @@ int main(int argc, char** argv) {
       return kCannotRun;
     }
   }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "graphserve-loadgen: send ModelInfer load to a KServe v2 gRPC server and report throughput, "
+      "latency percentiles and errors"};
+  Flags flags;
+  AddLoadFlags(app, &flags);
+  AddTransportAndReportFlags(app, &flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : kCannotRun;
+  }
+  grpc::Status status = CompleteOptions(&flags);
+  if (!status.ok()) return CannotRun("--lengths", status);
+
+  graphserve::ClientOptions client_options;
+  client_options.timeout_ms = flags.options.timeout_ms;
+  graphserve::InferenceClient client(flags.address, client_options);
+  std::unique_ptr<loadgen::LoadRunner> runner;
+  if (const int failed = CreateRunner(client, flags, &runner)) return failed;
+
+  loadgen::Report report;
+  status = RunLoad(*runner, flags, &report);
+  if (!status.ok()) return CannotRun("run", status);
+  if (const int failed = PrintReport(report, flags.json_path)) return failed;
   return loadgen::ErrorCount(report) == 0 && report.issued > 0 ? 0 : kRequestsFailed;
 }

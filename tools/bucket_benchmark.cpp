@@ -102,145 +102,211 @@ struct TrafficOptions {
   std::string json_path;
 };
 
-// The traffic mode's whole run; returns the exit status.
-int RunTrafficMode(const ModelSpec& spec, const std::string& device, const std::string& model_dir,
-                   const TrafficOptions& options, int iterations) {
+// Everything fixed before the executor exists: the length mix, the requests drawn from it binned into
+// batches, the outputs each request wants and the buckets also timed alone.
+struct TrafficPlan {
   loadgen::LengthDistribution distribution;
-  const grpc::Status parsed = loadgen::LengthDistribution::Parse(options.lengths, &distribution);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "--traffic-lengths: %s\n", parsed.error_message().c_str());
-    return 1;
-  }
   std::vector<BucketShape> timed_shapes;
-  for (const std::string& text : options.time_buckets) {
+  int64_t tokens = 0;  // real tokens over all requests
+  std::vector<tools::TrafficBatch> batches;
+  std::vector<bool> wanted;  // one flag per spec output
+};
+
+bool ParseTimedShapes(const std::vector<std::string>& texts, std::vector<BucketShape>* shapes) {
+  for (const std::string& text : texts) {
     BucketShape shape;
     if (!ParseShape(text, &shape)) {
       std::fprintf(stderr, "--time-buckets: '%s' is not BATCHxLENGTH\n", text.c_str());
-      return 1;
+      return false;
     }
-    timed_shapes.push_back(shape);
+    shapes->push_back(shape);
   }
+  return true;
+}
+
+bool DrawAndBinRequests(const ModelSpec& spec, const TrafficOptions& options, TrafficPlan* plan) {
   // The first N draws of the seeded generator: the test recomputes them the same way.
   std::mt19937_64 rng(options.seed);
   std::vector<int64_t> lengths;
-  int64_t tokens = 0;
   for (int64_t i = 0; i < options.requests; ++i) {
-    lengths.push_back(distribution.Sample(rng));
-    tokens += lengths.back();
+    lengths.push_back(plan->distribution.Sample(rng));
+    plan->tokens += lengths.back();
   }
-  std::vector<tools::TrafficBatch> batches;
-  Status status = tools::PlanTraffic(spec, lengths, &batches);
+  const Status status = tools::PlanTraffic(spec, lengths, &plan->batches);
   if (!status.ok()) {
     std::fprintf(stderr, "%s\n", status.ToString().c_str());
-    return 1;
+    return false;
   }
+  return true;
+}
 
-  std::vector<bool> wanted(spec.outputs.size(), options.outputs.empty());
-  for (const std::string& name : options.outputs) {
+// All outputs when `names` is empty.
+bool WantedOutputs(const ModelSpec& spec, const std::vector<std::string>& names, std::vector<bool>* wanted) {
+  wanted->assign(spec.outputs.size(), names.empty());
+  for (const std::string& name : names) {
     const auto found = std::find_if(spec.outputs.begin(), spec.outputs.end(),
                                     [&](const TensorSpec& output) { return output.name == name; });
     if (found == spec.outputs.end()) {
       std::fprintf(stderr, "--traffic-outputs: the model has no output '%s'\n", name.c_str());
-      return 1;
+      return false;
     }
-    wanted[static_cast<size_t>(found - spec.outputs.begin())] = true;
+    (*wanted)[static_cast<size_t>(found - spec.outputs.begin())] = true;
   }
+  return true;
+}
 
-  auto executor = Make(spec, device, model_dir);
-  if (!executor) return 1;
-  std::map<BucketShape, BucketInfo> buckets;
-  for (const BucketInfo& bucket : executor->Buckets()) buckets[bucket.shape] = bucket;
-
-  tools::TrafficResult result;
-  status = tools::RunTraffic(*executor, spec, batches, wanted, options.passes, options.seed, &result);
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s\n", status.ToString().c_str());
-    return 1;
+// Stops at the first bad flag (or a length no bucket holds), having said why on stderr.
+bool PlanTrafficRun(const ModelSpec& spec, const TrafficOptions& options, TrafficPlan* plan) {
+  const grpc::Status parsed = loadgen::LengthDistribution::Parse(options.lengths, &plan->distribution);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "--traffic-lengths: %s\n", parsed.error_message().c_str());
+    return false;
   }
+  return ParseTimedShapes(options.time_buckets, &plan->timed_shapes) &&
+         DrawAndBinRequests(spec, options, plan) && WantedOutputs(spec, options.outputs, &plan->wanted);
+}
 
-  // The replay-only time: each batch's bucket at the bare replay time measured at capture. Defined
-  // only when every batch replays a graph (an eager bucket's time is a whole forward).
+// What the run measured, and what the executor's buckets say about the planned batches.
+struct TrafficMeasurements {
+  tools::TrafficResult passes;
   int64_t padded_tokens = 0;
   int64_t graph_batches = 0;
   double replay_us = 0;
+  bool all_graphs = false;
   std::map<std::string, int64_t> batches_by_bucket;
+  nlohmann::json timed = nlohmann::json::object();  // "BxL" → one full batch's Execute
+  nlohmann::json bucket_times = nlohmann::json::array();
+};
+
+// The replay-only time: each batch's bucket at the bare replay time measured at capture. Defined
+// only when every batch replays a graph (an eager bucket's time is a whole forward).
+void TallyBatches(const std::vector<tools::TrafficBatch>& batches,
+                  const std::map<BucketShape, BucketInfo>& buckets, TrafficMeasurements* measured) {
   for (const tools::TrafficBatch& batch : batches) {
-    padded_tokens += batch.shape.batch * batch.shape.length;
-    ++batches_by_bucket[batch.shape.ToString()];
+    measured->padded_tokens += batch.shape.batch * batch.shape.length;
+    ++measured->batches_by_bucket[batch.shape.ToString()];
     const BucketInfo& bucket = buckets.at(batch.shape);
     if (bucket.graph) {
-      ++graph_batches;
-      replay_us += bucket.execute_time_us;
+      ++measured->graph_batches;
+      measured->replay_us += bucket.execute_time_us;
     }
   }
-  const bool all_graphs = graph_batches == static_cast<int64_t>(batches.size());
-  const double execute_s = result.median_pass_s;
-  const int64_t requests = options.requests;
+  measured->all_graphs = measured->graph_batches == static_cast<int64_t>(batches.size());
+}
 
-  nlohmann::json timed = nlohmann::json::object();
-  for (const BucketShape& shape : timed_shapes) {
-    const double execute_us = TimeExecute(*executor, spec, shape, iterations);
-    if (execute_us < 0) return 1;
+bool TimeChosenBuckets(Executor& executor, const ModelSpec& spec, const std::vector<BucketShape>& shapes,
+                       const std::map<BucketShape, BucketInfo>& buckets, int iterations,
+                       nlohmann::json* timed) {
+  for (const BucketShape& shape : shapes) {
+    const double execute_us = TimeExecute(executor, spec, shape, iterations);
+    if (execute_us < 0) return false;
     const auto found = buckets.find(shape);
     const bool graph = found != buckets.end() && found->second.graph;
-    timed[shape.ToString()] = {
+    (*timed)[shape.ToString()] = {
         {"execute_us", execute_us},
         {"graph", graph},
         {"replay_us", graph ? nlohmann::json(found->second.execute_time_us) : nlohmann::json()}};
   }
-  // Every bucket with the time Warmup measured: the bare replay for a graph, a forward otherwise.
+  return true;
+}
+
+// Every bucket with the time Warmup measured: the bare replay for a graph, a forward otherwise.
+nlohmann::json BucketTimes(const std::map<BucketShape, BucketInfo>& buckets) {
   nlohmann::json bucket_list = nlohmann::json::array();
   for (const auto& [shape, bucket] : buckets) {
     bucket_list.push_back({{"bucket", shape.ToString()},
                            {"graph", bucket.graph},
                            {"time_us", bucket.execute_time_us}});
   }
-  const nlohmann::json report = {
+  return bucket_list;
+}
+
+nlohmann::json TrafficReport(const ModelSpec& spec, const std::string& device, const TrafficOptions& options,
+                             const TrafficPlan& plan, const TrafficMeasurements& measured) {
+  const double execute_s = measured.passes.median_pass_s;
+  const int64_t requests = options.requests;
+  const int64_t tokens = plan.tokens;
+  const double replay_us = measured.replay_us;
+  return {
       {"model", spec.name},
-      {"device", executor->device()},
+      {"device", device},
       {"precision", PrecisionName(spec.precision)},
-      {"lengths", distribution.description()},
+      {"lengths", plan.distribution.description()},
       {"seed", options.seed},
       {"requests", requests},
       {"tokens", tokens},
-      {"padded_tokens", padded_tokens},
-      {"padding_ratio", tokens > 0 ? static_cast<double>(padded_tokens) / tokens : 0.0},
-      {"batches", batches.size()},
-      {"graph_batches", graph_batches},
-      {"batches_by_bucket", batches_by_bucket},
-      {"pass_s", result.pass_s},
+      {"padded_tokens", measured.padded_tokens},
+      {"padding_ratio", tokens > 0 ? static_cast<double>(measured.padded_tokens) / tokens : 0.0},
+      {"batches", plan.batches.size()},
+      {"graph_batches", measured.graph_batches},
+      {"batches_by_bucket", measured.batches_by_bucket},
+      {"pass_s", measured.passes.pass_s},
       {"execute_s", execute_s},
       {"requests_per_s", execute_s > 0 ? requests / execute_s : 0.0},
       {"tokens_per_s", execute_s > 0 ? tokens / execute_s : 0.0},
-      {"replay_s", all_graphs ? nlohmann::json(replay_us / 1e6) : nlohmann::json()},
+      {"replay_s", measured.all_graphs ? nlohmann::json(replay_us / 1e6) : nlohmann::json()},
       {"replay_tokens_per_s",
-       all_graphs && replay_us > 0 ? nlohmann::json(tokens / (replay_us / 1e6)) : nlohmann::json()},
-      {"timed_buckets", timed},
-      {"buckets", bucket_list},
+       measured.all_graphs && replay_us > 0 ? nlohmann::json(tokens / (replay_us / 1e6)) : nlohmann::json()},
+      {"timed_buckets", measured.timed},
+      {"buckets", measured.bucket_times},
   };
+}
+
+void PrintTrafficSummary(const ModelSpec& spec, const std::string& device, const TrafficOptions& options,
+                         const TrafficPlan& plan, const TrafficMeasurements& measured,
+                         const nlohmann::json& report) {
   std::printf("traffic %s on %s: %lld requests (%s), %lld real tokens in %zu batches (%lld as graphs), "
               "padding %.3f\n  Execute, median of %d passes: %.3f s = %.0f requests/s, %.0f real tokens/s\n",
-              spec.name.c_str(), executor->device().c_str(), static_cast<long long>(requests),
-              distribution.description().c_str(), static_cast<long long>(tokens), batches.size(),
-              static_cast<long long>(graph_batches), report["padding_ratio"].get<double>(),
-              options.passes, execute_s, report["requests_per_s"].get<double>(),
+              spec.name.c_str(), device.c_str(), static_cast<long long>(options.requests),
+              plan.distribution.description().c_str(), static_cast<long long>(plan.tokens),
+              plan.batches.size(), static_cast<long long>(measured.graph_batches),
+              report["padding_ratio"].get<double>(),
+              options.passes, measured.passes.median_pass_s, report["requests_per_s"].get<double>(),
               report["tokens_per_s"].get<double>());
-  if (all_graphs && replay_us > 0) {
-    std::printf("  bare replays (capture-time times): %.3f s = %.0f real tokens/s\n", replay_us / 1e6,
-                tokens / (replay_us / 1e6));
+  if (measured.all_graphs && measured.replay_us > 0) {
+    std::printf("  bare replays (capture-time times): %.3f s = %.0f real tokens/s\n",
+                measured.replay_us / 1e6, plan.tokens / (measured.replay_us / 1e6));
   }
-  for (const auto& [shape, entry] : timed.items()) {
+  for (const auto& [shape, entry] : measured.timed.items()) {
     std::printf("  %s: Execute %.0f us\n", shape.c_str(), entry["execute_us"].get<double>());
   }
-  if (!options.json_path.empty()) {
-    std::ofstream file(options.json_path);
-    file << report.dump(2) << "\n";
-    file.close();
-    if (!file) {
-      std::fprintf(stderr, "cannot write %s\n", options.json_path.c_str());
-      return 1;
-    }
+}
+
+bool WriteJson(const std::string& path, const nlohmann::json& report) {
+  std::ofstream file(path);
+  file << report.dump(2) << "\n";
+  file.close();
+  if (!file) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
   }
+  return true;
+}
+
+// The traffic mode's whole run; returns the exit status.
+int RunTrafficMode(const ModelSpec& spec, const std::string& device, const std::string& model_dir,
+                   const TrafficOptions& options, int iterations) {
+  TrafficPlan plan;
+  if (!PlanTrafficRun(spec, options, &plan)) return 1;
+  auto executor = Make(spec, device, model_dir);
+  if (!executor) return 1;
+  std::map<BucketShape, BucketInfo> buckets;
+  for (const BucketInfo& bucket : executor->Buckets()) buckets[bucket.shape] = bucket;
+
+  TrafficMeasurements measured;
+  const Status status = tools::RunTraffic(*executor, spec, plan.batches, plan.wanted, options.passes,
+                                          options.seed, &measured.passes);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n", status.ToString().c_str());
+    return 1;
+  }
+  TallyBatches(plan.batches, buckets, &measured);
+  if (!TimeChosenBuckets(*executor, spec, plan.timed_shapes, buckets, iterations, &measured.timed)) return 1;
+  measured.bucket_times = BucketTimes(buckets);
+
+  const nlohmann::json report = TrafficReport(spec, executor->device(), options, plan, measured);
+  PrintTrafficSummary(spec, executor->device(), options, plan, measured, report);
+  if (!options.json_path.empty() && !WriteJson(options.json_path, report)) return 1;
   return 0;
 }
 

@@ -90,7 +90,8 @@ Status CheckUniqueNames(const std::vector<TensorSpec>& tensors, const std::strin
   return Status::Ok();
 }
 
-Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
+// The model's identity and its two limits, which the tensor and bucket checks below rely on.
+Status HeaderFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   if (config.name().empty()) return InvalidArgument("name: must not be empty");
   if (config.platform() != kPlatformTorchScript && config.platform() != kPlatformBuiltinEncoder) {
     return InvalidArgument("platform: '" + config.platform() + "' is not served (use '" +
@@ -108,10 +109,13 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
   spec->platform = config.platform();
   spec->max_batch_size = config.max_batch_size();
   spec->max_sequence_length = config.max_sequence_length();
+  return Status::Ok();
+}
 
+Status InputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpec>* inputs) {
   if (config.input_size() == 0) return InvalidArgument("input: the model declares no inputs");
   bool any_variable_input = false;
-  spec->inputs.clear();
+  inputs->clear();
   for (int i = 0; i < config.input_size(); ++i) {
     TensorSpec tensor;
     const std::string field = "input[" + std::to_string(i) + "]";
@@ -119,24 +123,40 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
     if (!status.ok()) return status;
     tensor.pad_value = config.input(i).pad_value();
     any_variable_input |= tensor.variable_dim() >= 0;
-    spec->inputs.push_back(std::move(tensor));
+    inputs->push_back(std::move(tensor));
   }
   if (!any_variable_input) {
     return InvalidArgument("input: no input has a -1 (variable) dimension; graphserve pads along it");
   }
+  return Status::Ok();
+}
+
+Status OutputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpec>* outputs) {
   if (config.output_size() == 0) return InvalidArgument("output: the model declares no outputs");
-  spec->outputs.clear();
+  outputs->clear();
   for (int i = 0; i < config.output_size(); ++i) {
     TensorSpec tensor;
     Status status = TensorSpecFromConfig(config.output(i), "output[" + std::to_string(i) + "]", &tensor);
     if (!status.ok()) return status;
-    spec->outputs.push_back(std::move(tensor));
+    outputs->push_back(std::move(tensor));
   }
+  return Status::Ok();
+}
+
+Status TensorsFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+  Status status = InputsFromConfig(config, &spec->inputs);
+  if (!status.ok()) return status;
+  status = OutputsFromConfig(config, &spec->outputs);
+  if (!status.ok()) return status;
   for (const auto& [tensors, field] : {std::pair{&spec->inputs, "input"}, {&spec->outputs, "output"}}) {
-    Status status = CheckUniqueNames(*tensors, field);
+    status = CheckUniqueNames(*tensors, field);
     if (!status.ok()) return status;
   }
+  return Status::Ok();
+}
 
+// The configured grid, or the default one along an axis the config leaves empty.
+Status BucketGridFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   Status status = GridAxis(config.buckets().batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
                            "max_batch_size", &spec->bucket_batch_sizes);
   if (!status.ok()) return status;
@@ -149,7 +169,10 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
   if (spec->bucket_lengths.empty()) {
     spec->bucket_lengths = DefaultBucketLengths(spec->max_sequence_length);
   }
+  return Status::Ok();
+}
 
+Status ExecutionFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   switch (config.precision()) {
     case config::PRECISION_DEFAULT:
     case config::PRECISION_FP32: spec->precision = Precision::kFp32; break;
@@ -162,7 +185,11 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
     return InvalidArgument("cuda_graphs.verify_rtol: must not be negative");
   }
   spec->verify_rtol = config.cuda_graphs().verify_rtol();
+  return Status::Ok();
+}
 
+// Instance groups and batching live outside the spec; checked here so that a bad config fails at load.
+Status CheckSchedulingConfig(const config::ModelConfig& config) {
   for (int i = 0; i < config.instance_group_size(); ++i) {
     if (config.instance_group(i).count() < 0) {
       return InvalidArgument("instance_group[" + std::to_string(i) + "].count: must not be negative");
@@ -173,6 +200,16 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
                            std::to_string(config.dynamic_batching().policy()) + " (SIZE_BINNED, FIFO)");
   }
   return SchedulerOptionsFromConfig(config).Validate();
+}
+
+// Stops at the first error, in this order: the grid step relies on the limits the first one checked.
+Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
+  Status status = HeaderFromConfig(config, spec);
+  if (status.ok()) status = TensorsFromConfig(config, spec);
+  if (status.ok()) status = BucketGridFromConfig(config, spec);
+  if (status.ok()) status = ExecutionFromConfig(config, spec);
+  if (status.ok()) status = CheckSchedulingConfig(config);
+  return status;
 }
 
 }  // namespace
