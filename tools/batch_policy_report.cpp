@@ -1,7 +1,7 @@
 // Prints the batching policies' comparison on the simulated H200 BERT-base cost model (see
 // batch_simulator.h): padding ratio, throughput and queue wait, below capacity and at saturation,
 // for one and two executors. Simulated time: the figures are the same on any host. Run by hand:
-// <build>/tests/server/batch_policy_report [requests per run, default 40000]
+// <build>/tools/batch_policy_report [requests per run, default 40000]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
