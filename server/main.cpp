@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-address", options.metrics_address, "HOST:PORT of the Prometheus /metrics endpoint")
       ->capture_default_str();
   app.add_option("--model-repository", options.repository.model_repository,
-                 "folder with one sub-folder (config.pbtxt + model.pt) per model; "
+                 "folder with one sub-folder (config.pbtxt + model.pt2 or model.pt) per model; "
                  "without it the built-in 'encoder' is served");
   app.add_option("--device", options.repository.device, "cpu, cuda, cuda:N or auto (CUDA when present)")
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "aoti_model.h"
 #include "builtin_encoder.h"
 #ifdef GRAPHSERVE_WITH_CUDA
 #include "cuda_graph_executor.h"
@@ -62,10 +63,12 @@ Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
       status = CreateBuiltinEncoderModel(spec, device, &model);
     } else if (spec.platform == kPlatformTorchScript) {
       status = LoadTorchScriptModel(spec, options.model_dir, device, &model);
+    } else if (spec.platform == kPlatformAotInductor) {
+      status = LoadAotInductorModel(spec, options.model_dir, device, &model);
     } else {
       status = InvalidArgument("model '" + spec.name + "': unknown platform '" + spec.platform +
-                               "' (expected " + kPlatformTorchScript + " or " +
-                               kPlatformBuiltinEncoder + ")");
+                               "' (expected " + kPlatformAotInductor + ", " + kPlatformTorchScript +
+                               " or " + kPlatformBuiltinEncoder + ")");
     }
     if (!status.ok()) return status;
 #ifdef GRAPHSERVE_WITH_CUDA

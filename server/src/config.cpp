@@ -93,9 +93,11 @@ Status CheckUniqueNames(const std::vector<TensorSpec>& tensors, const std::strin
 // The model's identity and its two limits, which the tensor and bucket checks below rely on.
 Status HeaderFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   if (config.name().empty()) return InvalidArgument("name: must not be empty");
-  if (config.platform() != kPlatformTorchScript && config.platform() != kPlatformBuiltinEncoder) {
+  if (config.platform() != kPlatformAotInductor && config.platform() != kPlatformTorchScript &&
+      config.platform() != kPlatformBuiltinEncoder) {
     return InvalidArgument("platform: '" + config.platform() + "' is not served (use '" +
-                           kPlatformTorchScript + "' or '" + kPlatformBuiltinEncoder + "')");
+                           kPlatformAotInductor + "', '" + kPlatformTorchScript + "' or '" +
+                           kPlatformBuiltinEncoder + "')");
   }
   if (config.max_batch_size() < 1) {
     return InvalidArgument("max_batch_size: must be at least 1, got " +

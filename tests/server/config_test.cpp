@@ -29,6 +29,26 @@ config::ModelConfig Parse(const std::string& text) {
   return config;
 }
 
+TEST(ConfigTest, AotInductorPlatformIsServed) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config.set_platform("torch_aoti");
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(config, &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(spec.platform, kPlatformAotInductor);
+}
+
+TEST(ConfigTest, UnknownPlatformNamesTheServedOnes) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config.set_platform("onnxruntime_onnx");
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  for (const char* platform : {"'onnxruntime_onnx'", "'torch_aoti'", "'pytorch_libtorch'"}) {
+    EXPECT_NE(status.message().find(platform), std::string::npos) << status.ToString();
+  }
+}
+
 TEST(ConfigTest, ValidConfigBecomesSpec) {
   ModelSpec spec;
   Status status = ModelSpecFromConfig(Parse(kValidConfig), &spec);

@@ -130,7 +130,7 @@ class Executor {
 struct ExecutorOptions {
   // "cpu", "cuda" (device 0) or "cuda:N".
   std::string device = "cpu";
-  // Folder holding model.pt for TorchScript models; unused by the built-in encoder.
+  // Folder holding model.pt2 (AOTInductor) or model.pt (TorchScript); unused by the built-in encoder.
   std::string model_dir;
 };
 

@@ -11,7 +11,8 @@
 namespace graphserve {
 
 // Platform names as they appear in config.pbtxt and in model metadata.
-inline constexpr const char* kPlatformTorchScript = "pytorch_libtorch";
+inline constexpr const char* kPlatformTorchScript = "pytorch_libtorch";  // model.pt
+inline constexpr const char* kPlatformAotInductor = "torch_aoti";         // model.pt2
 inline constexpr const char* kPlatformBuiltinEncoder = "graphserve_encoder";
 
 struct TensorSpec {
@@ -47,7 +48,7 @@ struct BucketShape {
 
 struct ModelSpec {
   std::string name;
-  std::string platform;  // kPlatformTorchScript or kPlatformBuiltinEncoder
+  std::string platform;  // kPlatformAotInductor, kPlatformTorchScript or kPlatformBuiltinEncoder
   int64_t max_batch_size = 1;
   int64_t max_sequence_length = 1;
   std::vector<TensorSpec> inputs;
