@@ -258,6 +258,46 @@ TEST_F(CudaGraphTest, ReducedPrecisionEncodersCaptureAndVerify) {
   }
 }
 
+// make_cuda_test_models.py exports the built-in encoder's architecture and weights as a CUDA
+// AOTInductor package (batch 1..8, length 1..64): every bucket is captured around the package's
+// Inductor kernels and verified against its eager run, and the replays answer as the built-in
+// encoder does.
+TEST_F(CudaGraphTest, AotInductorPackageCapturesEveryBucketAndMatchesTheBuiltInEncoder) {
+  ModelSpec spec = EncoderSpec({1, 2, 8}, {16, 64});
+  spec.platform = kPlatformAotInductor;
+  auto graphs = Ready(spec, "cuda:0", std::string(GRAPHSERVE_CUDA_TEST_MODELS_DIR) + "/encoder_pt2");
+  auto builtin = Ready(EncoderSpec({1, 2, 8}, {16, 64}), "cuda:0");
+  ASSERT_TRUE(graphs && builtin);
+  for (const BucketInfo& bucket : graphs->Buckets()) {
+    EXPECT_TRUE(bucket.graph) << bucket.shape.ToString() << " was not captured";
+  }
+  std::mt19937 random(14);
+  int batches = 0;
+  for (const int64_t batch_size : spec.bucket_batch_sizes) {
+    for (const int64_t length : spec.bucket_lengths) {
+      const std::vector<InferenceItem> items = RandomItems(batch_size, length, spec.outputs.size(), random);
+      const Batch batch = BatchOf(items, BucketShape{batch_size, length});
+      ExpectSameOutputs(ExecuteOk(*graphs, batch), ExecuteOk(*builtin, batch),
+                        "bucket " + batch.padded_shape.ToString());
+      ++batches;
+    }
+  }
+  EXPECT_EQ(ReplayCount(graphs->Counters()), static_cast<uint64_t>(batches));
+}
+
+TEST_F(CudaGraphTest, CudaPackageServedOnTheCpuIsRefusedNamingBoth) {
+  ModelSpec spec = EncoderSpec({1, 2, 8}, {16, 64});
+  spec.platform = kPlatformAotInductor;
+  ExecutorOptions options;
+  options.device = "cpu";
+  options.model_dir = std::string(GRAPHSERVE_CUDA_TEST_MODELS_DIR) + "/encoder_pt2";
+  std::unique_ptr<Executor> executor;
+  const Status status = CreateExecutor(spec, options, &executor);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("compiled for 'cuda'"), std::string::npos) << status.ToString();
+  EXPECT_NE(status.message().find("served on cpu"), std::string::npos) << status.ToString();
+}
+
 TEST_F(CudaGraphTest, UncapturableModelIsServedEagerlyAsCaptureFailed) {
   auto executor = Ready(FeatureModelSpec("item_model"), "cuda:0",
                         std::string(GRAPHSERVE_CUDA_TEST_MODELS_DIR) + "/item_model");

@@ -5,8 +5,13 @@
   counting_model  scales by a host-side call count that a capture freezes: replay != eager
                   (verify_failed)
 Both take (input_ids, attention_mask) INT64 [B, L] and return (per_token [B, L, 8], pooled [B, 8]).
+
+Where CUDA is available (the CUDA host; CI has none and its CUDA tests skip), also
+  encoder_pt2     the built-in encoder as a CUDA AOTInductor package (deploy/models/export_encoder.py,
+                  batch 1..8, length 1..64)
 """
 import pathlib
+import subprocess
 import sys
 
 import torch
@@ -45,6 +50,10 @@ def main():
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         torch.jit.script(module.eval()).save(str(folder / "model.pt"))
+    if torch.cuda.is_available():
+        export = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "models" / "export_encoder.py"
+        subprocess.run([sys.executable, str(export), str(root), "--format", "pt2", "--device", "cuda",
+                        "--max-batch", "8", "--max-length", "64"], check=True)
     print(f"CUDA test models written to {root}")
 
 

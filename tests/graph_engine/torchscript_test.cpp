@@ -11,101 +11,31 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphserve/engine/executor.h"
-#include "test_batches.h"
+#include "token_features.h"
 
 namespace graphserve {
 namespace {
 
-using testing::Fp32Values;
-using testing::MakeBatch;
-using testing::RelativeDifference;
-using testing::TokenItem;
-
-constexpr int64_t kFeatures = 8;
+using testing::ExpectServesEachItemItsOwnSlice;
+using testing::PerTokenSpec;
+using testing::PooledSpec;
+using testing::kFeatures;
 
 std::string ModelDir(const std::string& model) {
   return std::string(GRAPHSERVE_TEST_MODELS_DIR) + "/" + model;
 }
 
-TensorSpec PerTokenSpec() { return TensorSpec{"per_token", DataType::kFp32, {-1, kFeatures}, 0.0}; }
-TensorSpec PooledSpec() { return TensorSpec{"pooled", DataType::kFp32, {kFeatures}, 0.0}; }
-
 ModelSpec TokenFeaturesSpec(const std::string& name, std::vector<TensorSpec> outputs) {
-  ModelSpec spec;
-  spec.name = name;
-  spec.platform = kPlatformTorchScript;
-  spec.max_batch_size = 4;
-  spec.max_sequence_length = 8;
-  // Pad ids with a value that would show in per_token if the mask did not zero it.
-  spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 5.0},
-                 TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
-  spec.outputs = std::move(outputs);
-  spec.bucket_batch_sizes = {2, 4};
-  spec.bucket_lengths = {4, 8};
-  return spec;
+  return testing::TokenFeaturesSpec(name, std::move(outputs), kPlatformTorchScript);
 }
 
 Status Create(const ModelSpec& spec, const std::string& model_dir,
               std::unique_ptr<Executor>* executor) {
-  ExecutorOptions options;
-  options.model_dir = model_dir;
-  return CreateExecutor(spec, options, executor);
-}
-
-std::vector<int64_t> Int64Values(const HostTensor& tensor) {
-  std::vector<int64_t> values(tensor.bytes.size() / sizeof(int64_t));
-  std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
-  return values;
-}
-
-// What the scripted models compute for one item (every mask value is 1).
-std::vector<float> ExpectedPerToken(const InferenceItem& item) {
-  std::vector<float> expected;
-  for (int64_t id : Int64Values(item.inputs[0])) {
-    for (int64_t k = 0; k < kFeatures; ++k) expected.push_back(float(id * (k + 1)) + float(k) / 2);
-  }
-  return expected;
-}
-
-std::vector<float> ExpectedPooled(const InferenceItem& item) {
-  const std::vector<float> per_token = ExpectedPerToken(item);
-  std::vector<float> expected;
-  for (int64_t row = 0; row < item.rows; ++row) {
-    for (int64_t k = 0; k < kFeatures; ++k) {
-      double sum = 0.0;
-      for (int64_t pos = 0; pos < item.length; ++pos) {
-        sum += per_token[static_cast<size_t>((row * item.length + pos) * kFeatures + k)];
-      }
-      expected.push_back(static_cast<float>(sum / double(item.length)));
-    }
-  }
-  return expected;
-}
-
-// Serves three items of different rows and lengths in one 4x8 bucket and checks every slice
-// against the exact values. `per_token_index` / `pooled_index`: where the spec lists them.
-void ExpectServesEachItemItsOwnSlice(Executor& executor, size_t per_token_index,
-                                     size_t pooled_index) {
-  const std::vector<InferenceItem> items = {
-      TokenItem(1, 3, 11, 1024, 2), TokenItem(2, 8, 12, 1024, 2), TokenItem(1, 5, 13, 1024, 2)};
-  BatchOutputs outputs;
-  const Status status =
-      executor.Execute(MakeBatch({&items[0], &items[1], &items[2]}, BucketShape{4, 8}), &outputs);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(outputs.size(), items.size());
-  for (size_t k = 0; k < items.size(); ++k) {
-    SCOPED_TRACE("item " + std::to_string(k));
-    ASSERT_EQ(outputs[k].size(), 2u);
-    const HostTensor& per_token = outputs[k][per_token_index];
-    const HostTensor& pooled = outputs[k][pooled_index];
-    EXPECT_EQ(per_token.shape, (std::vector<int64_t>{items[k].rows, items[k].length, kFeatures}));
-    EXPECT_EQ(pooled.shape, (std::vector<int64_t>{items[k].rows, kFeatures}));
-    EXPECT_EQ(Fp32Values(per_token), ExpectedPerToken(items[k]));
-    EXPECT_LT(RelativeDifference(Fp32Values(pooled), ExpectedPooled(items[k])), 1e-6);
-  }
+  return testing::CreateOnCpu(spec, model_dir, executor);
 }
 
 TEST(TorchScriptTest, TupleModelServesEachItemItsOwnSlice) {

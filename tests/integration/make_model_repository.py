@@ -7,9 +7,13 @@ serves:
   tiny_scripted  torch.jit.script, masked attention, returns a tuple (hidden [B,L,16], pooled [B,16])
   tiny_traced    torch.jit.trace, per-token projection, returns one tensor [B,L,4]
   encoder        the built-in encoder with a small bucket grid, so that warm-up stays quick on CPUs
+  encoder_pt2    the same encoder (architecture and weights) as an AOTInductor package from
+                 deploy/models/export_encoder.py, with the same grid: it must answer as `encoder`
+                 does. Compiled for GRAPHSERVE_TEST_DEVICE's kind (CPU unless it names cuda).
 """
 import os
 import pathlib
+import subprocess
 import sys
 
 import torch
@@ -99,8 +103,19 @@ def main():
         (folder / "config.pbtxt").write_text(f'name: "{name}"\n' + config)
         if name in models:
             models[name].save(str(folder / "model.pt"))
+    write_encoder_package(root, CONFIGS["encoder"])
     write_reference_answers(root, models)
     print(f"model repository written to {root}")
+
+
+def write_encoder_package(root, encoder_config):
+    device = "cuda" if os.environ.get("GRAPHSERVE_TEST_DEVICE", "cpu").startswith("cuda") else "cpu"
+    export = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "models" / "export_encoder.py"
+    subprocess.run([sys.executable, str(export), str(root), "--format", "pt2", "--device", device,
+                    "--max-batch", "8", "--max-length", "64"], check=True)
+    config = encoder_config.replace('platform: "graphserve_encoder"', 'platform: "torch_aoti"')
+    config = config.replace("instance_group { count: 2 }", "instance_group { count: 1 }")
+    (root / "encoder_pt2" / "config.pbtxt").write_text('name: "encoder_pt2"\n' + config)
 
 
 def write_reference_answers(root, models):

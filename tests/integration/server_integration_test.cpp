@@ -237,6 +237,23 @@ TEST_F(RepositoryTest, TorchScriptModelsAnswerWhatPyTorchAnswers) {
   EXPECT_LT(MaxRelativeDifference(projected.values, ReadArray<float>(reference + "projected.bin")), 1e-4);
 }
 
+using Answer = std::pair<grpc::Status, inference::ModelInferResponse>;
+
+// Every request from its own thread and channel at once, so that the server batches them together.
+std::vector<std::future<Answer>> SendAllAtOnce(ServerProcess& server,
+                                               const std::vector<inference::ModelInferRequest>& requests) {
+  std::vector<std::future<Answer>> answers;
+  for (const auto& request : requests) {
+    answers.push_back(std::async(std::launch::async, [&server, &request] {
+      inference::ModelInferResponse response;
+      auto own_stub = server.NewStub();
+      grpc::Status status = Infer(own_stub.get(), request, &response);
+      return std::make_pair(status, response);
+    }));
+  }
+  return answers;
+}
+
 // The heart of the batching path: whatever else shares the batch, a request gets its solo answer.
 TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
   auto stub = server_->NewStub();
@@ -260,15 +277,7 @@ TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
             1e-4);
 
   // All at once from many threads, so that they are batched and padded together.
-  std::vector<std::future<std::pair<grpc::Status, inference::ModelInferResponse>>> answers;
-  for (const auto& request : requests) {
-    answers.push_back(std::async(std::launch::async, [&server = *server_, &request] {
-      inference::ModelInferResponse response;
-      auto own_stub = server.NewStub();
-      grpc::Status status = Infer(own_stub.get(), request, &response);
-      return std::make_pair(status, response);
-    }));
-  }
+  std::vector<std::future<Answer>> answers = SendAllAtOnce(*server_, requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     auto [status, response] = answers[i].get();
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -284,6 +293,34 @@ TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
   const std::string log = server_->Log();
   EXPECT_TRUE(std::regex_search(log, std::regex("model 'encoder' on (cpu|cuda:[0-9]+): batch requests=([2-9]|[1-9][0-9])")))
       << "no batch of several requests was formed";
+}
+
+// An AOTInductor package of the built-in encoder's architecture and weights, batched with requests
+// of other lengths, answers each request as the built-in encoder answers it alone.
+TEST_F(RepositoryTest, AotInductorPackageAnswersAsTheBuiltInEncoder) {
+  auto stub = server_->NewStub();
+  std::mt19937 random(14);
+  std::uniform_int_distribution<int64_t> rows(1, 3), length(1, 64);
+  std::vector<inference::ModelInferRequest> requests;
+  for (int i = 0; i < 16; ++i) {
+    requests.push_back(TokenRequest("encoder_pt2", RandomTokens(random, rows(random), length(random))));
+  }
+  std::vector<std::future<Answer>> answers = SendAllAtOnce(*server_, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto [status, from_package] = answers[i].get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    inference::ModelInferRequest builtin_request = requests[i];
+    builtin_request.set_model_name("encoder");
+    inference::ModelInferResponse from_builtin;
+    status = Infer(stub.get(), builtin_request, &from_builtin);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    for (const char* name : {"last_hidden_state", "pooler_output"}) {
+      const FloatOutput package = GetFloatOutput(from_package, name);
+      const FloatOutput builtin = GetFloatOutput(from_builtin, name);
+      EXPECT_EQ(package.shape, builtin.shape) << name;
+      EXPECT_LT(MaxRelativeDifference(package.values, builtin.values), 1e-4) << name << " of request " << i;
+    }
+  }
 }
 
 struct BadInfer {
