@@ -15,7 +15,7 @@ Modes (all plain model configs, see proto/model_config.proto):
   d  eager, no batching                    cuda_graphs { disable: true } dynamic_batching { disable: true }
 
   python3 deploy/bench/e2e_benchmark.py --build-dir build-cuda --out OUT [--device cuda]
-      [--models encoder,bert_base_bf16] [--modes a,b,c,d,e] [--concurrency 1,8,64,512]
+      [--models encoder,bert_base_bf16,bert_base_bf16_pt2] [--modes a,b,c,d,e] [--concurrency 1,8,64,512]
 
 Only the standard library is needed (matplotlib for the plot). Python 3.9+.
 """
@@ -125,20 +125,22 @@ def with_limits(args, text):
 
 
 def base_model(args, model):
-    """(config text, model.pt path or None) of `model`, exporting BERT first when it is missing."""
+    """(config text, model file path or None) of `model`, exporting BERT first when it is missing.
+    bert_base_<dtype> is TorchScript (model.pt), bert_base_<dtype>_pt2 AOTInductor (model.pt2)."""
     if model == "encoder":
         return with_limits(args, builtin_encoder_config()), None
+    found = re.fullmatch(r"bert_base_(bf16|fp16|fp32)(_pt2)?", model)
     folder = os.path.join(args.bert_repo, model)
     config_path = os.path.join(folder, "config.pbtxt")
-    weights = os.path.join(folder, "model.pt")
+    weights = os.path.join(folder, "model.pt2" if model.endswith("_pt2") else "model.pt")
     if not (os.path.exists(config_path) and os.path.exists(weights)):
-        found = re.fullmatch(r"bert_base_(bf16|fp16|fp32)", model)
         if not found:
             fail(f"model '{model}' is neither 'encoder' nor in --bert-repo {args.bert_repo}")
         log(f"exporting {model} into {args.bert_repo} (deploy/models/export_bert.py)")
         command = [sys.executable, os.path.join(REPO, "deploy", "models", "export_bert.py"),
                    args.bert_repo, "--dtype", found.group(1), "--device",
-                   "cuda" if args.device.startswith("cuda") else "cpu"]
+                   "cuda" if args.device.startswith("cuda") else "cpu",
+                   "--format", "pt2" if found.group(2) else "torchscript"]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             fail("export failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
@@ -162,7 +164,7 @@ def write_repository(args, model, mode, base, weights):
     with open(os.path.join(folder, "config.pbtxt"), "w") as f:
         f.write(with_instances(args, mode_config(base, mode)))
     if weights:
-        link = os.path.join(folder, "model.pt")
+        link = os.path.join(folder, os.path.basename(weights))
         if os.path.lexists(link):
             os.remove(link)
         os.symlink(os.path.abspath(weights), link)

@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
 """Exports a BERT-base-sized encoder (12 layers, hidden 768, Hugging Face `BertModel` with random
-weights: nothing is downloaded) as a TorchScript model folder graphserve serves.
+weights: nothing is downloaded) as model folders graphserve serves.
 
   python3 deploy/models/export_bert.py REPOSITORY [--dtype bf16|fp16|fp32] [--device cuda|cpu]
+      [--format pt2|torchscript|both] [--layers 12]
 
-writes REPOSITORY/bert_base_<dtype>/{model.pt,config.pbtxt}. Tracing happens in the target dtype on
-the target device, so that dtype- and device-dependent constants baked into the trace match what
-graphserve runs. Needs `transformers` (present on the CUDA host).
+writes REPOSITORY/bert_base_<dtype>_pt2/{model.pt2,config.pbtxt} (AOTInductor, platform
+"torch_aoti") and/or REPOSITORY/bert_base_<dtype>/{model.pt,config.pbtxt} (TorchScript), from the
+same weights. Both happen in the target dtype on the target device, so that dtype- and
+device-dependent constants baked into the export match what graphserve runs; a CUDA package only runs
+on CUDA. Needs `transformers` (present on the CUDA host).
 """
+import sys
 import argparse
 import pathlib
 
 import torch
 from transformers import BertConfig, BertModel
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from aoti_export import export_pt2  # noqa: E402
+
 CONFIG = """name: "{name}"
-platform: "pytorch_libtorch"
-max_batch_size: 32
-max_sequence_length: 512
+platform: "{platform}"
+max_batch_size: {max_batch}
+max_sequence_length: {max_length}
 input {{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
 input {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
 output {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 768 ] }}
@@ -43,26 +50,42 @@ def main():
     parser.add_argument("repository")
     parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--format", choices=["pt2", "torchscript", "both"], default="both")
+    parser.add_argument("--layers", type=int, default=12, help="fewer for quick tests")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=512)
     args = parser.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    precision = {"bf16": "PRECISION_BF16", "fp16": "PRECISION_FP16", "fp32": "PRECISION_FP32"}[args.dtype]
+    precision = "PRECISION_" + args.dtype.upper()
 
     torch.manual_seed(0)
-    config = BertConfig(torchscript=True)  # bert-base: 12 layers, hidden 768, 12 heads, 512 positions
+    # bert-base: 12 layers, hidden 768, 12 heads, 512 positions
+    config = BertConfig(torchscript=True, num_hidden_layers=args.layers)
     model = Encoder(BertModel(config, add_pooling_layer=True)).eval().to(args.device, dtype)
     # The example mask pads its second row, so that any "mask is all ones, drop it" shortcut inside
     # transformers is traced on its masked path: padding must stay masked in the saved model.
     mask = torch.ones(2, 16, dtype=torch.int64, device=args.device)
     mask[1, 9:] = 0
     example = (torch.randint(1, 1000, (2, 16), device=args.device), mask)
-    with torch.no_grad():
-        traced = torch.jit.trace(model, example, check_trace=False)
-    name = f"bert_base_{args.dtype}"
-    folder = pathlib.Path(args.repository) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    traced.save(str(folder / "model.pt"))
-    (folder / "config.pbtxt").write_text(CONFIG.format(name=name, precision=precision))
-    print(f"wrote {folder} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, {args.dtype})")
+    repository = pathlib.Path(args.repository)
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    for platform, suffix in (("torch_aoti", "_pt2"), ("pytorch_libtorch", "")):
+        if args.format not in ("both", "pt2" if suffix else "torchscript"):
+            continue
+        name = f"bert_base_{args.dtype}{suffix}"
+        folder = repository / name
+        folder.mkdir(parents=True, exist_ok=True)
+        if suffix:
+            export_pt2(model, example, folder / "model.pt2", input_names=["input_ids", "attention_mask"],
+                       output_names=["last_hidden_state", "pooler_output"],
+                       max_batch=args.max_batch, max_length=args.max_length)
+        else:
+            with torch.no_grad():
+                torch.jit.trace(model, example, check_trace=False).save(str(folder / "model.pt"))
+        (folder / "config.pbtxt").write_text(CONFIG.format(
+            name=name, platform=platform, precision=precision, max_batch=args.max_batch,
+            max_length=args.max_length))
+        print(f"wrote {folder} ({millions:.1f}M parameters, {args.dtype}, {platform})")
 
 
 if __name__ == "__main__":

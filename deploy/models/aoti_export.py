@@ -1,6 +1,6 @@
 """Writes a model as an AOTInductor package (`model.pt2`) that graphserve serves.
 
-    from graphserve_export import export_pt2
+    from aoti_export import export_pt2
     export_pt2(module, example_inputs, "repo/my_model/model.pt2",
                input_names=["input_ids", "attention_mask"],
                output_names=["last_hidden_state", "pooler_output"],
