@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from transformers import AutoModel  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from graphserve_export import export_pt2  # noqa: E402
+from aoti_export import export_pt2  # noqa: E402
 
 # The model card truncates at 256 word pieces (sentence_bert_config.json's max_seq_length): longer
 # inputs would not match the reference embeddings, so the server refuses them.
