@@ -66,8 +66,9 @@ apt_install() {
 venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
   # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
-  # checks parse compose and Kubernetes files).
-  local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION" numpy pyyaml)
+  # checks parse compose and Kubernetes files), torchvision (the fixed-shape tests' ResNet-18).
+  local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION"
+                         "torchvision==$GRAPHSERVE_TORCHVISION_VERSION" numpy pyyaml)
   # Ubuntu 24.04's and Debian's pip refuse the system interpreter (PEP 668): a venv of our own.
   [[ -x $python ]] || "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$GRAPHSERVE_VENV"
   if "$python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
