@@ -5,11 +5,17 @@
   counting_model  scales by a host-side call count that a capture freezes: replay != eager
                   (verify_failed)
 Both take (input_ids, attention_mask) INT64 [B, L] and return (per_token [B, L, 8], pooled [B, 8]).
+
+  small_cnn    make_test_models.py's fixed-shape CNN, which CUDA graphs do serve: one graph per
+               batch size
 """
 import pathlib
 import sys
 
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from make_test_models import SmallCnn  # noqa: E402  (the one definition of the CNN)
 
 
 class ItemModel(torch.nn.Module):
@@ -41,7 +47,8 @@ class CountingModel(torch.nn.Module):
 def main():
     root = pathlib.Path(sys.argv[1])
     torch.manual_seed(7)
-    for name, module in (("item_model", ItemModel()), ("counting_model", CountingModel())):
+    for name, module in (("item_model", ItemModel()), ("counting_model", CountingModel()),
+                         ("small_cnn", SmallCnn())):
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         torch.jit.script(module.eval()).save(str(folder / "model.pt"))
