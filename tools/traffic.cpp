@@ -22,6 +22,23 @@ HostTensor TokenTensor(int64_t rows, int64_t length, bool mask, std::mt19937_64&
   return tensor;
 }
 
+HostTensor BucketInput(const TensorSpec& input, const BucketShape& shape, std::mt19937_64& random) {
+  if (input.dtype == DataType::kInt64 && input.dims == std::vector<int64_t>{-1}) {
+    return TokenTensor(shape.batch, shape.length, input.name.find("mask") != std::string::npos,
+                       random);
+  }
+  HostTensor tensor;
+  tensor.dtype = input.dtype;
+  tensor.shape = PaddedShape(input, shape);
+  tensor.bytes.assign(static_cast<size_t>(tensor.element_count()) * ElementSize(input.dtype), '\0');
+  if (input.dtype == DataType::kFp32) {
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    float* values = reinterpret_cast<float*>(tensor.bytes.data());
+    for (int64_t i = 0; i < tensor.element_count(); ++i) values[i] = value(random);
+  }
+  return tensor;
+}
+
 Status PlanTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,
                    std::vector<TrafficBatch>* batches) {
   batches->clear();

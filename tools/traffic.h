@@ -21,6 +21,10 @@ namespace graphserve::tools {
 // ones for a mask.
 HostTensor TokenTensor(int64_t rows, int64_t length, bool mask, std::mt19937_64& random);
 
+// A full batch of `input` padded to `shape`: token ids (TokenTensor) for an INT64 [-1] input,
+// values in [-1, 1) for an FP32 one (an image, say), zeros for any other dtype.
+HostTensor BucketInput(const TensorSpec& input, const BucketShape& shape, std::mt19937_64& random);
+
 // One batch of one-row requests, padded to `shape`, a bucket of the grid.
 struct TrafficBatch {
   BucketShape shape;

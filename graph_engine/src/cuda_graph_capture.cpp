@@ -276,7 +276,7 @@ Status CudaGraphExecutor::CaptureBucket(GraphBucket* bucket, double* verify_diff
   stream_.synchronize();
   Status forward_status;
   try {
-    NvtxRange range("capture " + shape.ToString());
+    NvtxRange range("capture " + spec_.BucketLabel(shape));
     graph->capture_begin(pool_);
     std::vector<at::Tensor> outputs;
     forward_status = model_->Forward(statics, &outputs);

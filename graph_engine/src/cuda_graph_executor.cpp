@@ -133,7 +133,7 @@ Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBat
 Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* launched) {
   const Batch& batch = *launched->batch;
   const BucketShape shape = batch.padded_shape;
-  const std::string bucket_name = shape.ToString();
+  const std::string bucket_name = spec_.BucketLabel(shape);
   launched->slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % kStagingSlots;
   StagingSlot& slot = staging_[launched->slot];
@@ -195,7 +195,7 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
   }
   const StagingSlot& slot = staging_[run->slot];
   try {
-    NvtxRange range("wait " + batch.padded_shape.ToString());
+    NvtxRange range("wait " + spec_.BucketLabel(batch.padded_shape));
     slot.done.synchronize();
   } catch (const std::exception& error) {
     return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
@@ -223,7 +223,7 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
 }
 
 Status CudaGraphExecutor::ExecuteEager(const Batch& batch, BatchOutputs* outputs) {
-  NvtxRange range("eager " + batch.padded_shape.ToString());
+  NvtxRange range("eager " + spec_.BucketLabel(batch.padded_shape));
   std::vector<at::Tensor> inputs;
   Status status = MakePaddedInputs(spec_, batch, &inputs);
   if (!status.ok()) return status;

@@ -111,7 +111,7 @@ Status EagerExecutor::Warmup() {
       buckets_[i].execute_time_us = execute_time_us;
       buckets_[i].time_measured = true;
     }
-    summary << (measured++ == 0 ? "" : ", ") << shapes[i].ToString() << " " << execute_time_us << " us";
+    summary << (measured++ == 0 ? "" : ", ") << spec_.BucketLabel(shapes[i]) << " " << execute_time_us << " us";
   }
   EstimateUnmeasuredBuckets();
   EngineLog(LogLevel::kInfo, "model '" + spec_.name + "': warmed up " + std::to_string(measured) +

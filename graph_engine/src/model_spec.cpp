@@ -28,6 +28,19 @@ std::string BucketShape::ToString() const {
   return std::to_string(batch) + "x" + std::to_string(length);
 }
 
+std::string BucketLabel(const BucketShape& shape, bool has_sequence_length) {
+  return has_sequence_length ? shape.ToString() : std::to_string(shape.batch) + "x-";
+}
+
+bool ModelSpec::has_sequence_length() const {
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [](const TensorSpec& input) { return input.variable_dim() >= 0; });
+}
+
+std::string ModelSpec::BucketLabel(const BucketShape& shape) const {
+  return graphserve::BucketLabel(shape, has_sequence_length());
+}
+
 BucketShape ModelSpec::BucketFor(int64_t rows, int64_t length) const {
   if (IsOversize(rows, length)) return BucketShape{rows, length};
   return BucketShape{bucket_batch_sizes[SmallestAtLeast(bucket_batch_sizes, rows)],
@@ -113,6 +126,23 @@ Status CheckTensorSpecs(const std::string& model, const char* role,
   return Status::Ok();
 }
 
+// A fixed-shape model pads nothing along a length: the batcher and the slicing rely on every
+// request and bucket having kFixedShapeLength, and an output cannot follow a length there is not.
+Status CheckFixedShapeSpec(const ModelSpec& spec) {
+  const std::string model = "model '" + spec.name + "' (no input has a -1 dimension): ";
+  if (spec.max_sequence_length != kFixedShapeLength ||
+      spec.bucket_lengths != std::vector<int64_t>{kFixedShapeLength}) {
+    return InvalidArgument(model + "max_sequence_length and bucket lengths must be " +
+                           std::to_string(kFixedShapeLength));
+  }
+  for (const TensorSpec& output : spec.outputs) {
+    if (output.variable_dim() >= 0) {
+      return InvalidArgument(model + "output '" + output.name + "' has a -1 dimension");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckModelSpec(const ModelSpec& spec) {
@@ -128,7 +158,7 @@ Status CheckModelSpec(const ModelSpec& spec) {
       }
     }
   }
-  return Status::Ok();
+  return spec.has_sequence_length() ? Status::Ok() : CheckFixedShapeSpec(spec);
 }
 
 }  // namespace graphserve

@@ -74,7 +74,7 @@ at::ScalarType ToScalarType(DataType dtype) {
 }
 
 std::string DescribeBucket(const ModelSpec& spec, const BucketShape& shape) {
-  return "model '" + spec.name + "' bucket " + shape.ToString();
+  return "model '" + spec.name + "' bucket " + spec.BucketLabel(shape);
 }
 
 Status ValidateBatch(const ModelSpec& spec, const Batch& batch) {

@@ -90,7 +90,7 @@ Status CheckUniqueNames(const std::vector<TensorSpec>& tensors, const std::strin
   return Status::Ok();
 }
 
-// The model's identity and its two limits, which the tensor and bucket checks below rely on.
+// The model's identity and its batch limit, which the bucket checks below rely on.
 Status HeaderFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   if (config.name().empty()) return InvalidArgument("name: must not be empty");
   if (config.platform() != kPlatformAotInductor && config.platform() != kPlatformTorchScript &&
@@ -103,20 +103,14 @@ Status HeaderFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
     return InvalidArgument("max_batch_size: must be at least 1, got " +
                            std::to_string(config.max_batch_size()));
   }
-  if (config.max_sequence_length() < 1) {
-    return InvalidArgument("max_sequence_length: must be at least 1, got " +
-                           std::to_string(config.max_sequence_length()));
-  }
   spec->name = config.name();
   spec->platform = config.platform();
   spec->max_batch_size = config.max_batch_size();
-  spec->max_sequence_length = config.max_sequence_length();
   return Status::Ok();
 }
 
 Status InputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpec>* inputs) {
   if (config.input_size() == 0) return InvalidArgument("input: the model declares no inputs");
-  bool any_variable_input = false;
   inputs->clear();
   for (int i = 0; i < config.input_size(); ++i) {
     TensorSpec tensor;
@@ -124,11 +118,7 @@ Status InputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpe
     Status status = TensorSpecFromConfig(config.input(i), field, &tensor);
     if (!status.ok()) return status;
     tensor.pad_value = config.input(i).pad_value();
-    any_variable_input |= tensor.variable_dim() >= 0;
     inputs->push_back(std::move(tensor));
-  }
-  if (!any_variable_input) {
-    return InvalidArgument("input: no input has a -1 (variable) dimension; graphserve pads along it");
   }
   return Status::Ok();
 }
@@ -157,6 +147,34 @@ Status TensorsFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   return Status::Ok();
 }
 
+// The length limit of a model with a variable dimension; a fixed-shape model has none to configure,
+// and its one length is kFixedShapeLength.
+Status SequenceLimitFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+  if (spec->has_sequence_length()) {
+    if (config.max_sequence_length() < 1) {
+      return InvalidArgument("max_sequence_length: must be at least 1, got " +
+                             std::to_string(config.max_sequence_length()));
+    }
+    spec->max_sequence_length = config.max_sequence_length();
+    return Status::Ok();
+  }
+  const char* fixed = ": no input has a -1 dimension, so there is no length to limit; leave it out";
+  if (config.max_sequence_length() != 0) {
+    return InvalidArgument(std::string("max_sequence_length") + fixed);
+  }
+  if (config.buckets().sequence_lengths_size() > 0) {
+    return InvalidArgument(std::string("buckets.sequence_lengths") + fixed);
+  }
+  for (int i = 0; i < config.output_size(); ++i) {
+    if (spec->outputs[i].variable_dim() >= 0) {
+      return InvalidArgument("output[" + std::to_string(i) + "].dims: -1 in '" +
+                             spec->outputs[i].name + "', but no input has a -1 dimension to follow");
+    }
+  }
+  spec->max_sequence_length = kFixedShapeLength;
+  return Status::Ok();
+}
+
 // The configured grid, or the default one along an axis the config leaves empty.
 Status BucketGridFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   Status status = GridAxis(config.buckets().batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
@@ -169,6 +187,7 @@ Status BucketGridFromConfig(const config::ModelConfig& config, ModelSpec* spec) 
     spec->bucket_batch_sizes = DefaultBucketBatchSizes(spec->max_batch_size);
   }
   if (spec->bucket_lengths.empty()) {
+    // A fixed-shape model's max_sequence_length is kFixedShapeLength: the grid's one length.
     spec->bucket_lengths = DefaultBucketLengths(spec->max_sequence_length);
   }
   return Status::Ok();
@@ -204,10 +223,11 @@ Status CheckSchedulingConfig(const config::ModelConfig& config) {
   return SchedulerOptionsFromConfig(config).Validate();
 }
 
-// Stops at the first error, in this order: the grid step relies on the limits the first one checked.
+// Stops at the first error, in this order: the grid step relies on the limits checked before it.
 Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
   Status status = HeaderFromConfig(config, spec);
   if (status.ok()) status = TensorsFromConfig(config, spec);
+  if (status.ok()) status = SequenceLimitFromConfig(config, spec);
   if (status.ok()) status = BucketGridFromConfig(config, spec);
   if (status.ok()) status = ExecutionFromConfig(config, spec);
   if (status.ok()) status = CheckSchedulingConfig(config);

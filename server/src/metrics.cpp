@@ -109,7 +109,8 @@ SchedulerFamilies EmptySchedulerFamilies() {
       "Batches executed: graphserve_graph_replays_total plus graphserve_eager_executions_total",
       MetricType::Counter);
   f.replays = NewFamily("graphserve_graph_replays_total",
-                        "Batches executed as a CUDA graph replay, by bucket (batch x length)",
+                        "Batches executed as a CUDA graph replay, by bucket (batch x length; batch x- for a "
+                        "fixed-shape model)",
                         MetricType::Counter);
   f.eager = NewFamily(
       "graphserve_eager_executions_total",
@@ -169,13 +170,14 @@ std::map<std::string, DeviceTotals> TotalsByDevice(const std::vector<ExecutorSna
   return by_device;
 }
 
-void AddDeviceSamples(const std::string& model, const std::string& device,
+void AddDeviceSamples(const SchedulerSnapshot& snapshot, const std::string& device,
                       const DeviceTotals& totals, SchedulerFamilies* families) {
+  const std::string& model = snapshot.model;
   AddSample(&families->batches, {{"model", model}, {"device", device}},
             static_cast<double>(totals.batches));
   for (const auto& [shape, count] : totals.graph_replays) {
-    AddSample(&families->replays,
-              {{"model", model}, {"device", device}, {"bucket", shape.ToString()}},
+    const std::string bucket = BucketLabel(shape, snapshot.has_sequence_length);
+    AddSample(&families->replays, {{"model", model}, {"device", device}, {"bucket", bucket}},
               static_cast<double>(count));
   }
   // Every reason is exported, zeros included, so that a dashboard shows each from the start.
@@ -202,7 +204,7 @@ void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* famil
   AddSample(&families->batch_rows, {{"model", model}},
             static_cast<double>(snapshot.counters.batch_rows));
   for (const auto& [device, totals] : TotalsByDevice(snapshot.executors)) {
-    AddDeviceSamples(model, device, totals, families);
+    AddDeviceSamples(snapshot, device, totals, families);
   }
 }
 

@@ -122,7 +122,7 @@ Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::
     if (!status.ok()) return status;
     std::string grid;
     for (const BucketInfo& bucket : executor->Buckets()) {
-      grid += " " + bucket.shape.ToString() + (bucket.graph ? "(graph " : "(eager ") +
+      grid += " " + spec.BucketLabel(bucket.shape) + (bucket.graph ? "(graph " : "(eager ") +
               std::to_string(static_cast<int64_t>(bucket.execute_time_us)) + "us)";
     }
     spdlog::info("model '{}' instance {} on {}: {} buckets:{}", spec.name, executors.size(),
@@ -137,7 +137,9 @@ Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::
   model->scheduler->Start();
   spdlog::info("model '{}' ready: platform {}, max_batch_size {}, max_sequence_length {}, "
                "{} instance(s), {}, queue size {}",
-               spec.name, spec.platform, spec.max_batch_size, spec.max_sequence_length,
+               spec.name, spec.platform, spec.max_batch_size,
+               spec.has_sequence_length() ? std::to_string(spec.max_sequence_length)
+                                          : std::string("- (fixed shape)"),
                devices.size(),
                scheduler_options.batching_disabled
                    ? std::string("batching disabled")

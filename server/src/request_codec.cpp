@@ -243,6 +243,8 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
       return InvalidArgument(model + "inputs: missing input '" + spec.inputs[index].name + "'");
     }
   }
+  // A fixed-shape model's requests all have the grid's one length.
+  if (!spec.has_sequence_length()) item->length = kFixedShapeLength;
   return DecodeRequestedOutputs(spec, *request, item);
 }
 

@@ -111,6 +111,7 @@ size_t ModelScheduler::QueueDepth() const {
 SchedulerSnapshot ModelScheduler::Snapshot() const {
   SchedulerSnapshot snapshot;
   snapshot.model = spec_.name;
+  snapshot.has_sequence_length = spec_.has_sequence_length();
   {
     MutexLock lock(&mutex_);
     snapshot.counters = counters_;
@@ -174,11 +175,11 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
       spdlog::debug(
           "model '{}' on {}: batch requests={} (ride-alongs {}) padded to {} ran in {} us",
           spec_.name, executor->device(), decision.requests.size(), decision.ride_alongs,
-          decision.padded_shape.ToString(), end_us - run->start_us);
+          spec_.BucketLabel(decision.padded_shape), end_us - run->start_us);
     }
   } else {
     spdlog::error("model '{}' on {}: batch of {} requests padded to {} failed: {}", spec_.name,
-                  executor->device(), decision.requests.size(), decision.padded_shape.ToString(),
+                  executor->device(), decision.requests.size(), spec_.BucketLabel(decision.padded_shape),
                   status.ToString());
   }
 

@@ -19,8 +19,11 @@ namespace graphserve {
 namespace {
 
 using testing::Fp32Values;
+using testing::ImageItem;
+using testing::kSmallCnnImage;
 using testing::MakeBatch;
 using testing::RelativeDifference;
+using testing::SmallCnnSpec;
 using testing::TokenItem;
 
 constexpr int64_t kHidden = 256;
@@ -97,10 +100,10 @@ uint64_t ReplayCount(const ExecutionCounters& counters) {
 }
 
 // The executor under test and, for its expected answers, the same spec run eagerly on the GPU.
-std::unique_ptr<Executor> EagerTwin(const ModelSpec& spec) {
+std::unique_ptr<Executor> EagerTwin(const ModelSpec& spec, const std::string& model_dir = "") {
   ModelSpec eager_spec = spec;
   eager_spec.cuda_graphs_disabled = true;
-  return Ready(eager_spec, "cuda:0");
+  return Ready(eager_spec, "cuda:0", model_dir);
 }
 
 // Random items whose rows sum to `rows` and whose longest is exactly `length` (the first item's).
@@ -170,6 +173,33 @@ TEST_F(CudaGraphTest, ReplaysEqualEagerForRandomMixedBatchesInEveryBucket) {
   EXPECT_EQ(counters.graph_replays.size(), buckets_used.size());
   EXPECT_EQ(counters.batches, static_cast<uint64_t>(batches));
   EXPECT_GE(counters.padded_elements, counters.real_elements);
+}
+
+// A fixed-shape model's grid is one graph per batch size; replaying each, with spare rows padded,
+// gives every item what eager gives it.
+TEST_F(CudaGraphTest, FixedShapeCnnCapturesOneGraphPerBatchSizeAndReplaysEqualEager) {
+  const ModelSpec spec = SmallCnnSpec();
+  const std::string model_dir = std::string(GRAPHSERVE_CUDA_TEST_MODELS_DIR) + "/small_cnn";
+  auto graphs = Ready(spec, "cuda:0", model_dir);
+  auto eager = EagerTwin(spec, model_dir);
+  ASSERT_TRUE(graphs && eager);
+  ASSERT_EQ(graphs->Buckets().size(), spec.bucket_batch_sizes.size());
+  for (const BucketInfo& bucket : graphs->Buckets()) {
+    EXPECT_TRUE(bucket.graph) << spec.BucketLabel(bucket.shape) << " was not captured";
+    EXPECT_EQ(bucket.shape.length, kFixedShapeLength);
+  }
+  EXPECT_EQ(graphs->capture_summary().graphs_captured, static_cast<int>(spec.bucket_batch_sizes.size()));
+
+  uint32_t seed = 300;
+  for (const int64_t batch_size : spec.bucket_batch_sizes) {
+    // One row short of the bucket where it can be, so that a padded row rides along.
+    std::vector<InferenceItem> items = {ImageItem(1, kSmallCnnImage, ++seed, 2)};
+    if (batch_size > 2) items.push_back(ImageItem(batch_size - 2, kSmallCnnImage, ++seed, 2));
+    const Batch batch = BatchOf(items, BucketShape{batch_size, kFixedShapeLength});
+    ExpectSameOutputs(ExecuteOk(*graphs, batch), ExecuteOk(*eager, batch),
+                      "bucket " + spec.BucketLabel(batch.padded_shape));
+  }
+  EXPECT_EQ(ReplayCount(graphs->Counters()), spec.bucket_batch_sizes.size());
 }
 
 TEST_F(CudaGraphTest, PipelinedLaunchesEqualEagerWhileTheNextBatchIsAssembled) {

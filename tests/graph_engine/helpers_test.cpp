@@ -96,6 +96,54 @@ TEST(ModelSpecTest, BucketForOversizeReturnsTheBatchItself) {
   EXPECT_TRUE(no_grid.IsOversize(1, 1));
 }
 
+// An image classifier: no -1 anywhere, so a batch-only grid at kFixedShapeLength.
+ModelSpec FixedShapeSpec() {
+  ModelSpec spec;
+  spec.name = "cnn";
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = kFixedShapeLength;
+  spec.inputs = {TensorSpec{"image", DataType::kFp32, {3, 8, 8}, 0.0}};
+  spec.outputs = {TensorSpec{"logits", DataType::kFp32, {10}, 0.0}};
+  spec.bucket_batch_sizes = {1, 2, 4};
+  spec.bucket_lengths = {kFixedShapeLength};
+  return spec;
+}
+
+TEST(ModelSpecTest, FixedShapeSpecIsABatchOnlyGridLabelledBatchByDash) {
+  const ModelSpec spec = FixedShapeSpec();
+  EXPECT_TRUE(CheckModelSpec(spec).ok()) << CheckModelSpec(spec).ToString();
+  EXPECT_FALSE(spec.has_sequence_length());
+  EXPECT_EQ(spec.BucketFor(3, kFixedShapeLength), (BucketShape{4, kFixedShapeLength}));
+  EXPECT_TRUE(spec.IsOversize(5, kFixedShapeLength));
+  EXPECT_EQ(spec.BucketLabel(BucketShape{4, kFixedShapeLength}), "4x-");
+  EXPECT_EQ(PaddedShape(spec.inputs[0], BucketShape{4, kFixedShapeLength}),
+            (std::vector<int64_t>{4, 3, 8, 8}));
+
+  ModelSpec sequence = FixedShapeSpec();
+  sequence.inputs[0].dims = {3, -1};
+  EXPECT_TRUE(sequence.has_sequence_length());
+  EXPECT_EQ(sequence.BucketLabel(BucketShape{4, 16}), "4x16");
+}
+
+TEST(ModelSpecTest, FixedShapeSpecRefusesOtherLengthsAndVariableOutputs) {
+  ModelSpec lengths = FixedShapeSpec();
+  lengths.bucket_lengths = {1, 16};
+  Status status = CheckModelSpec(lengths);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("model 'cnn' (no input has a -1 dimension)"), std::string::npos)
+      << status.message();
+
+  ModelSpec limit = FixedShapeSpec();
+  limit.max_sequence_length = 224;
+  EXPECT_EQ(CheckModelSpec(limit).code(), StatusCode::kInvalidArgument);
+
+  ModelSpec output = FixedShapeSpec();
+  output.outputs[0].dims = {-1, 10};
+  status = CheckModelSpec(output);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("output 'logits' has a -1"), std::string::npos) << status.message();
+}
+
 TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
   EXPECT_EQ(DefaultBucketBatchSizes(1), (std::vector<int64_t>{1}));
   EXPECT_EQ(DefaultBucketBatchSizes(32), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));

@@ -6,6 +6,9 @@
                   (verify_failed)
 Both take (input_ids, attention_mask) INT64 [B, L] and return (per_token [B, L, 8], pooled [B, 8]).
 
+  small_cnn    make_test_models.py's fixed-shape CNN, which CUDA graphs do serve: one graph per
+               batch size
+
 Where CUDA is available (the CUDA host; CI has none and its CUDA tests skip), also
   encoder_pt2     the built-in encoder as a CUDA AOTInductor package (deploy/models/export_encoder.py,
                   batch 1..8, length 1..64)
@@ -15,6 +18,9 @@ import subprocess
 import sys
 
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from make_test_models import SmallCnn  # noqa: E402  (the one definition of the CNN)
 
 
 class ItemModel(torch.nn.Module):
@@ -46,7 +52,8 @@ class CountingModel(torch.nn.Module):
 def main():
     root = pathlib.Path(sys.argv[1])
     torch.manual_seed(7)
-    for name, module in (("item_model", ItemModel()), ("counting_model", CountingModel())):
+    for name, module in (("item_model", ItemModel()), ("counting_model", CountingModel()),
+                         ("small_cnn", SmallCnn())):
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         torch.jit.script(module.eval()).save(str(folder / "model.pt"))

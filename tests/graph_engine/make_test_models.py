@@ -6,6 +6,10 @@ Every model takes (input_ids, attention_mask), both int64 [B, L], and computes
     per_token[b, l, k] = (input_ids[b, l] * (k + 1) + k / 2) * attention_mask[b, l]   FP32 [B, L, 8]
     pooled[b, k]       = sum_l per_token[b, l, k] / max(1, sum_l attention_mask[b, l])  FP32 [B, 8]
 so that the C++ test can compute the exact expected values of every request.
+
+`small_cnn` is a fixed-shape model instead: image FP32 [B, 3, 16, 16] -> (logits FP32 [B, 10],
+features FP32 [B, 4, 4, 4]), a seeded ResNet-style stem whose rows are independent (batch norm in
+eval mode), so that a row's outputs do not depend on the rows padded beside it.
 """
 import os
 import sys
@@ -63,6 +67,24 @@ class IntResultModel(torch.nn.Module):
         return input_ids.size(0)
 
 
+class SmallCnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+        self.down = torch.nn.Conv2d(8, 4, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(4, 10)
+        # Running statistics other than the identity, so that eval-mode batch norm does something.
+        self.stem[1].running_mean.uniform_(-0.5, 0.5)
+        self.stem[1].running_var.uniform_(0.5, 2.0)
+
+    def forward(self, image: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        features = self.down(self.stem(image))
+        return self.head(features.mean(dim=(2, 3))), features
+
+
 MODELS = {
     "tuple": TupleModel,
     "dict": DictModel,
@@ -70,6 +92,7 @@ MODELS = {
     "wrong_shape": WrongShapeModel,
     "extra_output": ExtraOutputModel,
     "int_result": IntResultModel,
+    "small_cnn": SmallCnn,
 }
 
 

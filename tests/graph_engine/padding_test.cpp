@@ -12,18 +12,10 @@
 namespace graphserve {
 namespace {
 
+using testing::Fp32Tensor;
 using testing::Fp32Values;
 using testing::Int64Tensor;
 using testing::MakeBatch;
-
-HostTensor Fp32Tensor(const std::vector<int64_t>& shape, const std::vector<float>& values) {
-  HostTensor tensor;
-  tensor.dtype = DataType::kFp32;
-  tensor.shape = shape;
-  tensor.bytes.resize(values.size() * sizeof(float));
-  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
-  return tensor;
-}
 
 // Inputs: ids INT64 [-1] padded with 7, scale FP32 [2] (no variable dim) padded with -1.
 // Outputs: per_token FP32 [3, -1] (variable dim not first), pooled FP32 [3].
@@ -197,6 +189,67 @@ TEST(PaddingTest, SliceGivesEachItemItsRowsAndLengthInTheSpecDtype) {
   const HostTensor& b_pooled = outputs[1][1];
   EXPECT_EQ(b_pooled.element_count(), 0);
   EXPECT_TRUE(b_pooled.bytes.empty());
+}
+
+// A fixed-shape model: image FP32 [2, 2] padded with 9, logits FP32 [3]; batch-only buckets.
+ModelSpec FixedShapeSpec() {
+  ModelSpec spec;
+  spec.name = "cnn";
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = kFixedShapeLength;
+  spec.inputs = {TensorSpec{"image", DataType::kFp32, {2, 2}, 9.0}};
+  spec.outputs = {TensorSpec{"logits", DataType::kFp32, {3}, 0.0}};
+  spec.bucket_batch_sizes = {1, 2, 4};
+  spec.bucket_lengths = {kFixedShapeLength};
+  return spec;
+}
+
+// `rows` images whose values count up from `first`, so that every element is recognisable.
+InferenceItem CountingImages(int64_t rows, float first) {
+  InferenceItem item;
+  item.rows = rows;
+  item.length = kFixedShapeLength;
+  std::vector<float> values;
+  for (int64_t i = 0; i < rows * 4; ++i) values.push_back(first + static_cast<float>(i));
+  item.inputs = {Fp32Tensor({rows, 2, 2}, values)};
+  item.outputs_wanted = {true};
+  return item;
+}
+
+TEST(PaddingTest, FixedShapeBatchFillsRowsAndPadsTheSpareRows) {
+  const ModelSpec spec = FixedShapeSpec();
+  const InferenceItem a = CountingImages(1, 0.f), b = CountingImages(2, 100.f);
+  std::vector<at::Tensor> inputs;
+  const Status status =
+      MakePaddedInputs(spec, MakeBatch({&a, &b}, {4, kFixedShapeLength}), &inputs);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(inputs.size(), 1u);
+  EXPECT_EQ(inputs[0].sizes().vec(), (std::vector<int64_t>{4, 2, 2}));
+  EXPECT_EQ(FloatContents(inputs[0]),
+            (std::vector<float>{0, 1, 2, 3, 100, 101, 102, 103, 104, 105, 106, 107, 9, 9, 9, 9}));
+}
+
+TEST(PaddingTest, FixedShapeSliceGivesEachItemItsRows) {
+  const ModelSpec spec = FixedShapeSpec();
+  const InferenceItem a = CountingImages(2, 0.f), b = CountingImages(1, 0.f);
+  const Batch batch = MakeBatch({&a, &b}, {4, kFixedShapeLength});
+  // logits[row, k] = 10 * row + k
+  const at::Tensor logits = (at::arange(4, at::kFloat).view({4, 1}) * 10 +
+                             at::arange(3, at::kFloat).view({1, 3}));
+  BatchOutputs outputs;
+  const Status status = SliceOutputs(spec, batch, {logits}, &outputs);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0][0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(Fp32Values(outputs[0][0]), (std::vector<float>{0, 1, 2, 10, 11, 12}));
+  EXPECT_EQ(outputs[1][0].shape, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Fp32Values(outputs[1][0]), (std::vector<float>{20, 21, 22}));
+
+  // A model answering with a length dimension is refused, naming the bucket as "4x-".
+  const Status wrong = SliceOutputs(spec, batch, {logits.view({4, 1, 3})}, &outputs);
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("model 'cnn' bucket 4x-: output 'logits'"), std::string::npos)
+      << wrong.message();
 }
 
 TEST(PaddingTest, ValidateOutputsNamesTheMismatchingOutput) {

@@ -8,13 +8,27 @@
 
 namespace graphserve::testing {
 
-HostTensor Int64Tensor(const std::vector<int64_t>& shape, const std::vector<int64_t>& values) {
+namespace {
+
+template <typename Value>
+HostTensor TensorOf(DataType dtype, const std::vector<int64_t>& shape,
+                    const std::vector<Value>& values) {
   HostTensor tensor;
-  tensor.dtype = DataType::kInt64;
+  tensor.dtype = dtype;
   tensor.shape = shape;
-  tensor.bytes.resize(values.size() * sizeof(int64_t));
+  tensor.bytes.resize(values.size() * sizeof(Value));
   std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
   return tensor;
+}
+
+}  // namespace
+
+HostTensor Int64Tensor(const std::vector<int64_t>& shape, const std::vector<int64_t>& values) {
+  return TensorOf(DataType::kInt64, shape, values);
+}
+
+HostTensor Fp32Tensor(const std::vector<int64_t>& shape, const std::vector<float>& values) {
+  return TensorOf(DataType::kFp32, shape, values);
 }
 
 std::vector<float> Fp32Values(const HostTensor& tensor) {
@@ -34,6 +48,36 @@ InferenceItem TokenItem(int64_t rows, int64_t length, uint32_t seed, int64_t voc
   item.length = length;
   item.inputs = {Int64Tensor({rows, length}, ids),
                  Int64Tensor({rows, length}, std::vector<int64_t>(ids.size(), 1))};
+  item.outputs_wanted.assign(output_count, true);
+  return item;
+}
+
+ModelSpec SmallCnnSpec() {
+  ModelSpec spec;
+  spec.name = "small_cnn";
+  spec.platform = kPlatformTorchScript;
+  spec.max_batch_size = 4;
+  spec.max_sequence_length = kFixedShapeLength;
+  spec.inputs = {TensorSpec{"image", DataType::kFp32, kSmallCnnImage, 0.0}};
+  spec.outputs = {TensorSpec{"logits", DataType::kFp32, {10}, 0.0},
+                  TensorSpec{"features", DataType::kFp32, {4, 4, 4}, 0.0}};
+  spec.bucket_batch_sizes = {1, 2, 4};
+  spec.bucket_lengths = {kFixedShapeLength};
+  return spec;
+}
+
+InferenceItem ImageItem(int64_t rows, const std::vector<int64_t>& image_dims, uint32_t seed,
+                        size_t output_count) {
+  std::vector<int64_t> shape = {rows};
+  shape.insert(shape.end(), image_dims.begin(), image_dims.end());
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<float> value(-1.f, 1.f);
+  std::vector<float> values(static_cast<size_t>(ElementCount(shape)));
+  for (float& v : values) v = value(random);
+  InferenceItem item;
+  item.rows = rows;
+  item.length = kFixedShapeLength;
+  item.inputs = {Fp32Tensor(shape, values)};
   item.outputs_wanted.assign(output_count, true);
   return item;
 }

@@ -15,15 +15,23 @@
 #include <vector>
 
 #include "graphserve/engine/executor.h"
+#include "test_batches.h"
 #include "token_features.h"
 
 namespace graphserve {
 namespace {
 
 using testing::ExpectServesEachItemItsOwnSlice;
+using testing::Fp32Values;
+using testing::ImageItem;
+using testing::kFeatures;
+using testing::kSmallCnnImage;
+using testing::MakeBatch;
 using testing::PerTokenSpec;
 using testing::PooledSpec;
-using testing::kFeatures;
+using testing::RelativeDifference;
+using testing::SmallCnnSpec;
+using testing::TokenItem;
 
 std::string ModelDir(const std::string& model) {
   return std::string(GRAPHSERVE_TEST_MODELS_DIR) + "/" + model;
@@ -48,6 +56,53 @@ TEST(TorchScriptTest, TupleModelServesEachItemItsOwnSlice) {
   ExpectServesEachItemItsOwnSlice(*executor, 0, 1);
   EXPECT_EQ(executor->Counters().batches, 1u);
   EXPECT_EQ(executor->Counters().real_elements, uint64_t{1 * 3 + 2 * 8 + 1 * 5});
+}
+
+TEST(TorchScriptTest, FixedShapeCnnGetsOneBucketPerBatchSize) {
+  std::unique_ptr<Executor> executor;
+  ASSERT_TRUE(Create(SmallCnnSpec(), ModelDir("small_cnn"), &executor).ok());
+  const Status warmup = executor->Warmup();
+  ASSERT_TRUE(warmup.ok()) << warmup.ToString();
+  std::vector<BucketShape> shapes;
+  for (const BucketInfo& bucket : executor->Buckets()) shapes.push_back(bucket.shape);
+  EXPECT_EQ(shapes, (std::vector<BucketShape>{
+                        {1, kFixedShapeLength}, {2, kFixedShapeLength}, {4, kFixedShapeLength}}));
+}
+
+// Items batched into a padded bucket get what each gets alone in a bucket of its own rows.
+TEST(TorchScriptTest, FixedShapeCnnServesEachItemWhatItGetsAlone) {
+  std::unique_ptr<Executor> executor;
+  ASSERT_TRUE(Create(SmallCnnSpec(), ModelDir("small_cnn"), &executor).ok());
+  ASSERT_TRUE(executor->Warmup().ok());
+  const std::vector<InferenceItem> items = {ImageItem(2, kSmallCnnImage, 21, 2),
+                                            ImageItem(1, kSmallCnnImage, 22, 2)};
+  BatchOutputs batched;
+  const Status status = executor->Execute(
+      MakeBatch({&items[0], &items[1]}, BucketShape{4, kFixedShapeLength}), &batched);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(batched.size(), items.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    SCOPED_TRACE("item " + std::to_string(k));
+    BatchOutputs alone;
+    ASSERT_TRUE(executor
+                    ->Execute(MakeBatch({&items[k]}, BucketShape{items[k].rows, kFixedShapeLength}),
+                              &alone)
+                    .ok());
+    EXPECT_EQ(batched[k][0].shape, (std::vector<int64_t>{items[k].rows, 10}));
+    EXPECT_EQ(batched[k][1].shape, (std::vector<int64_t>{items[k].rows, 4, 4, 4}));
+    for (size_t o = 0; o < 2; ++o) {
+      EXPECT_EQ(batched[k][o].shape, alone[0][o].shape);
+      EXPECT_LT(RelativeDifference(Fp32Values(batched[k][o]), Fp32Values(alone[0][o])), 1e-5);
+    }
+  }
+  // Different images, different answers: the comparison above cannot pass by slicing one row.
+  const std::vector<float> first_item_logits = Fp32Values(batched[0][0]);
+  EXPECT_GT(RelativeDifference(
+                std::vector<float>(first_item_logits.begin(), first_item_logits.begin() + 10),
+                Fp32Values(batched[1][0])),
+            1e-3);
+  EXPECT_EQ(executor->Counters().padded_elements, uint64_t{4 + 2 + 1});
+  EXPECT_EQ(executor->Counters().real_elements, uint64_t{3 + 2 + 1});
 }
 
 TEST(TorchScriptTest, DictModelIsMappedByOutputName) {

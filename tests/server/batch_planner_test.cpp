@@ -13,6 +13,7 @@
 namespace graphserve {
 namespace {
 
+using scheduler_test::FixedShapeTestSpec;
 using scheduler_test::MakeRequest;
 using scheduler_test::Options;
 using scheduler_test::TestSpec;
@@ -27,10 +28,19 @@ void AddAt(BatchPlanner& planner, const FakeClock& clock,
   planner.Add(r);
 }
 
+// One field of each request of the decision, in its order.
+std::vector<int64_t> EachItems(const DispatchDecision& decision, int64_t InferenceItem::*field) {
+  std::vector<int64_t> values;
+  for (const auto& r : decision.requests) values.push_back(r->item.*field);
+  return values;
+}
+
 std::vector<int64_t> Lengths(const DispatchDecision& decision) {
-  std::vector<int64_t> lengths;
-  for (const auto& r : decision.requests) lengths.push_back(r->item.length);
-  return lengths;
+  return EachItems(decision, &InferenceItem::length);
+}
+
+std::vector<int64_t> Rows(const DispatchDecision& decision) {
+  return EachItems(decision, &InferenceItem::rows);
 }
 
 TEST(BatchPlannerTest, BinsBySmallestBucketLengthThatHolds) {
@@ -601,6 +611,65 @@ TEST(BatchPlannerTest, FifoPolicyTakesArrivalOrderAndPadsToTheLongest) {
   ASSERT_TRUE(batch);
   EXPECT_EQ(batch->requests, (std::vector<std::shared_ptr<PendingRequest>>{d}));
   EXPECT_EQ(batch->padded_shape, (BucketShape{2, 16}));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A fixed-shape model: one bin, batch-only buckets.
+
+TEST(BatchPlannerTest, FixedShapeRequestsShareOneBinPaddedToTheSmallestBatchBucket) {
+  FakeClock clock;
+  BatchPlanner planner(FixedShapeTestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, kFixedShapeLength));
+  AddAt(planner, clock, MakeRequest(2, kFixedShapeLength));
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // 3 rows of 4, delay not run out
+  clock.Set(1000);
+  auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Rows(*decision), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, kFixedShapeLength}));
+  EXPECT_EQ(decision->ride_alongs, 0);
+
+  // A full largest batch goes before the delay.
+  for (int i = 0; i < 4; ++i) AddAt(planner, clock, MakeRequest(1, kFixedShapeLength));
+  decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Rows(*decision), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, kFixedShapeLength}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, FixedShapeRequestThatDoesNotFitWaitsForTheNextBatch) {
+  FakeClock clock;
+  BatchPlanner planner(FixedShapeTestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(3, kFixedShapeLength));
+  AddAt(planner, clock, MakeRequest(2, kFixedShapeLength));
+  clock.Set(1000);
+  auto first = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(Rows(*first), (std::vector<int64_t>{3}));
+  EXPECT_EQ(first->padded_shape, (BucketShape{4, kFixedShapeLength}));
+  auto second = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(Rows(*second), (std::vector<int64_t>{2}));
+  EXPECT_EQ(second->padded_shape, (BucketShape{2, kFixedShapeLength}));
+}
+
+TEST(BatchPlannerTest, FixedShapeUnderFifoAndUnbatchedPolicies) {
+  SchedulerOptions fifo = Options(100);
+  fifo.policy = BatchingPolicy::kFifo;
+  FakeClock clock;
+  BatchPlanner in_order(FixedShapeTestSpec(), fifo);
+  AddAt(in_order, clock, MakeRequest(1, kFixedShapeLength));
+  AddAt(in_order, clock, MakeRequest(1, kFixedShapeLength));
+  auto batch = in_order.Next(100, true);
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->padded_shape, (BucketShape{2, kFixedShapeLength}));
+
+  BatchPlanner alone(FixedShapeTestSpec(), Unbatched());  // graphs on: padded to its bucket
+  AddAt(alone, clock, MakeRequest(3, kFixedShapeLength));
+  batch = alone.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->padded_shape, (BucketShape{4, kFixedShapeLength}));
 }
 
 TEST(SchedulerOptionsTest, ValidateNamesTheField) {

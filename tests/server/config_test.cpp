@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "fixed_shape_config.h"
+
 namespace graphserve {
 namespace {
 
@@ -191,17 +193,53 @@ INSTANTIATE_TEST_SUITE_P(
                     BadConfigCase{"dynamic_batching { disable: true }",
                                   "max_queue_delay_microseconds: 250 with disable"}));
 
-TEST(ConfigTest, NoVariableInputIsRejected) {
-  config::ModelConfig config = Parse(kValidConfig);
-  config.mutable_input(0)->clear_dims();
-  config.mutable_input(0)->add_dims(3);
-  config.mutable_input(1)->clear_dims();
-  config.mutable_input(1)->add_dims(3);
+TEST(ConfigTest, FixedShapeModelGetsABatchOnlyGrid) {
   ModelSpec spec;
-  Status status = ModelSpecFromConfig(config, &spec);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("variable"), std::string::npos) << status.message();
+  Status status = ModelSpecFromConfig(fixed_shape_test::CnnConfig(), &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_FALSE(spec.has_sequence_length());
+  EXPECT_EQ(spec.inputs[0].dims, (std::vector<int64_t>{3, 224, 224}));
+  EXPECT_EQ(spec.max_sequence_length, kFixedShapeLength);
+  EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{kFixedShapeLength}));
+  EXPECT_EQ(spec.bucket_batch_sizes, DefaultBucketBatchSizes(8));
+  EXPECT_EQ(spec.BucketFor(3, kFixedShapeLength), (BucketShape{4, kFixedShapeLength}));
+  EXPECT_EQ(spec.BucketLabel(BucketShape{4, kFixedShapeLength}), "4x-");
+
+  status = ModelSpecFromConfig(fixed_shape_test::CnnConfig("buckets { batch_sizes: [ 8, 2 ] }"), &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{kFixedShapeLength}));
 }
+
+TEST(ConfigTest, SequenceModelStillNeedsMaxSequenceLength) {
+  config::ModelConfig config = Parse(kValidConfig);
+  config.clear_max_sequence_length();
+  ModelSpec spec;
+  const Status status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("max_sequence_length: must be at least 1"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(spec.BucketLabel(BucketShape{4, 16}), "4x16");
+}
+
+class FixedShapeBadConfigTest : public testing::TestWithParam<BadConfigCase> {};
+
+TEST_P(FixedShapeBadConfigTest, NamesTheField) {
+  ModelSpec spec;
+  const Status status = ModelSpecFromConfig(fixed_shape_test::CnnConfig(GetParam().edit), &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(GetParam().expected_field), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("model 'cnn'"), std::string::npos) << status.message();
+}
+
+// A length setting on a model without a length is most likely a sequence model missing its -1.
+INSTANTIATE_TEST_SUITE_P(
+    Fields, FixedShapeBadConfigTest,
+    testing::Values(BadConfigCase{"max_sequence_length: 224", "max_sequence_length: no input has a -1"},
+                    BadConfigCase{"buckets { sequence_lengths: [ 1 ] }",
+                                  "buckets.sequence_lengths: no input has a -1"},
+                    BadConfigCase{"output { name: \"map\" data_type: TYPE_FP32 dims: [ -1, 4 ] }",
+                                  "output[1].dims: -1 in 'map'"}));
 
 TEST(ConfigTest, ParseErrorNamesLine) {
   config::ModelConfig config;

@@ -172,17 +172,23 @@ class Harness {
   int answered_ = 0;  // guarded by mutex_
 };
 
-std::unique_ptr<ModelScheduler> MakeScheduler(const std::string& model, const SchedulerOptions& options,
+std::unique_ptr<ModelScheduler> MakeScheduler(const ModelSpec& spec, const SchedulerOptions& options,
                                               const std::vector<std::string>& devices,
                                               const std::set<BucketShape>& graphs, const Clock* clock) {
   std::vector<std::unique_ptr<Executor>> executors;
   for (const std::string& device : devices) {
     // Like the engine: only CUDA executors capture graphs.
     const bool cuda = device.rfind("cuda", 0) == 0;
-    executors.push_back(std::make_unique<FakeExecutor>(TestSpec(model), device,
-                                                       cuda ? graphs : std::set<BucketShape>{}));
+    executors.push_back(
+        std::make_unique<FakeExecutor>(spec, device, cuda ? graphs : std::set<BucketShape>{}));
   }
-  return std::make_unique<ModelScheduler>(TestSpec(model), options, std::move(executors), clock);
+  return std::make_unique<ModelScheduler>(spec, options, std::move(executors), clock);
+}
+
+std::unique_ptr<ModelScheduler> MakeScheduler(const std::string& model, const SchedulerOptions& options,
+                                              const std::vector<std::string>& devices,
+                                              const std::set<BucketShape>& graphs, const Clock* clock) {
+  return MakeScheduler(TestSpec(model), options, devices, graphs, clock);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -360,6 +366,35 @@ TEST(MetricsTest, InstancesOnOneDeviceAreSummed) {
   EXPECT_DOUBLE_EQ(exposition.One("graphserve_graph_capture_seconds", on_device), 3.0);
   EXPECT_EQ(exposition.One("graphserve_graph_pool_bytes", on_device), 2000.0);
   EXPECT_EQ(exposition.One("graphserve_gpu_memory_allocated_bytes", {{"device", "cuda:1"}}), 2000.0);
+}
+
+TEST(MetricsTest, FixedShapeBucketsAreLabelledBatchByDash) {
+  SteadyClock clock;
+  ServerMetrics metrics(TestOptions());
+  const ModelSpec spec = scheduler_test::FixedShapeTestSpec("cnn");
+  auto scheduler = MakeScheduler(spec, Options(0), {"cuda:0"},
+                                 {{1, kFixedShapeLength}, {4, kFixedShapeLength}}, &clock);
+  metrics.AddModel(scheduler.get());
+  scheduler->Start();
+  Harness harness(&metrics, scheduler.get());
+  constexpr int kRequests = 6;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(harness.Submit(1, kFixedShapeLength).ok());
+  ASSERT_TRUE(harness.WaitForAnswers(kRequests));
+  scheduler->Stop();
+  const Exposition exposition(metrics.TextExposition());
+
+  // Only the captured buckets, named "<batch>x-"; whatever ran elsewhere ran eagerly.
+  EXPECT_EQ(exposition.Find("graphserve_graph_replays_total", {{"model", "cnn"}}).size(), 2u);
+  const Labels on_device = {{"model", "cnn"}, {"device", "cuda:0"}};
+  const double replays =
+      exposition.One("graphserve_graph_replays_total",
+                     {{"model", "cnn"}, {"device", "cuda:0"}, {"bucket", "1x-"}}) +
+      exposition.One("graphserve_graph_replays_total",
+                     {{"model", "cnn"}, {"device", "cuda:0"}, {"bucket", "4x-"}});
+  EXPECT_EQ(replays + exposition.Sum("graphserve_eager_executions_total", on_device),
+            exposition.One("graphserve_batches_total", on_device));
+  // One real element per row: the padding waste of a batch-only grid is its spare rows.
+  EXPECT_EQ(exposition.One("graphserve_real_elements_total", on_device), kRequests);
 }
 
 TEST(MetricsTest, EveryFinalStatusIsCountedAndOnlySuccessesAreTimed) {

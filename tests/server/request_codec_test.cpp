@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "fixed_shape_config.h"
 #include "graphserve/server/config.h"
 
 namespace graphserve {
@@ -191,6 +192,65 @@ TEST(RequestCodecTest, NoInputs) {
   Status status = Decode(request);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("missing input 'input_ids'"), std::string::npos) << status.message();
+}
+
+ModelSpec CnnSpec() {
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(fixed_shape_test::CnnConfig(), &spec);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return spec;
+}
+
+// An FP32 image request of `rows` × [channels, height, width], raw.
+inference::ModelInferRequest ImageRequest(const std::vector<int64_t>& shape) {
+  inference::ModelInferRequest request;
+  request.set_model_name("cnn");
+  auto* input = request.add_inputs();
+  input->set_name("image");
+  input->set_datatype("FP32");
+  int64_t elements = 1;
+  for (int64_t dim : shape) {
+    input->add_shape(dim);
+    elements *= dim;
+  }
+  request.add_raw_input_contents(std::string(static_cast<size_t>(elements) * sizeof(float), '\0'));
+  return request;
+}
+
+TEST(RequestCodecTest, FixedShapeRequestsGetTheFixedLength) {
+  inference::ModelInferRequest request = ImageRequest({3, 3, 224, 224});
+  InferenceItem item;
+  const Status status = DecodeInferRequest(CnnSpec(), &request, &item);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(item.rows, 3);
+  EXPECT_EQ(item.length, kFixedShapeLength);
+  EXPECT_EQ(item.inputs[0].shape, (std::vector<int64_t>{3, 3, 224, 224}));
+  EXPECT_EQ(item.inputs[0].bytes.size(), 3u * 3 * 224 * 224 * sizeof(float));
+}
+
+TEST(RequestCodecTest, FixedShapeRequestWithOtherDimsNamesTheInputAndDims) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{1, 3, 224, 200}, {2, 1, 224, 224}, {1, 3, 224}}) {
+    inference::ModelInferRequest request = ImageRequest(shape);
+    InferenceItem item;
+    const Status status = DecodeInferRequest(CnnSpec(), &request, &item);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << ShapeToString(shape);
+    EXPECT_NE(status.message().find("inputs[0] 'image': shape " + ShapeToString(shape)),
+              std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find("expected [batch, 3, 224, 224]"), std::string::npos)
+        << status.message();
+  }
+}
+
+TEST(RequestCodecTest, FixedShapeMetadataHasNoVariableDimBeyondTheBatch) {
+  inference::ModelMetadataResponse metadata;
+  FillModelMetadata(CnnSpec(), &metadata);
+  ASSERT_EQ(metadata.inputs_size(), 1);
+  EXPECT_EQ(std::vector<int64_t>(metadata.inputs(0).shape().begin(), metadata.inputs(0).shape().end()),
+            (std::vector<int64_t>{-1, 3, 224, 224}));
+  EXPECT_EQ(std::vector<int64_t>(metadata.outputs(0).shape().begin(), metadata.outputs(0).shape().end()),
+            (std::vector<int64_t>{-1, 1000}));
 }
 
 TEST(RequestCodecTest, MetadataPutsBatchFirstAndMarksVariableDims) {

@@ -25,6 +25,17 @@ inline ModelSpec TestSpec(const std::string& name = "echo") {
   return spec;
 }
 
+// A fixed-shape model (no -1 anywhere): batch {1, 2, 4} × the one length kFixedShapeLength. Its
+// fixed dim of 1 matches MakeRequest(rows, kFixedShapeLength)'s tensors.
+inline ModelSpec FixedShapeTestSpec(const std::string& name = "cnn") {
+  ModelSpec spec = TestSpec(name);
+  spec.max_sequence_length = kFixedShapeLength;
+  spec.inputs[0].dims = {1};
+  spec.outputs[0].dims = {1};
+  spec.bucket_lengths = {kFixedShapeLength};
+  return spec;
+}
+
 inline SchedulerOptions Options(int64_t max_queue_delay_us, int64_t max_queue_size = 1024) {
   SchedulerOptions options;
   options.max_queue_delay_us = max_queue_delay_us;

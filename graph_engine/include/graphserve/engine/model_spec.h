@@ -42,9 +42,18 @@ struct BucketShape {
   bool operator<(const BucketShape& other) const {
     return batch != other.batch ? batch < other.batch : length < other.length;
   }
-  // "8x128"
+  // "8x128"; a fixed-shape model's buckets read "8x-" (ModelSpec::BucketLabel).
   std::string ToString() const;
 };
+
+// The one length of every request and bucket of a fixed-shape model (one whose inputs have no -1
+// dimension, e.g. an image classifier on [3, 224, 224]): its grid collapses to batch sizes only,
+// while the batcher, padding and accounting still work on (rows x length) with length 1.
+inline constexpr int64_t kFixedShapeLength = 1;
+
+// "8x128", or "8x-" when the model has no variable dimension: the bucket's name in metrics labels,
+// logs and tool reports.
+std::string BucketLabel(const BucketShape& shape, bool has_sequence_length);
 
 struct ModelSpec {
   std::string name;
@@ -54,6 +63,7 @@ struct ModelSpec {
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   // Ascending, deduplicated, capped by max_batch_size / max_sequence_length, and ending at them.
+  // A fixed-shape model has max_sequence_length and bucket_lengths {kFixedShapeLength}.
   std::vector<int64_t> bucket_batch_sizes;
   std::vector<int64_t> bucket_lengths;
   Precision precision = Precision::kFp32;
@@ -64,6 +74,10 @@ struct ModelSpec {
   // when none does.
   BucketShape BucketFor(int64_t rows, int64_t length) const;
   bool IsOversize(int64_t rows, int64_t length) const;
+  // Whether some input has a -1 dimension; false for a fixed-shape model.
+  bool has_sequence_length() const;
+  // graphserve::BucketLabel for this model.
+  std::string BucketLabel(const BucketShape& shape) const;
 };
 
 // The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
@@ -81,7 +95,8 @@ std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& sh
 Status CheckTensorDims(const std::string& tensor, const std::vector<int64_t>& dims);
 
 // What every platform needs of a spec (inputs and outputs declared with valid dims, positive bucket
-// sizes); INVALID_ARGUMENT naming the model otherwise. The platform checks the rest.
+// sizes, a fixed-shape model's lengths all kFixedShapeLength and no -1 in its outputs);
+// INVALID_ARGUMENT naming the model otherwise. The platform checks the rest.
 Status CheckModelSpec(const ModelSpec& spec);
 
 std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size);

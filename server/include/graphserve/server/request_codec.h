@@ -14,7 +14,8 @@ namespace graphserve {
 // contents are consumed). INVALID_ARGUMENT naming the field for: unknown, missing or repeated inputs,
 // a datatype other than the model's, a shape of the wrong rank or with dims < 1 or fixed dims that
 // differ, data whose size disagrees with the shape, variable lengths that differ between inputs, rows
-// above max_batch_size, length above max_sequence_length, unknown requested outputs.
+// above max_batch_size, length above max_sequence_length, unknown requested outputs. A fixed-shape
+// model's item gets length kFixedShapeLength.
 Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
                           InferenceItem* item);
 

@@ -53,6 +53,7 @@ struct ExecutorSnapshot {
 // needs no access to the executors themselves.
 struct SchedulerSnapshot {
   std::string model;
+  bool has_sequence_length = true;  // false: a fixed-shape model, whose buckets read "8x-"
   // Both taken under the scheduler's lock, so that they agree with each other.
   SchedulerCounters counters;
   size_t queue_depth = 0;
