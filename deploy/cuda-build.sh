@@ -12,6 +12,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$repo/deploy/toolchain.env"
 debs=$repo/.debs
+wheels=$repo/.wheels
 prefix=/tmp/graphserve-deps
 build_dir=$repo/build-cuda
 run_tests=1
@@ -37,6 +38,16 @@ if [[ ! -f "$prefix/.unpacked" ]]; then
   for f in "${files[@]}"; do dpkg -x "$f" "$prefix"; done
   touch "$prefix/.unpacked"
 fi
+# Wheels from deploy/fetch-cuda-host-wheels.sh (torchvision, tritonclient, ...) are unzipped, which
+# is all a wheel's installation is without scripts, into a private folder put on PYTHONPATH: the
+# host's Python stays as it is, and its pip is not needed.
+python_dir=$prefix/python
+if compgen -G "$wheels/*.whl" >/dev/null && [[ ! -f $python_dir/.unpacked ]]; then
+  mkdir -p "$python_dir"
+  for f in "$wheels"/*.whl; do "$python" -m zipfile -e "$f" "$python_dir"; done
+  touch "$python_dir/.unpacked"
+fi
+[[ -d $python_dir ]] && export PYTHONPATH=$python_dir${PYTHONPATH:+:$PYTHONPATH}
 libdir=$prefix/usr/lib/x86_64-linux-gnu
 # RE2's pkg-config file names -L/usr/lib/...; the linker must search the prefix too.
 export LIBRARY_PATH=$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}
@@ -54,6 +65,7 @@ cmake --build "$build_dir" --parallel "${JOBS:-$(nproc)}"
 cat > "$build_dir/env.sh" <<ENV
 export LD_LIBRARY_PATH=$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export PATH=$prefix/usr/bin:\$PATH
+${PYTHONPATH:+export PYTHONPATH=$PYTHONPATH}
 ENV
 
 if [[ $run_tests == 1 ]]; then
