@@ -101,11 +101,12 @@ grpc::Status InferenceClient::WaitForReady(std::chrono::milliseconds timeout) {
       std::chrono::milliseconds(std::max<int64_t>(options_.ready_poll_interval_ms, 1));
   std::string last = "no answer yet";
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
-    if (left.count() <= 0) break;
+    // Not truncated to whole milliseconds: that gave up to 1 ms before the timeout.
+    const Clock::duration left = give_up - Clock::now();
+    if (left <= Clock::duration::zero()) break;
     // One poll may not outlast the overall timeout, nor the per-call deadline.
     grpc::ClientContext context;
-    auto poll_deadline = left;
+    auto poll_deadline = std::chrono::ceil<std::chrono::milliseconds>(left);
     if (options_.timeout_ms > 0) {
       poll_deadline = std::min(poll_deadline, std::chrono::milliseconds(options_.timeout_ms));
     }
