@@ -11,26 +11,17 @@ same weights. Both happen in the target dtype on the target device, so that dtyp
 device-dependent constants baked into the export match what graphserve runs; a CUDA package only runs
 on CUDA. Needs `transformers` (present on the CUDA host).
 """
-import sys
 import argparse
 import pathlib
+import sys
 
 import torch
 from transformers import BertConfig, BertModel
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from aoti_export import export_pt2  # noqa: E402
+from token_model_config import token_model_config  # noqa: E402
 
-CONFIG = """name: "{name}"
-platform: "{platform}"
-max_batch_size: {max_batch}
-max_sequence_length: {max_length}
-input {{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
-input {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
-output {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 768 ] }}
-output {{ name: "pooler_output" data_type: TYPE_FP32 dims: [ 768 ] }}
-precision: {precision}
-"""
 
 
 class Encoder(torch.nn.Module):
@@ -56,7 +47,6 @@ def main():
     parser.add_argument("--max-length", type=int, default=512)
     args = parser.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    precision = "PRECISION_" + args.dtype.upper()
 
     torch.manual_seed(0)
     # bert-base: 12 layers, hidden 768, 12 heads, 512 positions
@@ -82,9 +72,9 @@ def main():
         else:
             with torch.no_grad():
                 torch.jit.trace(model, example, check_trace=False).save(str(folder / "model.pt"))
-        (folder / "config.pbtxt").write_text(CONFIG.format(
-            name=name, platform=platform, precision=precision, max_batch=args.max_batch,
-            max_length=args.max_length))
+        (folder / "config.pbtxt").write_text(token_model_config(
+            name, platform, args.dtype, args.max_batch, args.max_length,
+            [("last_hidden_state", [-1, 768]), ("pooler_output", [768])]))
         print(f"wrote {folder} ({millions:.1f}M parameters, {args.dtype}, {platform})")
 
 

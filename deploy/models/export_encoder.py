@@ -20,20 +20,11 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from aoti_export import export_pt2  # noqa: E402
+from token_model_config import token_model_config  # noqa: E402
 
 VOCAB, LAYERS, HIDDEN, HEADS, FFN, POSITIONS = 1024, 4, 256, 4, 1024, 512
 WEIGHT_SEED, INIT_STD, MASKED_SCORE = 20240611, 0.02, -1e4
 
-CONFIG = """name: "{name}"
-platform: "{platform}"
-max_batch_size: {max_batch}
-max_sequence_length: {max_length}
-input {{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
-input {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
-output {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, {hidden} ] }}
-output {{ name: "pooler_output" data_type: TYPE_FP32 dims: [ {hidden} ] }}
-precision: {precision}
-"""
 
 
 def layer_norm():
@@ -96,10 +87,10 @@ class Encoder(torch.nn.Module):
         return {"last_hidden_state": hidden, "pooler_output": torch.tanh(self.pooler(hidden[:, 0]))}
 
 
-def write_config(folder, platform, args, precision):
-    folder.joinpath("config.pbtxt").write_text(CONFIG.format(
-        name=folder.name, platform=platform, max_batch=args.max_batch, max_length=args.max_length,
-        hidden=HIDDEN, precision=precision))
+def write_config(folder, platform, args):
+    folder.joinpath("config.pbtxt").write_text(token_model_config(
+        folder.name, platform, args.dtype, args.max_batch, args.max_length,
+        [("last_hidden_state", [-1, HIDDEN]), ("pooler_output", [HIDDEN])]))
 
 
 def main():
@@ -114,7 +105,6 @@ def main():
     if not 2 <= args.max_length <= POSITIONS:
         parser.error(f"--max-length must be within 2..{POSITIONS}")
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    precision = "PRECISION_" + args.dtype.upper()
 
     model = Encoder().eval().to(args.device, dtype)
     # The second row is masked from position 9 on, so that the masked path is what gets traced.
@@ -127,7 +117,7 @@ def main():
         folder.mkdir(parents=True, exist_ok=True)
         export_pt2(model, example, folder / "model.pt2", input_names=["input_ids", "attention_mask"],
                    max_batch=args.max_batch, max_length=args.max_length)
-        write_config(folder, "torch_aoti", args, precision)
+        write_config(folder, "torch_aoti", args)
         print(f"wrote {folder} (AOTInductor, {args.dtype}, {args.device})")
     if args.format in ("torchscript", "both"):
         folder = repository / "encoder_ts"
@@ -145,7 +135,7 @@ def main():
         with torch.no_grad():
             traced = torch.jit.trace(TupleOutputs(model), example, check_trace=False)
         traced.save(str(folder / "model.pt"))
-        write_config(folder, "pytorch_libtorch", args, precision)
+        write_config(folder, "pytorch_libtorch", args)
         print(f"wrote {folder} (TorchScript, {args.dtype}, {args.device})")
 
 

@@ -28,6 +28,7 @@ from transformers import AutoModel  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from aoti_export import export_pt2  # noqa: E402
+from token_model_config import token_model_config  # noqa: E402
 
 # The model card truncates at 256 word pieces (sentence_bert_config.json's max_seq_length): longer
 # inputs would not match the reference embeddings, so the server refuses them.
@@ -35,15 +36,6 @@ MAX_BATCH = 16
 MAX_LENGTH = 256
 HIDDEN = 384
 
-CONFIG = """name: "{name}"
-platform: "{platform}"
-max_batch_size: {max_batch}
-max_sequence_length: {max_length}
-input {{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
-input {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }}
-output {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, {hidden} ] }}
-precision: {precision}
-"""
 
 
 class Encoder(torch.nn.Module):
@@ -99,7 +91,6 @@ def main():
                         "package's (deploy/bench/minilm_gpu.py carries one to the CUDA host)")
     args = parser.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    precision = {"bf16": "PRECISION_BF16", "fp16": "PRECISION_FP16", "fp32": "PRECISION_FP32"}[args.dtype]
 
     writers = {"torchscript": [("", write_torchscript)], "pt2": [("_pt2", write_pt2)]}
     writers["both"] = writers["torchscript"] + writers["pt2"]
@@ -111,9 +102,8 @@ def main():
         folder = pathlib.Path(args.repository) / name
         folder.mkdir(parents=True, exist_ok=True)
         platform = write(model, folder, args.device)
-        (folder / "config.pbtxt").write_text(CONFIG.format(
-            name=name, platform=platform, max_batch=MAX_BATCH, max_length=MAX_LENGTH, hidden=HIDDEN,
-            precision=precision))
+        (folder / "config.pbtxt").write_text(token_model_config(
+            name, platform, args.dtype, MAX_BATCH, MAX_LENGTH, [("last_hidden_state", [-1, HIDDEN])]))
         print(f"wrote {folder} ({platform}, {args.dtype}, {args.device})")
 
 
