@@ -3,6 +3,11 @@
 // and a package that disagrees with its config is refused at load, naming both sides.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -129,6 +134,21 @@ TEST(AotInductorTest, MissingPackageIsNotFound) {
   const Status status = testing::CreateOnCpu(FeaturesSpec({PerTokenSpec(), PooledSpec()}),
                                              PackageDir("no_such_model"), &executor);
   EXPECT_EQ(status.code(), StatusCode::kNotFound) << status.ToString();
+}
+
+TEST(AotInductorTest, GarbagePackageIsInvalidArgument) {
+  // POSIX calls, not std::filesystem: see torchscript_test.cpp.
+  std::string folder = ::testing::TempDir() + "graph_engine_aoti_garbage_XXXXXX";
+  ASSERT_NE(mkdtemp(folder.data()), nullptr);
+  std::ofstream(folder + "/model.pt2", std::ios::binary) << "this is not a zip archive";
+  std::unique_ptr<Executor> executor;
+  const Status status =
+      testing::CreateOnCpu(FeaturesSpec({PerTokenSpec(), PooledSpec()}), folder, &executor);
+  std::remove((folder + "/model.pt2").c_str());
+  rmdir(folder.c_str());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("model 'features'"), std::string::npos) << status.ToString();
+  EXPECT_EQ(executor, nullptr);
 }
 
 ModelSpec EncoderSpec(const std::string& platform) {
