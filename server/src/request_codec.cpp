@@ -1,7 +1,9 @@
 #include "graphserve/server/request_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace graphserve {
 namespace {
@@ -197,11 +199,40 @@ Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInfer
   return Status::Ok();
 }
 
+// graphserve honours no request, input or output parameter (Triton's sequence_id, priority,
+// timeout, classification, shared_memory_region, ...): answering OK without doing what one asks
+// would be a different answer than the client requested, so each is refused by name.
+Status RefuseParameters(const std::string& model, const std::string& field,
+                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters) {
+  if (parameters.empty()) return Status::Ok();
+  std::vector<std::string> names;
+  for (const auto& entry : parameters) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());  // a map's order is unspecified: name the same one always
+  return InvalidArgument(model + field + "parameters['" + names.front() +
+                         "']: not supported by graphserve");
+}
+
+Status RefuseAllParameters(const std::string& model, const inference::ModelInferRequest& request) {
+  Status status = RefuseParameters(model, "", request.parameters());
+  for (int i = 0; status.ok() && i < request.inputs_size(); ++i) {
+    status = RefuseParameters(model, InputField(i, request.inputs(i).name()) + ": ",
+                              request.inputs(i).parameters());
+  }
+  for (int i = 0; status.ok() && i < request.outputs_size(); ++i) {
+    status = RefuseParameters(
+        model, "outputs[" + std::to_string(i) + "] '" + request.outputs(i).name() + "': ",
+        request.outputs(i).parameters());
+  }
+  return status;
+}
+
 }  // namespace
 
 Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
                           InferenceItem* item) {
   const std::string model = "model '" + spec.name + "': ";
+  Status refused = RefuseAllParameters(model, *request);
+  if (!refused.ok()) return refused;
   const int input_count = request->inputs_size();
   const bool raw = request->raw_input_contents_size() > 0;
   if (raw && request->raw_input_contents_size() != input_count) {

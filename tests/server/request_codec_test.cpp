@@ -174,7 +174,29 @@ INSTANTIATE_TEST_SUITE_P(
                        },
                        "length 513 exceeds max_sequence_length 512"},
         BadRequestCase{"UnknownOutput", [](auto* r) { r->add_outputs()->set_name("logits"); },
-                       "outputs[0] 'logits': unknown output"}),
+                       "outputs[0] 'logits': unknown output"},
+        BadRequestCase{"RequestParameter",
+                       [](auto* r) { (*r->mutable_parameters())["priority"].set_int64_param(1); },
+                       "parameters['priority']: not supported by graphserve"},
+        BadRequestCase{"SequenceParameters",
+                       [](auto* r) {
+                         (*r->mutable_parameters())["sequence_start"].set_bool_param(true);
+                         (*r->mutable_parameters())["sequence_id"].set_int64_param(7);
+                       },
+                       "parameters['sequence_id']: not supported"},
+        BadRequestCase{"InputParameter",
+                       [](auto* r) {
+                         (*r->mutable_inputs(1)->mutable_parameters())["shared_memory_region"]
+                             .set_string_param("region0");
+                       },
+                       "inputs[1] 'attention_mask': parameters['shared_memory_region']"},
+        BadRequestCase{"OutputParameter",
+                       [](auto* r) {
+                         auto* output = r->add_outputs();
+                         output->set_name("pooler_output");
+                         (*output->mutable_parameters())["classification"].set_int64_param(3);
+                       },
+                       "outputs[0] 'pooler_output': parameters['classification']"}),
     [](const testing::TestParamInfo<BadRequestCase>& info) { return info.param.name; });
 
 TEST(RequestCodecTest, TypedContentsCountMismatch) {
