@@ -254,16 +254,23 @@ std::vector<std::future<Answer>> SendAllAtOnce(ServerProcess& server,
   return answers;
 }
 
+// `count` requests of 1-3 rows and lengths 1-64, raw and typed contents alternating, ids "r0", ...
+std::vector<inference::ModelInferRequest> MixedLengthRequests(const std::string& model, int count,
+                                                              uint32_t seed) {
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<int64_t> rows(1, 3), length(1, 64);
+  std::vector<inference::ModelInferRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    requests.push_back(TokenRequest(model, RandomTokens(random, rows(random), length(random)), i % 2 == 0));
+    requests.back().set_id("r" + std::to_string(i));
+  }
+  return requests;
+}
+
 // The heart of the batching path: whatever else shares the batch, a request gets its solo answer.
 TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
   auto stub = server_->NewStub();
-  std::mt19937 random(11);
-  std::uniform_int_distribution<int64_t> rows(1, 3), length(1, 64);
-  std::vector<inference::ModelInferRequest> requests;
-  for (int i = 0; i < 48; ++i) {
-    requests.push_back(TokenRequest("encoder", RandomTokens(random, rows(random), length(random)), i % 2 == 0));
-    requests.back().set_id("r" + std::to_string(i));
-  }
+  const std::vector<inference::ModelInferRequest> requests = MixedLengthRequests("encoder", 48, 11);
   // Solo, one at a time, and the same request twice.
   std::vector<inference::ModelInferResponse> solo(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -299,12 +306,7 @@ TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
 // of other lengths, answers each request as the built-in encoder answers it alone.
 TEST_F(RepositoryTest, AotInductorPackageAnswersAsTheBuiltInEncoder) {
   auto stub = server_->NewStub();
-  std::mt19937 random(14);
-  std::uniform_int_distribution<int64_t> rows(1, 3), length(1, 64);
-  std::vector<inference::ModelInferRequest> requests;
-  for (int i = 0; i < 16; ++i) {
-    requests.push_back(TokenRequest("encoder_pt2", RandomTokens(random, rows(random), length(random))));
-  }
+  const std::vector<inference::ModelInferRequest> requests = MixedLengthRequests("encoder_pt2", 16, 14);
   std::vector<std::future<Answer>> answers = SendAllAtOnce(*server_, requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     auto [status, from_package] = answers[i].get();
