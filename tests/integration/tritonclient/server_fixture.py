@@ -1,0 +1,150 @@
+"""The real graphserve, started for tests that call it with Triton's own Python client.
+
+ctest passes the paths through the environment (tests/integration/CMakeLists.txt, tritonclient_test):
+  GRAPHSERVE_BINARY            the server
+  GRAPHSERVE_TEST_REPOSITORY   the integration model repository (make_model_repository.py)
+  GRAPHSERVE_TEST_OUTPUT       a folder for logs and repositories the tests build
+Importing this module exits with 77 (ctest: skipped) where tritonclient[grpc] is not installed (the
+CUDA host cannot download it); deploy/install-deps.sh installs it everywhere else.
+"""
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import tritonclient.grpc as grpcclient  # noqa: F401  (re-exported for the tests)
+    from tritonclient.utils import InferenceServerException  # noqa: F401
+except ImportError as missing:
+    print(f"SKIPPED: {missing}; deploy/install-deps.sh installs tritonclient[grpc]")
+    sys.exit(77)
+
+BINARY = os.environ.get("GRAPHSERVE_BINARY", "")
+REPOSITORY = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_REPOSITORY", ""))
+OUTPUT = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_OUTPUT", tempfile.gettempdir()))
+
+_PORT_LINE = {
+    "grpc": re.compile(r"gRPC endpoint listening on \S+ \(port (\d+)\)"),
+    "metrics": re.compile(r"metrics endpoint listening on \S+ \(port (\d+)\)"),
+}
+
+
+def scratch_dir(name):
+    """An empty folder under the test output, for a repository a test writes."""
+    path = OUTPUT / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def copy_model(name, destination, version=None):
+    """Copies model `name` of the integration repository to destination/name, flat or, with
+    `version`, in Triton's layout name/config.pbtxt + name/VERSION/model.* ."""
+    source = REPOSITORY / name
+    target = pathlib.Path(destination) / name
+    if version is None:
+        shutil.copytree(source, target)
+        return target
+    (target / str(version)).mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name == "config.pbtxt":
+            shutil.copy(item, target / item.name)
+        elif item.is_dir():
+            shutil.copytree(item, target / str(version) / item.name)
+        else:
+            shutil.copy(item, target / str(version) / item.name)
+    return target
+
+
+class Server:
+    """graphserve on free ports (it binds port 0 and logs the ports it got). A context manager:
+    started and ready on entry, stopped with SIGTERM on exit."""
+
+    def __init__(self, *args, log_name="graphserve", ready_timeout_s=600, wait_ready=True):
+        if not BINARY:
+            raise RuntimeError("GRAPHSERVE_BINARY is not set (run through ctest)")
+        self.args = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                     "--device", "cpu", *args]
+        self.log_path = OUTPUT / f"{log_name}.log"
+        self.ready_timeout_s = ready_timeout_s
+        self.wait_ready = wait_ready
+        self.process = None
+        self.grpc_port = None
+        self.metrics_port = None
+
+    @property
+    def url(self):
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self):
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def client(self, **kwargs):
+        return grpcclient.InferenceServerClient(self.url, **kwargs)
+
+    def log(self):
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self):
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "w")
+        self.process = subprocess.Popen([BINARY, *self.args], stdout=self._log_file,
+                                        stderr=subprocess.STDOUT)
+        try:
+            self._wait_for_ports()
+            if self.wait_ready:
+                self.wait_until(lambda client: client.is_server_ready(), self.ready_timeout_s,
+                                "the server to turn ready")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log_file.close()
+        return False
+
+    def _fail(self, what):
+        raise AssertionError(f"{what}; graphserve log {self.log_path}:\n{self.log()[-4000:]}")
+
+    def _wait_for_ports(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = self.log()
+            ports = {key: pattern.search(text) for key, pattern in _PORT_LINE.items()}
+            if all(ports.values()):
+                self.grpc_port = int(ports["grpc"].group(1))
+                self.metrics_port = int(ports["metrics"].group(1))
+                return
+            if self.process.poll() is not None:
+                self._fail(f"graphserve exited with {self.process.returncode} before listening")
+            time.sleep(0.05)
+        self._fail("graphserve did not log its ports within 60 s")
+
+    def wait_until(self, predicate, timeout_s, what):
+        """Polls predicate(client) until it is true; fails naming `what` and showing the log."""
+        deadline = time.monotonic() + timeout_s
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    self._fail(f"graphserve exited with {self.process.returncode} waiting for {what}")
+                try:
+                    if predicate(client):
+                        return
+                except InferenceServerException:
+                    pass
+                time.sleep(0.05)
+        self._fail(f"timed out after {timeout_s} s waiting for {what}")

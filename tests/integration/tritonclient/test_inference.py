@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Health, metadata and inference through Triton's own gRPC client (tritonclient[grpc], unmodified):
+raw tensors as the client sends them, typed tensor contents through its generated stub, answers
+checked against the TorchScript model run by torch itself, and the error cases a client must be able
+to tell apart (status codes and the field named)."""
+import pathlib
+import unittest
+
+import numpy as np
+import torch
+
+import server_fixture
+from server_fixture import InferenceServerException, grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+import grpc
+
+MODEL = "tiny_scripted"
+
+
+def token_batch(rows, length, seed):
+    generator = np.random.default_rng(seed)
+    ids = generator.integers(1, 999, size=(rows, length), dtype=np.int64)
+    mask = np.ones((rows, length), dtype=np.int64)
+    return ids, mask
+
+
+def inputs_for(ids, mask):
+    tensors = []
+    for name, array in (("input_ids", ids), ("attention_mask", mask)):
+        tensor = grpcclient.InferInput(name, list(array.shape), "INT64")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
+
+
+class InferenceTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        repository = server_fixture.scratch_dir("inference_repository")
+        model_dir = server_fixture.copy_model(MODEL, repository)
+        cls.reference = torch.jit.load(str(model_dir / "model.pt"))
+        cls.server = server_fixture.Server("--model-repository", str(repository), log_name="inference")
+        cls.server.__enter__()
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.__exit__(None, None, None)
+
+    def expected(self, ids, mask):
+        with torch.no_grad():
+            hidden, pooled = self.reference(torch.from_numpy(ids), torch.from_numpy(mask))
+        return hidden.numpy(), pooled.numpy()
+
+    def assert_status(self, call, code, *fragments):
+        with self.assertRaises(InferenceServerException) as raised:
+            call()
+        self.assertEqual(raised.exception.status(), f"StatusCode.{code}", raised.exception.message())
+        for fragment in fragments:
+            self.assertIn(fragment, raised.exception.message())
+        return raised.exception.message()
+
+    def test_health_and_metadata(self):
+        self.assertTrue(self.client.is_server_live())
+        self.assertTrue(self.client.is_server_ready())
+        self.assertTrue(self.client.is_model_ready(MODEL))
+        server = self.client.get_server_metadata(as_json=True)
+        self.assertEqual(server["name"], "graphserve")
+        metadata = self.client.get_model_metadata(MODEL, as_json=True)
+        self.assertEqual(metadata["platform"], "pytorch_libtorch")
+        self.assertEqual([(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]],
+                         [("input_ids", "INT64", ["-1", "-1"]), ("attention_mask", "INT64", ["-1", "-1"])])
+        self.assertEqual([t["name"] for t in metadata["outputs"]], ["hidden", "pooled"])
+
+    def test_raw_inference_matches_torch(self):
+        for rows, length, seed in ((1, 5, 1), (3, 17, 2), (4, 32, 3)):
+            ids, mask = token_batch(rows, length, seed)
+            mask[0, length // 2:] = 0  # a padded row: the mask, not the server, decides
+            result = self.client.infer(MODEL, inputs_for(ids, mask), request_id=f"r{seed}")
+            hidden, pooled = self.expected(ids, mask)
+            self.assertEqual(result.get_response().id, f"r{seed}")
+            np.testing.assert_allclose(result.as_numpy("pooled"), pooled, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(result.as_numpy("hidden"), hidden, rtol=1e-4, atol=1e-5)
+
+    def test_requested_output_only(self):
+        ids, mask = token_batch(2, 9, 4)
+        result = self.client.infer(MODEL, inputs_for(ids, mask),
+                                   outputs=[grpcclient.InferRequestedOutput("pooled")])
+        self.assertIsNone(result.as_numpy("hidden"))
+        np.testing.assert_allclose(result.as_numpy("pooled"), self.expected(ids, mask)[1], rtol=1e-4, atol=1e-5)
+
+    def test_typed_contents_through_the_generated_stub(self):
+        ids, mask = token_batch(2, 7, 5)
+        request = service_pb2.ModelInferRequest(model_name=MODEL)
+        for name, array in (("input_ids", ids), ("attention_mask", mask)):
+            tensor = request.inputs.add(name=name, datatype="INT64", shape=list(array.shape))
+            tensor.contents.int64_contents.extend(array.ravel().tolist())
+        with grpc.insecure_channel(self.server.url) as channel:
+            response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+        by_name = {output.name: i for i, output in enumerate(response.outputs)}
+        pooled = np.frombuffer(response.raw_output_contents[by_name["pooled"]], dtype=np.float32).reshape(2, 16)
+        np.testing.assert_allclose(pooled, self.expected(ids, mask)[1], rtol=1e-4, atol=1e-5)
+
+    def test_concurrent_async_requests_each_get_their_own_rows(self):
+        import queue
+        answers = queue.Queue()
+        batches = [token_batch(1 + i % 3, 3 + 2 * i, 100 + i) for i in range(12)]
+        for i, (ids, mask) in enumerate(batches):
+            self.client.async_infer(MODEL, inputs_for(ids, mask),
+                                    callback=lambda result, error, i=i: answers.put((i, result, error)))
+        for _ in batches:
+            i, result, error = answers.get(timeout=60)
+            self.assertIsNone(error)
+            np.testing.assert_allclose(result.as_numpy("pooled"), self.expected(*batches[i])[1],
+                                       rtol=1e-4, atol=1e-5)
+
+    def test_unknown_model_is_not_found(self):
+        ids, mask = token_batch(1, 4, 6)
+        self.assert_status(lambda: self.client.infer("no_such_model", inputs_for(ids, mask)), "NOT_FOUND",
+                           "no_such_model")
+        self.assert_status(lambda: self.client.get_model_metadata("no_such_model"), "NOT_FOUND")
+
+    def test_bad_inputs_name_the_field(self):
+        ids, mask = token_batch(1, 4, 7)
+        wrong_type = inputs_for(ids, mask)
+        wrong_type[0] = grpcclient.InferInput("input_ids", [1, 4], "INT32")
+        wrong_type[0].set_data_from_numpy(ids.astype(np.int32))
+        self.assert_status(lambda: self.client.infer(MODEL, wrong_type), "INVALID_ARGUMENT", "input_ids")
+        too_long = token_batch(1, 33, 8)
+        self.assert_status(lambda: self.client.infer(MODEL, inputs_for(*too_long)), "INVALID_ARGUMENT",
+                           "max_sequence_length")
+        self.assert_status(lambda: self.client.infer(MODEL, inputs_for(ids, mask)[:1]), "INVALID_ARGUMENT",
+                           "attention_mask")
+
+    def test_unsupported_request_options_are_refused_by_name(self):
+        ids, mask = token_batch(1, 4, 9)
+        self.assert_status(lambda: self.client.infer(MODEL, inputs_for(ids, mask), sequence_id=7),
+                           "INVALID_ARGUMENT", "parameters['sequence_")
+        self.assert_status(lambda: self.client.infer(
+            MODEL, inputs_for(ids, mask), outputs=[grpcclient.InferRequestedOutput("pooled", class_count=3)]),
+            "INVALID_ARGUMENT", "classification")
+        # The server keeps serving after each refusal.
+        self.client.infer(MODEL, inputs_for(ids, mask))
+
+
+if __name__ == "__main__":
+    unittest.main()
