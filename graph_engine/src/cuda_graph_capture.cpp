@@ -277,7 +277,10 @@ Status CudaGraphExecutor::CaptureBucket(GraphBucket* bucket, double* verify_diff
   Status forward_status;
   try {
     NvtxRange range("capture " + spec_.BucketLabel(shape));
-    graph->capture_begin(pool_);
+    // Thread-local capture: with --model-control-mode explicit a model loads while others serve on
+    // the same device, and in the default global mode their threads' CUDA calls would break this
+    // capture (and fail themselves).
+    graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     std::vector<at::Tensor> outputs;
     forward_status = model_->Forward(statics, &outputs);
     if (forward_status.ok()) forward_status = ValidateOutputs(spec_, shape, outputs);
