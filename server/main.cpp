@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string log_format = "plain";
   double drain_timeout_s = 30.0;
+  std::string control_mode = "none";
 
   CLI::App app{"graphserve: a KServe v2 inference server that replays CUDA graphs for variable shapes"};
   app.add_option("--grpc-address", options.grpc_address, "HOST:PORT of the gRPC endpoint")
@@ -21,8 +22,15 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-address", options.metrics_address, "HOST:PORT of the Prometheus /metrics endpoint")
       ->capture_default_str();
   app.add_option("--model-repository", options.repository.model_repository,
-                 "folder with one sub-folder (config.pbtxt + model.pt2 or model.pt) per model; "
+                 "folder with one sub-folder per model: config.pbtxt and model.pt2 or model.pt, or "
+                 "Triton's numbered version folders (MODEL/1/model.pt; the highest is served); "
                  "without it the built-in 'encoder' is served");
+  app.add_option("--model-control-mode", control_mode,
+                 "none: serve every model of the repository; explicit: serve the --load-model ones, "
+                 "then load and unload through the repository API (as Triton's flag)")
+      ->capture_default_str();
+  app.add_option("--load-model", options.repository.startup_models,
+                 "with --model-control-mode explicit: a model to load at start ('*': all); repeatable");
   app.add_option("--device", options.repository.device, "cpu, cuda, cuda:N or auto (CUDA when present)")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
@@ -40,6 +48,7 @@ int main(int argc, char** argv) {
 
   graphserve::LogFormat format = graphserve::LogFormat::kPlain;
   graphserve::Status status = graphserve::ParseLogFormat(log_format, &format);
+  if (status.ok()) status = graphserve::ParseModelControlMode(control_mode, &options.repository.control_mode);
   if (status.ok()) status = graphserve::SetupLogging(log_level, format);
   if (!status.ok()) {
     fprintf(stderr, "%s\n", status.message().c_str());

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <type_traits>
 
 #include "graphserve/server/metrics.h"
 #include "graphserve/server/request_codec.h"
@@ -47,6 +48,30 @@ int64_t DeadlineMicros(const grpc::CallbackServerContext& context, const Clock& 
   return clock.NowMicros() + std::max<int64_t>(remaining_us, 0);
 }
 
+Status CheckRepositoryName(const std::string& name) {
+  if (name.empty()) return Status::Ok();
+  return InvalidArgument("repository_name: graphserve serves one repository; leave it empty");
+}
+
+// Triton's load parameters (a config override, files) are not supported: refused by name. Unload's
+// `unload_dependents` (which tritonclient always sends) is accepted: graphserve has no ensembles, so a
+// model has no dependents and both values mean the same.
+template <typename Request>
+Status CheckRepositoryRequest(const Request& request) {
+  Status status = CheckRepositoryName(request.repository_name());
+  if (!status.ok()) return status;
+  for (const auto& [key, value] : request.parameters()) {
+    if (key == "unload_dependents" && value.parameter_choice_case() ==
+                                          inference::ModelRepositoryParameter::kBoolParam &&
+        std::is_same_v<Request, inference::RepositoryModelUnloadRequest>) {
+      continue;
+    }
+    return InvalidArgument("parameters['" + key + "']: not supported by graphserve; edit the model's "
+                           "config.pbtxt in the repository and load it again");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const Status& status) {
@@ -76,10 +101,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
     response->set_ready(false);
     return FinishNow(context, grpc::Status::OK);
   }
-  if (repository_->Find(request->name()) == nullptr) {
+  // As Triton: a known model that is not loaded, or a version that is not served, is not ready.
+  if (!repository_->Contains(request->name())) {
     return FinishNow(context, ToGrpcStatus(NotFound("name: unknown model '" + request->name() + "'")));
   }
-  response->set_ready(true);
+  response->set_ready(repository_->IsReady(request->name(), request->version()));
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -97,11 +123,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
   if (!ready_.load()) {
     return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
   }
-  const LoadedModel* model = repository_->Find(request->name());
-  if (model == nullptr) {
-    return FinishNow(context, ToGrpcStatus(NotFound("name: unknown model '" + request->name() + "'")));
-  }
-  FillModelMetadata(model->scheduler->spec(), response);
+  std::shared_ptr<LoadedModel> model;
+  const Status status = repository_->Find(request->name(), request->version(), "name", "version", &model);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  FillModelMetadata(model->scheduler->spec(), model->version, response);
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -113,11 +138,12 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     metrics_->CountUnroutedRequest(StatusCode::kUnavailable);
     return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
   }
-  const LoadedModel* model = repository_->Find(request->model_name());
-  if (model == nullptr) {
-    metrics_->CountUnroutedRequest(StatusCode::kNotFound);
-    return FinishNow(context, ToGrpcStatus(NotFound("model_name: unknown model '" +
-                                                    request->model_name() + "'")));
+  std::shared_ptr<LoadedModel> model;
+  Status status = repository_->Find(request->model_name(), request->model_version(), "model_name",
+                                    "model_version", &model);
+  if (!status.ok()) {
+    metrics_->CountUnroutedRequest(status.code());
+    return FinishNow(context, ToGrpcStatus(status));
   }
   ModelScheduler* scheduler = model->scheduler.get();
   const ModelSpec& spec = scheduler->spec();
@@ -126,8 +152,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   auto pending = std::make_shared<PendingRequest>();
   // The request belongs to this RPC until it finishes; decoding moves its raw buffers out instead of
   // copying them, hence the const_cast.
-  Status status =
-      DecodeInferRequest(spec, const_cast<inference::ModelInferRequest*>(request), &pending->item);
+  status = DecodeInferRequest(spec, const_cast<inference::ModelInferRequest*>(request), &pending->item);
   if (!status.ok()) {
     model_metrics->Refused(status.code());
     return FinishNow(context, ToGrpcStatus(status));
@@ -136,11 +161,14 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 
   auto* reactor = new InferReactor(scheduler, pending);
   const Clock* clock = clock_;
-  // Counted before Finish, so that a client that has its answer finds it in the next scrape.
-  pending->done = [reactor, request, response, &spec, model_metrics, clock, arrival_us](
+  // Counted before Finish, so that a client that has its answer finds it in the next scrape. Holds
+  // the model version until the answer is out, so that an unload or reload waits for it.
+  pending->done = [reactor, request, response, model, model_metrics, clock, arrival_us](
                       const Status& outcome, std::vector<HostTensor>&& outputs,
                       const RequestTiming& timing) {
-    if (outcome.ok()) EncodeInferResponse(spec, *request, std::move(outputs), response);
+    if (outcome.ok()) {
+      EncodeInferResponse(model->scheduler->spec(), model->version, *request, std::move(outputs), response);
+    }
     model_metrics->Finished(outcome, clock->NowMicros() - arrival_us, timing);
     reactor->Finish(ToGrpcStatus(outcome));
   };
@@ -151,6 +179,51 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     model_metrics->Finished(status, clock_->NowMicros() - arrival_us, RequestTiming{});
     reactor->Finish(ToGrpcStatus(status));
   }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,
+                                                            const inference::RepositoryIndexRequest* request,
+                                                            inference::RepositoryIndexResponse* response) {
+  const Status status = CheckRepositoryName(request->repository_name());
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  for (const ModelIndexEntry& entry : repository_->Index(request->ready())) {
+    inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
+    model->set_name(entry.name);
+    model->set_version(entry.version);
+    model->set_state(entry.state);
+    model->set_reason(entry.reason);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse*) {
+  if (!ready_.load()) {
+    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
+  }
+  const Status status = CheckRepositoryRequest(*request);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  // Loading (warm-up, graph capture) takes seconds: it runs on the repository's control thread and
+  // answers from there, leaving gRPC's threads to the other models' requests.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  repository_->LoadAsync(request->model_name(),
+                         [reactor](const Status& outcome) { reactor->Finish(ToGrpcStatus(outcome)); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse*) {
+  if (!ready_.load()) {
+    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
+  }
+  const Status status = CheckRepositoryRequest(*request);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  repository_->UnloadAsync(request->model_name(),
+                           [reactor](const Status& outcome) { reactor->Finish(ToGrpcStatus(outcome)); });
   return reactor;
 }
 

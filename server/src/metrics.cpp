@@ -27,9 +27,16 @@ class SchedulerCollector final : public prometheus::Collectable {
  public:
   explicit SchedulerCollector(ServerMetricsOptions options) : options_(std::move(options)) {}
 
-  void Add(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
+  // Exports `scheduler` for its model, in place of the version exported before (a reload).
+  void Set(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
     MutexLock lock(&mutex_);
-    schedulers_.push_back(scheduler);
+    schedulers_[scheduler->spec().name] = scheduler;
+  }
+  // Stops exporting `scheduler`, unless a newer version of its model replaced it already.
+  void Remove(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
+    MutexLock lock(&mutex_);
+    auto found = schedulers_.find(scheduler->spec().name);
+    if (found != schedulers_.end() && found->second == scheduler) schedulers_.erase(found);
   }
 
   std::vector<MetricFamily> Collect() const override EXCLUDES(mutex_);
@@ -37,7 +44,9 @@ class SchedulerCollector final : public prometheus::Collectable {
  private:
   const ServerMetricsOptions options_;
   mutable Mutex mutex_;
-  std::vector<const ModelScheduler*> schedulers_ GUARDED_BY(mutex_);  // never shrinks
+  // By model name. Held during a whole Collect, so that Remove returns only once no scrape reads
+  // the scheduler any more.
+  std::map<std::string, const ModelScheduler*> schedulers_ GUARDED_BY(mutex_);
 };
 
 namespace {
@@ -237,15 +246,11 @@ std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
 }  // namespace
 
 std::vector<MetricFamily> SchedulerCollector::Collect() const {
-  std::vector<const ModelScheduler*> schedulers;
-  {
-    MutexLock lock(&mutex_);
-    schedulers = schedulers_;
-  }
   SchedulerFamilies families = EmptySchedulerFamilies();
   AddBuildInfoSample(options_, &families);
   std::set<std::string> cuda_devices;
-  for (const ModelScheduler* scheduler : schedulers) {
+  MutexLock lock(&mutex_);
+  for (const auto& [model, scheduler] : schedulers_) {
     const SchedulerSnapshot snapshot = scheduler->Snapshot();
     for (const ExecutorSnapshot& executor : snapshot.executors) {
       if (IsCudaDevice(executor.device)) cuda_devices.insert(executor.device);
@@ -342,6 +347,12 @@ ServerMetrics::~ServerMetrics() = default;
 
 void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
   const std::string& model = scheduler->spec().name;
+  collector_->Set(scheduler);
+  {
+    // A reloaded model keeps its request series: they count requests, whichever version answered.
+    MutexLock lock(&mutex_);
+    if (models_.count(model) > 0) return;
+  }
   std::unique_ptr<ModelRequestMetrics> metrics(new ModelRequestMetrics());
   metrics->model_ = model;
   metrics->requests_ = requests_;
@@ -358,8 +369,9 @@ void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
     MutexLock lock(&mutex_);
     models_.emplace(model, std::move(metrics));
   }
-  collector_->Add(scheduler);
 }
+
+void ServerMetrics::RemoveModel(const ModelScheduler* scheduler) { collector_->Remove(scheduler); }
 
 ModelRequestMetrics* ServerMetrics::ForModel(const std::string& model) {
   MutexLock lock(&mutex_);

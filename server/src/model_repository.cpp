@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "graphserve/engine/device.h"
@@ -16,26 +18,148 @@
 namespace graphserve {
 namespace {
 
+constexpr const char* kStateReady = "READY";
+constexpr const char* kStateLoading = "LOADING";
+constexpr const char* kStateUnloading = "UNLOADING";
+constexpr const char* kStateUnavailable = "UNAVAILABLE";
+constexpr const char* kLoadAllModels = "*";
+
+bool IsDirectory(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
 // Sorted names of the folders in `dir`, hidden ones left out. POSIX rather than std::filesystem:
 // PyTorch's CUDA wheels export std::filesystem symbols of their own, and a binary that links them
 // can have its std::filesystem calls bound to those copies and crash.
 Status ListSubdirectories(const std::string& dir, std::vector<std::string>* names) {
   DIR* handle = opendir(dir.c_str());
-  if (handle == nullptr) {
-    return NotFound("--model-repository '" + dir + "': " + std::strerror(errno));
-  }
+  if (handle == nullptr) return NotFound("'" + dir + "': " + std::strerror(errno));
   while (const dirent* entry = readdir(handle)) {
     const std::string name = entry->d_name;
-    struct stat info {};
-    if (name.empty() || name[0] == '.') continue;
-    if (stat((dir + "/" + name).c_str(), &info) == 0 && S_ISDIR(info.st_mode)) names->push_back(name);
+    if (!name.empty() && name[0] != '.' && IsDirectory(dir + "/" + name)) names->push_back(name);
   }
   closedir(handle);
   std::sort(names->begin(), names->end());
   return Status::Ok();
 }
 
+// Triton's version folders are positive decimal numbers; other folders are not versions.
+bool ParseVersion(const std::string& name, int64_t* version) {
+  if (name.empty() || name.size() > 18 || name[0] == '0') return false;
+  for (char c : name) {
+    if (c < '0' || c > '9') return false;
+  }
+  *version = std::stoll(name);
+  return true;
+}
+
+// A model name a client may ask to load: one folder of the repository, nothing outside it.
+bool IsPlainFolderName(const std::string& name) {
+  return !name.empty() && name[0] != '.' && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos;
+}
+
+void ReplaceAll(std::string* text, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  for (size_t at = text->find(from); at != std::string::npos; at = text->find(from, at + to.size())) {
+    text->replace(at, from.size(), to);
+  }
+}
+
+std::string InstanceSummary(const ModelSpec& spec, const Executor& executor) {
+  std::string grid;
+  for (const BucketInfo& bucket : executor.Buckets()) {
+    grid += " " + spec.BucketLabel(bucket.shape) + (bucket.graph ? "(graph " : "(eager ") +
+            std::to_string(static_cast<int64_t>(bucket.execute_time_us)) + "us)";
+  }
+  return std::to_string(executor.Buckets().size()) + " buckets:" + grid;
+}
+
+// One executor per instance per device; an instance group without devices uses the default device.
+Status InstanceDevices(const config::ModelConfig& config, const std::string& default_device,
+                       std::vector<std::string>* devices) {
+  if (config.instance_group_size() == 0) devices->push_back(default_device);
+  for (const config::InstanceGroup& group : config.instance_group()) {
+    std::vector<std::string> group_devices(group.devices().begin(), group.devices().end());
+    if (group_devices.empty()) group_devices.push_back(default_device);
+    for (const std::string& requested : group_devices) {
+      std::string device;
+      Status status = ResolveDevice(requested, &device);
+      if (!status.ok()) return Status(status.code(), "instance_group: " + status.message());
+      for (int i = 0; i < std::max(1, group.count()); ++i) devices->push_back(device);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& devices,
+                       const std::string& model_dir, std::vector<std::unique_ptr<Executor>>* executors) {
+  for (const std::string& device : devices) {
+    ExecutorOptions executor_options;
+    executor_options.device = device;
+    executor_options.model_dir = model_dir;
+    std::unique_ptr<Executor> executor;
+    Status status = CreateExecutor(spec, executor_options, &executor);
+    if (status.ok()) status = executor->Warmup();
+    if (!status.ok()) return status;
+    spdlog::info("model '{}' instance {} on {}: {}", spec.name, executors->size(), executor->device(),
+                 InstanceSummary(spec, *executor));
+    executors->push_back(std::move(executor));
+  }
+  return Status::Ok();
+}
+
+void LogReady(const LoadedModel& model, size_t instances, const SchedulerOptions& options) {
+  const ModelSpec& spec = model.scheduler->spec();
+  spdlog::info("model '{}' version {} ready: platform {}, max_batch_size {}, max_sequence_length {}, "
+               "{} instance(s), {}, queue size {}",
+               spec.name, model.version, spec.platform, spec.max_batch_size,
+               spec.has_sequence_length() ? std::to_string(spec.max_sequence_length)
+                                          : std::string("- (fixed shape)"),
+               instances,
+               options.batching_disabled ? std::string("batching disabled")
+                                         : "queue delay " + std::to_string(options.max_queue_delay_us) + " us",
+               options.max_queue_size);
+}
+
+// Builds a started model from a parsed config whose files are in `model_dir`.
+Status BuildModel(const config::ModelConfig& config, const std::string& version, const std::string& model_dir,
+                  const std::string& default_device, const Clock* clock,
+                  std::shared_ptr<LoadedModel>* model) {
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(config, &spec);
+  if (!status.ok()) return status;
+  std::vector<std::string> devices;
+  status = InstanceDevices(config, default_device, &devices);
+  if (!status.ok()) return Status(status.code(), "model '" + spec.name + "': " + status.message());
+  std::vector<std::unique_ptr<Executor>> executors;
+  status = CreateExecutors(spec, devices, model_dir, &executors);
+  if (!status.ok()) return status;
+
+  auto loaded = std::make_shared<LoadedModel>();
+  loaded->config = config;
+  loaded->version = version;
+  const SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
+  loaded->scheduler = std::make_unique<ModelScheduler>(spec, scheduler_options, std::move(executors), clock);
+  loaded->scheduler->Start();
+  LogReady(*loaded, devices.size(), scheduler_options);
+  *model = std::move(loaded);
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status ParseModelControlMode(const std::string& text, ModelControlMode* mode) {
+  if (text == "none") {
+    *mode = ModelControlMode::kNone;
+  } else if (text == "explicit") {
+    *mode = ModelControlMode::kExplicit;
+  } else {
+    return InvalidArgument("--model-control-mode: '" + text + "' is not one of none, explicit");
+  }
+  return Status::Ok();
+}
 
 Status ResolveDevice(const std::string& requested, std::string* resolved) {
   const EngineInfo engine = GetEngineInfo();
@@ -55,109 +179,332 @@ Status ResolveDevice(const std::string& requested, std::string* resolved) {
   return Status::Ok();
 }
 
+Status ResolveModelVersion(const std::string& model_dir, std::string* version, std::string* version_dir) {
+  std::vector<std::string> folders;
+  Status status = ListSubdirectories(model_dir, &folders);
+  if (!status.ok()) return status;
+  int64_t latest = 0;
+  for (const std::string& folder : folders) {
+    int64_t number = 0;
+    if (ParseVersion(folder, &number)) latest = std::max(latest, number);
+  }
+  if (latest == 0) {
+    *version = "1";
+    *version_dir = model_dir;
+  } else {
+    *version = std::to_string(latest);
+    *version_dir = model_dir + "/" + *version;
+  }
+  return Status::Ok();
+}
+
+Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,
+                        const std::string& default_device, const Clock* clock,
+                        std::shared_ptr<LoadedModel>* model) {
+  config::ModelConfig config;
+  Status status = LoadModelConfig(model_dir + "/config.pbtxt", &config);
+  if (!status.ok()) return status;
+  // Triton's convention: the folder names the model when the config does not.
+  if (config.name().empty()) config.set_name(expected_name);
+  if (config.name() != expected_name) {
+    return InvalidArgument(model_dir + "/config.pbtxt: name '" + config.name() +
+                           "' differs from its folder's name");
+  }
+  std::string version;
+  std::string version_dir;
+  status = ResolveModelVersion(model_dir, &version, &version_dir);
+  if (!status.ok()) return status;
+  return BuildModel(config, version, version_dir, default_device, clock, model);
+}
+
+ModelRepository::ModelRepository(const Clock* clock, Listener listener)
+    : clock_(clock), listener_(std::move(listener)) {}
+
 ModelRepository::~ModelRepository() { Stop(); }
 
-Status ModelRepository::Load(const RepositoryOptions& options) {
-  std::string default_device;
-  Status status = ResolveDevice(options.device, &default_device);
+Status ModelRepository::Start(const RepositoryOptions& options) {
+  options_ = options;
+  Status status = ResolveDevice(options.device, &default_device_);
   if (!status.ok()) return Status(status.code(), "--device: " + status.message());
 
   if (options.model_repository.empty()) {
+    if (options.control_mode == ModelControlMode::kExplicit) {
+      return InvalidArgument("--model-control-mode explicit: needs --model-repository");
+    }
     spdlog::info("no --model-repository given: serving the built-in model 'encoder'");
-    return LoadModel(BuiltinEncoderConfig(), "", default_device);
+    std::shared_ptr<LoadedModel> encoder;
+    status = BuildModel(BuiltinEncoderConfig(), "1", "", default_device_, clock_, &encoder);
+    if (!status.ok()) return status;
+    if (listener_.serving) listener_.serving(*encoder);
+    MutexLock lock(&mutex_);
+    entries_["encoder"] = Entry{std::move(encoder), kStateReady, ""};
+    return Status::Ok();
   }
-  std::vector<std::string> model_names;
-  status = ListSubdirectories(options.model_repository, &model_names);
-  if (!status.ok()) return status;
-  if (model_names.empty()) {
+
+  std::vector<std::string> names;
+  status = ListSubdirectories(options.model_repository, &names);
+  if (!status.ok()) return Status(status.code(), "--model-repository " + status.message());
+  std::vector<std::string> startup = names;
+  if (options.control_mode == ModelControlMode::kExplicit) {
+    startup.clear();
+    for (const std::string& name : options.startup_models) {
+      if (name == kLoadAllModels) {
+        startup = names;
+        break;
+      }
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        return NotFound("--load-model: no model folder '" + name + "' in the repository");
+      }
+      startup.push_back(name);
+    }
+  } else if (!options.startup_models.empty()) {
+    return InvalidArgument("--load-model: only with --model-control-mode explicit (none loads every model)");
+  }
+  if (options.control_mode == ModelControlMode::kNone && names.empty()) {
     return NotFound("--model-repository '" + options.model_repository + "' holds no model folders");
   }
-  for (const std::string& name : model_names) {
-    const std::string dir = options.model_repository + "/" + name;
-    config::ModelConfig config;
-    status = LoadModelConfig(dir + "/config.pbtxt", &config);
-    if (!status.ok()) return status;
-    // Triton's convention: the folder names the model when the config does not.
-    if (config.name().empty()) config.set_name(name);
-    if (config.name() != name) {
-      return InvalidArgument(dir + "/config.pbtxt: name '" + config.name() +
-                             "' differs from its folder's name");
-    }
-    status = LoadModel(config, dir, default_device);
+  for (const std::string& name : startup) {
+    status = LoadNamed(name);
     if (!status.ok()) return status;
   }
+  control_thread_ = std::thread([this] { ControlLoop(); });
   return Status::Ok();
 }
 
-Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::string& model_dir,
-                                  const std::string& default_device) {
-  ModelSpec spec;
-  Status status = ModelSpecFromConfig(config, &spec);
-  if (!status.ok()) return status;
-
-  // One executor per instance per device; an instance group without devices uses --device.
-  std::vector<std::string> devices;
-  if (config.instance_group_size() == 0) devices.push_back(default_device);
-  for (const config::InstanceGroup& group : config.instance_group()) {
-    std::vector<std::string> group_devices(group.devices().begin(), group.devices().end());
-    if (group_devices.empty()) group_devices.push_back(default_device);
-    for (const std::string& requested : group_devices) {
-      std::string device;
-      status = ResolveDevice(requested, &device);
-      if (!status.ok()) {
-        return Status(status.code(), "model '" + spec.name + "': instance_group: " + status.message());
-      }
-      for (int i = 0; i < std::max(1, group.count()); ++i) devices.push_back(device);
-    }
+void ModelRepository::StopControl() {
+  {
+    MutexLock lock(&mutex_);
+    stopping_ = true;
   }
-
-  std::vector<std::unique_ptr<Executor>> executors;
-  for (const std::string& device : devices) {
-    ExecutorOptions executor_options;
-    executor_options.device = device;
-    executor_options.model_dir = model_dir;
-    std::unique_ptr<Executor> executor;
-    status = CreateExecutor(spec, executor_options, &executor);
-    if (status.ok()) status = executor->Warmup();
-    if (!status.ok()) return status;
-    std::string grid;
-    for (const BucketInfo& bucket : executor->Buckets()) {
-      grid += " " + spec.BucketLabel(bucket.shape) + (bucket.graph ? "(graph " : "(eager ") +
-              std::to_string(static_cast<int64_t>(bucket.execute_time_us)) + "us)";
-    }
-    spdlog::info("model '{}' instance {} on {}: {} buckets:{}", spec.name, executors.size(),
-                 executor->device(), executor->Buckets().size(), grid);
-    executors.push_back(std::move(executor));
-  }
-
-  auto model = std::make_unique<LoadedModel>();
-  model->config = config;
-  const SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
-  model->scheduler = std::make_unique<ModelScheduler>(spec, scheduler_options, std::move(executors), clock_);
-  model->scheduler->Start();
-  spdlog::info("model '{}' ready: platform {}, max_batch_size {}, max_sequence_length {}, "
-               "{} instance(s), {}, queue size {}",
-               spec.name, spec.platform, spec.max_batch_size,
-               spec.has_sequence_length() ? std::to_string(spec.max_sequence_length)
-                                          : std::string("- (fixed shape)"),
-               devices.size(),
-               scheduler_options.batching_disabled
-                   ? std::string("batching disabled")
-                   : "queue delay " + std::to_string(scheduler_options.max_queue_delay_us) + " us",
-               scheduler_options.max_queue_size);
-  if (!models_.emplace(spec.name, std::move(model)).second) {
-    return InvalidArgument("model '" + spec.name + "' is defined twice");
-  }
-  return Status::Ok();
+  operations_changed_.notify_all();
+  if (control_thread_.joinable()) control_thread_.join();
 }
 
 void ModelRepository::Stop() {
-  for (auto& [name, model] : models_) model->scheduler->Stop();
+  StopControl();
+  std::vector<std::shared_ptr<LoadedModel>> serving;
+  {
+    MutexLock lock(&mutex_);
+    for (auto& [name, entry] : entries_) {
+      if (entry.serving) serving.push_back(std::move(entry.serving));
+    }
+    entries_.clear();
+  }
+  for (const std::shared_ptr<LoadedModel>& model : serving) {
+    model->scheduler->Stop();
+    if (listener_.retired) listener_.retired(*model);
+  }
 }
 
-LoadedModel* ModelRepository::Find(const std::string& name) const {
-  auto found = models_.find(name);
-  return found == models_.end() ? nullptr : found->second.get();
+Status ModelRepository::Find(const std::string& name, const std::string& version, const char* name_field,
+                             const char* version_field, std::shared_ptr<LoadedModel>* model) const {
+  MutexLock lock(&mutex_);
+  auto found = entries_.find(name);
+  if (found == entries_.end() || !found->second.serving) {
+    const std::string state = found == entries_.end() ? "" : found->second.state;
+    if (state == kStateLoading) return Unavailable("model '" + name + "' is loading");
+    if (state == kStateUnloading) return Unavailable("model '" + name + "' is unloading");
+    return NotFound(std::string(name_field) + ": unknown model '" + name + "'");
+  }
+  const std::shared_ptr<LoadedModel>& serving = found->second.serving;
+  if (!version.empty() && version != serving->version) {
+    return NotFound(std::string(version_field) + ": model '" + name + "' has no version '" + version +
+                    "' being served (it serves version " + serving->version + ")");
+  }
+  *model = serving;
+  return Status::Ok();
+}
+
+bool ModelRepository::Contains(const std::string& name) const {
+  {
+    MutexLock lock(&mutex_);
+    if (entries_.count(name) > 0) return true;
+  }
+  return !options_.model_repository.empty() && IsPlainFolderName(name) &&
+         IsDirectory(options_.model_repository + "/" + name);
+}
+
+bool ModelRepository::IsReady(const std::string& name, const std::string& version) const {
+  MutexLock lock(&mutex_);
+  auto found = entries_.find(name);
+  return found != entries_.end() && found->second.serving &&
+         (version.empty() || version == found->second.serving->version);
+}
+
+std::vector<std::shared_ptr<LoadedModel>> ModelRepository::Serving() const {
+  MutexLock lock(&mutex_);
+  std::vector<std::shared_ptr<LoadedModel>> serving;
+  for (const auto& [name, entry] : entries_) {
+    if (entry.serving) serving.push_back(entry.serving);
+  }
+  return serving;
+}
+
+std::vector<ModelIndexEntry> ModelRepository::Index(bool ready_only) const {
+  // The folders are read anew: a model copied into the repository after start is listed (and can be
+  // loaded) without a restart.
+  std::vector<std::string> folders;
+  if (!options_.model_repository.empty()) {
+    if (!ListSubdirectories(options_.model_repository, &folders).ok()) folders.clear();
+  }
+  std::map<std::string, ModelIndexEntry> index;
+  for (const std::string& name : folders) index[name] = ModelIndexEntry{name, "", "", ""};
+  {
+    MutexLock lock(&mutex_);
+    for (const auto& [name, entry] : entries_) {
+      index[name] = ModelIndexEntry{name, entry.serving ? entry.serving->version : "", entry.state,
+                                    entry.reason};
+    }
+  }
+  std::vector<ModelIndexEntry> entries;
+  for (auto& [name, entry] : index) {
+    if (!ready_only || entry.state == kStateReady) entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+Status ModelRepository::CheckControllable() const {
+  if (options_.model_repository.empty()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "graphserve serves its built-in model: start it with --model-repository and "
+                  "--model-control-mode explicit to load and unload models");
+  }
+  if (options_.control_mode != ModelControlMode::kExplicit) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "model control mode is 'none': start graphserve with --model-control-mode explicit "
+                  "to load and unload models");
+  }
+  return Status::Ok();
+}
+
+void ModelRepository::LoadAsync(const std::string& name, std::function<void(const Status&)> done) {
+  Enqueue(Operation{true, name, std::move(done)});
+}
+
+void ModelRepository::UnloadAsync(const std::string& name, std::function<void(const Status&)> done) {
+  Enqueue(Operation{false, name, std::move(done)});
+}
+
+void ModelRepository::Enqueue(Operation operation) {
+  Status refused = CheckControllable();
+  if (refused.ok() && !IsPlainFolderName(operation.name)) {
+    refused = InvalidArgument("model_name: '" + operation.name + "' is not a model folder name");
+  }
+  if (refused.ok()) {
+    MutexLock lock(&mutex_);
+    if (stopping_) {
+      refused = Unavailable("the server is shutting down");
+    } else {
+      operations_.push_back(std::move(operation));
+    }
+  }
+  if (!refused.ok()) {
+    operation.done(refused);
+    return;
+  }
+  operations_changed_.notify_all();
+}
+
+void ModelRepository::ControlLoop() {
+  MutexLock lock(&mutex_);
+  while (true) {
+    while (!stopping_ && operations_.empty()) lock.Wait(operations_changed_);
+    if (stopping_) break;
+    Operation operation = std::move(operations_.front());
+    operations_.pop_front();
+    lock.Unlock();
+    const Status status = operation.load ? LoadNamed(operation.name) : UnloadNamed(operation.name);
+    operation.done(ForClient(status));
+    lock.Lock();
+  }
+  // Queued operations are answered, not run: a load could take minutes of a shutdown.
+  for (Operation& operation : operations_) operation.done(Unavailable("the server is shutting down"));
+  operations_.clear();
+}
+
+void ModelRepository::SetState(const std::string& name, const std::string& state, const std::string& reason) {
+  MutexLock lock(&mutex_);
+  Entry& entry = entries_[name];
+  entry.state = state;
+  entry.reason = reason;
+}
+
+Status ModelRepository::LoadNamed(const std::string& name) {
+  const std::string model_dir = options_.model_repository + "/" + name;
+  if (!IsDirectory(model_dir)) return NotFound("model_name: no model folder '" + name + "' in the repository");
+  bool reloading = false;
+  {
+    MutexLock lock(&mutex_);
+    Entry& entry = entries_[name];
+    reloading = entry.serving != nullptr;
+    // While a reload warms up, the old version keeps serving and the model stays READY.
+    if (!reloading) entry.state = kStateLoading;
+  }
+  spdlog::info("{} model '{}' from {}", reloading ? "reloading" : "loading", name, model_dir);
+  std::shared_ptr<LoadedModel> loaded;
+  const Status status = LoadModelVersion(model_dir, name, default_device_, clock_, &loaded);
+  if (!status.ok()) {
+    spdlog::error("model '{}' failed to load: {}", name, status.message());
+    if (!reloading) SetState(name, kStateUnavailable, ForClient(status).message());
+    return status;
+  }
+  if (listener_.serving) listener_.serving(*loaded);
+  std::shared_ptr<LoadedModel> previous;
+  {
+    MutexLock lock(&mutex_);
+    Entry& entry = entries_[name];
+    previous = std::move(entry.serving);
+    entry = Entry{std::move(loaded), kStateReady, ""};
+  }
+  if (previous) Retire(std::move(previous));
+  return Status::Ok();
+}
+
+Status ModelRepository::UnloadNamed(const std::string& name) {
+  std::shared_ptr<LoadedModel> previous;
+  {
+    MutexLock lock(&mutex_);
+    auto found = entries_.find(name);
+    if (found == entries_.end() && !IsDirectory(options_.model_repository + "/" + name)) {
+      return NotFound("model_name: unknown model '" + name + "'");
+    }
+    if (found == entries_.end() || !found->second.serving) return Status::Ok();  // nothing to unload
+    previous = std::move(found->second.serving);
+    found->second.state = kStateUnloading;
+    found->second.reason = "";
+  }
+  spdlog::info("unloading model '{}' version {}: draining its requests", name, previous->version);
+  Retire(std::move(previous));
+  SetState(name, kStateUnavailable, "unloaded");
+  return Status::Ok();
+}
+
+void ModelRepository::Retire(std::shared_ptr<LoadedModel> model) {
+  // Requests hold the version from Find until their answer is sent, so once this is the last
+  // reference nothing can reach it any more and its queue is empty.
+  const auto started = std::chrono::steady_clock::now();
+  auto next_report = started + std::chrono::seconds(10);
+  while (model.use_count() > 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (std::chrono::steady_clock::now() >= next_report) {
+      spdlog::warn("model '{}' version {}: still waiting for {} request(s) to be answered",
+                   model->scheduler->spec().name, model->version, model.use_count() - 1);
+      next_report += std::chrono::seconds(10);
+    }
+  }
+  model->scheduler->Stop();
+  if (listener_.retired) listener_.retired(*model);
+  spdlog::info("model '{}' version {} released after {} ms", model->scheduler->spec().name, model->version,
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
+                   .count());
+}
+
+Status ModelRepository::ForClient(const Status& status) const {
+  if (status.ok() || options_.model_repository.empty()) return status;
+  std::string message = status.message();
+  ReplaceAll(&message, options_.model_repository + "/", "");
+  ReplaceAll(&message, options_.model_repository, "the model repository");
+  return Status(status.code(), message);
 }
 
 }  // namespace graphserve

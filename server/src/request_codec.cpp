@@ -279,10 +279,11 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
   return DecodeRequestedOutputs(spec, *request, item);
 }
 
-void EncodeInferResponse(const ModelSpec& spec, const inference::ModelInferRequest& request,
-                         std::vector<HostTensor>&& outputs, inference::ModelInferResponse* response) {
+void EncodeInferResponse(const ModelSpec& spec, const std::string& version,
+                         const inference::ModelInferRequest& request, std::vector<HostTensor>&& outputs,
+                         inference::ModelInferResponse* response) {
   response->set_model_name(spec.name);
-  response->set_model_version(request.model_version().empty() ? "1" : request.model_version());
+  response->set_model_version(version);
   response->set_id(request.id());
   auto add_output = [&](size_t index) {
     HostTensor& tensor = outputs[index];
@@ -308,9 +309,10 @@ void EncodeInferResponse(const ModelSpec& spec, const inference::ModelInferReque
   }
 }
 
-void FillModelMetadata(const ModelSpec& spec, inference::ModelMetadataResponse* response) {
+void FillModelMetadata(const ModelSpec& spec, const std::string& version,
+                       inference::ModelMetadataResponse* response) {
   response->set_name(spec.name);
-  response->add_versions("1");
+  response->add_versions(version);
   response->set_platform(spec.platform);
   auto fill = [](const TensorSpec& tensor, inference::ModelMetadataResponse::TensorMetadata* meta) {
     meta->set_name(tensor.name);

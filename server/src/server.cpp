@@ -45,7 +45,11 @@ Status GraphServer::Start(const ServerOptions& options) {
   spdlog::info("metrics endpoint listening on {} (port {}): http /metrics", options.metrics_address,
                metrics_endpoint_->port());
 
-  repository_ = std::make_unique<ModelRepository>(&clock_);
+  ModelRepository::Listener listener;
+  ServerMetrics* metrics = metrics_.get();
+  listener.serving = [metrics](const LoadedModel& model) { metrics->AddModel(model.scheduler.get()); };
+  listener.retired = [metrics](const LoadedModel& model) { metrics->RemoveModel(model.scheduler.get()); };
+  repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -65,11 +69,10 @@ Status GraphServer::Start(const ServerOptions& options) {
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
 
-  status = repository_->Load(options.repository);
+  status = repository_->Start(options.repository);
   if (!status.ok()) return status;
-  for (const auto& [name, model] : repository_->models()) metrics_->AddModel(model->scheduler.get());
   SetReady(true);
-  spdlog::info("ready: serving {} model(s)", repository_->models().size());
+  spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
   return Status::Ok();
 }
 
@@ -83,6 +86,9 @@ void GraphServer::SetReady(bool ready) {
 
 void GraphServer::Shutdown() {
   if (service_ && grpc_server_) SetReady(false);
+  // Before the RPCs drain: a load still queued is answered now instead of being run, and no load or
+  // unload answers once the endpoint is gone.
+  if (repository_) repository_->StopControl();
   if (grpc_server_) {
     spdlog::info("shutting down: draining in-flight requests (up to {} ms)", options_.drain_timeout.count());
     // New calls are refused at once; calls in flight finish as the schedulers answer them, and any

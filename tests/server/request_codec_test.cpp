@@ -91,9 +91,10 @@ TEST(RequestCodecTest, RequestedOutputsAreFiltered) {
   outputs[1].shape = {1, 256};
   outputs[1].bytes.assign(256 * 4, '\1');
   inference::ModelInferResponse response;
-  EncodeInferResponse(EncoderSpec(), request, std::move(outputs), &response);
+  EncodeInferResponse(EncoderSpec(), "3", request, std::move(outputs), &response);
   EXPECT_EQ(response.id(), "req-1");
   EXPECT_EQ(response.model_name(), "encoder");
+  EXPECT_EQ(response.model_version(), "3");
   ASSERT_EQ(response.outputs_size(), 1);
   EXPECT_EQ(response.outputs(0).name(), "pooler_output");
   EXPECT_EQ(response.outputs(0).datatype(), "FP32");
@@ -267,7 +268,7 @@ TEST(RequestCodecTest, FixedShapeRequestWithOtherDimsNamesTheInputAndDims) {
 
 TEST(RequestCodecTest, FixedShapeMetadataHasNoVariableDimBeyondTheBatch) {
   inference::ModelMetadataResponse metadata;
-  FillModelMetadata(CnnSpec(), &metadata);
+  FillModelMetadata(CnnSpec(), "1", &metadata);
   ASSERT_EQ(metadata.inputs_size(), 1);
   EXPECT_EQ(std::vector<int64_t>(metadata.inputs(0).shape().begin(), metadata.inputs(0).shape().end()),
             (std::vector<int64_t>{-1, 3, 224, 224}));
@@ -277,8 +278,10 @@ TEST(RequestCodecTest, FixedShapeMetadataHasNoVariableDimBeyondTheBatch) {
 
 TEST(RequestCodecTest, MetadataPutsBatchFirstAndMarksVariableDims) {
   inference::ModelMetadataResponse metadata;
-  FillModelMetadata(EncoderSpec(), &metadata);
+  FillModelMetadata(EncoderSpec(), "2", &metadata);
   EXPECT_EQ(metadata.name(), "encoder");
+  EXPECT_EQ(std::vector<std::string>(metadata.versions().begin(), metadata.versions().end()),
+            (std::vector<std::string>{"2"}));
   EXPECT_EQ(metadata.platform(), "graphserve_encoder");
   ASSERT_EQ(metadata.inputs_size(), 2);
   EXPECT_EQ(metadata.inputs(0).datatype(), "INT64");

@@ -4,6 +4,7 @@ ctest passes the paths through the environment (tests/integration/CMakeLists.txt
   GRAPHSERVE_BINARY            the server
   GRAPHSERVE_TEST_REPOSITORY   the integration model repository (make_model_repository.py)
   GRAPHSERVE_TEST_OUTPUT       a folder for logs and repositories the tests build
+  GRAPHSERVE_TEST_DEVICE       optional: the server's --device (default cpu; cuda on a GPU host)
 Importing this module exits with 77 (ctest: skipped) where tritonclient[grpc] is not installed (the
 CUDA host cannot download it); deploy/install-deps.sh installs it everywhere else.
 """
@@ -27,6 +28,7 @@ except ImportError as missing:
 BINARY = os.environ.get("GRAPHSERVE_BINARY", "")
 REPOSITORY = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_REPOSITORY", ""))
 OUTPUT = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_OUTPUT", tempfile.gettempdir()))
+DEVICE = os.environ.get("GRAPHSERVE_TEST_DEVICE", "cpu")
 
 _PORT_LINE = {
     "grpc": re.compile(r"gRPC endpoint listening on \S+ \(port (\d+)\)"),
@@ -69,7 +71,7 @@ class Server:
         if not BINARY:
             raise RuntimeError("GRAPHSERVE_BINARY is not set (run through ctest)")
         self.args = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-                     "--device", "cpu", *args]
+                     "--device", DEVICE, *args]
         self.log_path = OUTPUT / f"{log_name}.log"
         self.ready_timeout_s = ready_timeout_s
         self.wait_ready = wait_ready

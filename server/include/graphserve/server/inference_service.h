@@ -21,7 +21,7 @@ grpc::Status ToGrpcStatus(const Status& status);
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  InferenceService(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics)
+  InferenceService(ModelRepository* repository, const Clock* clock, ServerMetrics* metrics)
       : repository_(repository), clock_(clock), metrics_(metrics) {}
 
   // Ready: models loaded and warmed up, and not draining. Every model of the repository must have been
@@ -47,8 +47,19 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
 
+  // Triton's model repository extension (model_repository.h has the control modes and the states).
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                const inference::RepositoryModelLoadRequest* request,
+                                                inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context,
+                                                  const inference::RepositoryModelUnloadRequest* request,
+                                                  inference::RepositoryModelUnloadResponse* response) override;
+
  private:
-  const ModelRepository* const repository_;
+  ModelRepository* const repository_;
   const Clock* const clock_;
   ServerMetrics* const metrics_;
   std::atomic<bool> ready_{false};

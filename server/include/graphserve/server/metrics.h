@@ -88,9 +88,9 @@ struct ServerMetricsOptions {
 // Every graphserve metric: the RPC edge's registry and the collector over the schedulers and their
 // executors.
 // Thread safety: any method may be called from any thread, and scrapes may run concurrently with all
-// of them. Lifetime: each scheduler passed to AddModel must outlive every later scrape (stop the
-// MetricsEndpoint before destroying the schedulers); the ModelRequestMetrics handed out live as long
-// as this object.
+// of them. Lifetime: each scheduler passed to AddModel must stay alive until RemoveModel returns for
+// it or, when it is never removed, until scrapes have stopped (the MetricsEndpoint is gone); the ModelRequestMetrics handed out live as long
+// as this object, also after their model is unloaded.
 class ServerMetrics {
  public:
   explicit ServerMetrics(ServerMetricsOptions options);
@@ -99,9 +99,14 @@ class ServerMetrics {
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
-  // Starts exporting `scheduler`'s model (its spec's name; not yet added) and creates its request
-  // series at zero, so that rates and ratios are defined before the first request.
+  // Starts exporting `scheduler`'s model (its spec's name) and, the first time that model is added,
+  // creates its request series at zero, so that rates and ratios are defined before the first
+  // request. Adding a model again (a reload) exports the new scheduler in place of the old one; the
+  // request series carry on.
   void AddModel(const ModelScheduler* scheduler) EXCLUDES(mutex_);
+  // Stops exporting `scheduler` (an unloaded model); returns once no scrape reads it, so it may be
+  // destroyed. No effect when a later AddModel replaced it.
+  void RemoveModel(const ModelScheduler* scheduler);
 
   // The model's RPC-edge series; nullptr when no model of that name was added.
   ModelRequestMetrics* ForModel(const std::string& model) EXCLUDES(mutex_);

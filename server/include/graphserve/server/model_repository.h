@@ -1,55 +1,162 @@
 #pragma once
-// The models a server serves: loads each from its config.pbtxt (or the built-in encoder), creates and
-// warms up its executors, and owns one scheduler per model.
-// Thread safety: Load before serving; Find and models() are safe from any thread afterwards (the set
-// of models never changes while serving).
+// The models a server serves, and Triton's model-control API over them.
+//
+// A model folder holds config.pbtxt and either the model file itself (the flat layout, served as
+// version "1") or Triton's numbered version folders (MODEL/1/model.pt, MODEL/2/model.pt2, ...), of
+// which the highest is served. Loading reads the config, creates and warms up the executors (graph
+// capture on CUDA) and starts the model's scheduler.
+//
+// Control modes, as Triton's --model-control-mode: kNone loads every model at start and refuses
+// LoadModel/UnloadModel; kExplicit loads the models named at start and then whatever LoadModel asks.
+// Loads and unloads run one at a time on the repository's control thread while the other models
+// serve. A reload warms the new version up beside the old one, then swaps them: requests already
+// holding the old version finish on it, later ones go to the new one, so none fails. An unload stops
+// routing to the model, waits until every request that reached it has been answered, then releases
+// it.
+//
+// Thread safety: every method may be called from any thread once Start returned. Lifetime: a request
+// keeps the LoadedModel it found (a shared_ptr) until it is answered; the clock must outlive the
+// repository. Errors name the model (and the field) but never a host path: paths go to the log.
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "graphserve/engine/status.h"
 #include "graphserve/server/clock.h"
 #include "graphserve/server/scheduler.h"
+#include "graphserve/server/thread_annotations.h"
 #include "model_config.pb.h"
 
 namespace graphserve {
+
+enum class ModelControlMode { kNone, kExplicit };
+
+// Parses "none" or "explicit" (Triton's names; Triton's "poll" is not offered).
+Status ParseModelControlMode(const std::string& text, ModelControlMode* mode);
 
 struct RepositoryOptions {
   // Folder with one sub-folder per model; empty: serve the built-in encoder.
   std::string model_repository;
   // "cpu", "cuda", "cuda:N" or "auto": the device used by instance groups that name none.
   std::string device = "auto";
+  ModelControlMode control_mode = ModelControlMode::kNone;
+  // kExplicit only: the models loaded at start ("*": all of them).
+  std::vector<std::string> startup_models;
 };
 
+// One loaded version of a model. Immutable once serving.
 struct LoadedModel {
   config::ModelConfig config;
+  std::string version;
   std::unique_ptr<ModelScheduler> scheduler;
+};
+
+// A model's line in RepositoryIndex. `state` is Triton's: "READY", "LOADING", "UNLOADING",
+// "UNAVAILABLE" (a failed load, or unloaded), or "" for a model never loaded.
+struct ModelIndexEntry {
+  std::string name;
+  std::string version;
+  std::string state;
+  std::string reason;
 };
 
 class ModelRepository {
  public:
-  explicit ModelRepository(const Clock* clock) : clock_(clock) {}
-  ~ModelRepository();
+  // Told about every model version that starts serving (before any request can reach it) and every
+  // one that stops (after its last request was answered, before it is destroyed); e.g. to export its
+  // metrics. Called on the thread that loads or unloads.
+  struct Listener {
+    std::function<void(const LoadedModel&)> serving;
+    std::function<void(const LoadedModel&)> retired;
+  };
 
-  // Loads and warms up every model; fails on the first model that cannot be served, naming it.
-  Status Load(const RepositoryOptions& options);
-  // Stops every scheduler after draining its queue.
-  void Stop();
+  ModelRepository(const Clock* clock, Listener listener);
+  ~ModelRepository();  // Stop()s
 
-  // nullptr when no model has that name.
-  LoadedModel* Find(const std::string& name) const;
-  const std::map<std::string, std::unique_ptr<LoadedModel>>& models() const { return models_; }
+  ModelRepository(const ModelRepository&) = delete;
+  ModelRepository& operator=(const ModelRepository&) = delete;
+
+  // Loads the start-up models (all of them, or kExplicit's list) and starts the control thread;
+  // fails on the first model that cannot be served, naming it.
+  Status Start(const RepositoryOptions& options) EXCLUDES(mutex_);
+  // Finishes the control operation under way and answers the queued ones UNAVAILABLE; later ones are
+  // refused. The models keep serving.
+  void StopControl() EXCLUDES(mutex_);
+  // StopControl, then stops every model after answering what it holds.
+  void Stop() EXCLUDES(mutex_);
+
+  // The served version of `name`. `version` empty means the served one; another one is NOT_FOUND
+  // naming `version_field` (the request's field name), as is an unknown or unloaded model (naming
+  // `name_field`). A model still loading for the first time is UNAVAILABLE.
+  Status Find(const std::string& name, const std::string& version, const char* name_field,
+              const char* version_field, std::shared_ptr<LoadedModel>* model) const EXCLUDES(mutex_);
+  // True for a model the repository holds a folder or an entry for, loaded or not.
+  bool Contains(const std::string& name) const EXCLUDES(mutex_);
+  // True when that version (empty: any) of the model is serving.
+  bool IsReady(const std::string& name, const std::string& version) const EXCLUDES(mutex_);
+  // Every model serving now, ordered by name.
+  std::vector<std::shared_ptr<LoadedModel>> Serving() const EXCLUDES(mutex_);
+  // Every model folder of the repository and every model known to it, ordered by name.
+  std::vector<ModelIndexEntry> Index(bool ready_only) const EXCLUDES(mutex_);
+
+  // Queue a load (or reload) / an unload of `name` on the control thread; `done` runs there with the
+  // outcome once the model serves / once it has been drained and released. Refused at once
+  // (FAILED_PRECONDITION) unless the mode is kExplicit and a repository folder is served.
+  void LoadAsync(const std::string& name, std::function<void(const Status&)> done) EXCLUDES(mutex_);
+  void UnloadAsync(const std::string& name, std::function<void(const Status&)> done) EXCLUDES(mutex_);
 
  private:
-  Status LoadModel(const config::ModelConfig& config, const std::string& model_dir,
-                   const std::string& device);
+  struct Entry {
+    std::shared_ptr<LoadedModel> serving;
+    std::string state;
+    std::string reason;
+  };
+  struct Operation {
+    bool load = true;
+    std::string name;
+    std::function<void(const Status&)> done;
+  };
+
+  Status CheckControllable() const;
+  void Enqueue(Operation operation) EXCLUDES(mutex_);
+  void ControlLoop() EXCLUDES(mutex_);
+  Status LoadNamed(const std::string& name) EXCLUDES(mutex_);
+  Status UnloadNamed(const std::string& name) EXCLUDES(mutex_);
+  // Waits until nothing but `model` itself refers to the version, then stops and releases it.
+  void Retire(std::shared_ptr<LoadedModel> model);
+  void SetState(const std::string& name, const std::string& state, const std::string& reason)
+      EXCLUDES(mutex_);
+  // The error as a client may see it: the repository's own path removed.
+  Status ForClient(const Status& status) const;
 
   const Clock* const clock_;
-  std::map<std::string, std::unique_ptr<LoadedModel>> models_;
+  const Listener listener_;
+  RepositoryOptions options_;
+  std::string default_device_;
+
+  mutable Mutex mutex_;
+  std::map<std::string, Entry> entries_ GUARDED_BY(mutex_);
+  std::deque<Operation> operations_ GUARDED_BY(mutex_);
+  bool stopping_ GUARDED_BY(mutex_) = false;
+  std::condition_variable operations_changed_;
+  std::thread control_thread_;
 };
 
 // Resolves "auto" to "cuda:0" when a CUDA device is present, else "cpu"; checks the others.
 Status ResolveDevice(const std::string& requested, std::string* resolved);
+
+// The version a model folder serves and the folder its model file is in: the highest numbered
+// sub-folder (Triton's layout), or "1" and the folder itself when it has none (the flat layout).
+Status ResolveModelVersion(const std::string& model_dir, std::string* version, std::string* version_dir);
+
+// Reads, checks and warms up one model version; the scheduler is started. Errors name the model.
+Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,
+                        const std::string& default_device, const Clock* clock,
+                        std::shared_ptr<LoadedModel>* model);
 
 }  // namespace graphserve

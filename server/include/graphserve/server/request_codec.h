@@ -20,11 +20,14 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
                           InferenceItem* item);
 
 // Fills `response` with the wanted outputs (as raw_output_contents, in the requested order, or in
-// model order when none was requested), and echoes the model name and request id.
-void EncodeInferResponse(const ModelSpec& spec, const inference::ModelInferRequest& request,
+// model order when none was requested), and names the model, the version that answered and the
+// request id.
+void EncodeInferResponse(const ModelSpec& spec, const std::string& version,
+                         const inference::ModelInferRequest& request,
                          std::vector<HostTensor>&& outputs, inference::ModelInferResponse* response);
 
 // Metadata shapes per Triton's convention: batch dimension first as -1, variable dimensions -1.
-void FillModelMetadata(const ModelSpec& spec, inference::ModelMetadataResponse* response);
+void FillModelMetadata(const ModelSpec& spec, const std::string& version,
+                       inference::ModelMetadataResponse* response);
 
 }  // namespace graphserve
