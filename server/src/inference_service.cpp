@@ -6,6 +6,7 @@
 
 #include "graphserve/server/request_codec.h"
 #include "infer_path.h"
+#include "stream_infer_reactor.h"
 
 namespace graphserve {
 namespace {
@@ -105,6 +106,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   auto* reactor = new InferReactor(std::move(prepared));
   path.Start(reactor->prepared(), *request, response, reactor);
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new StreamInferReactor(context, InferPath(repository_, clock_, metrics_, &ready_));
 }
 
 }  // namespace graphserve
