@@ -2,12 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <memory>
 #include <type_traits>
 
-#include "graphserve/server/metrics.h"
 #include "graphserve/server/request_codec.h"
+#include "infer_path.h"
+#include "stream_infer_reactor.h"
 
 namespace graphserve {
 namespace {
@@ -16,36 +16,24 @@ constexpr const char* kServerName = "graphserve";
 
 // One ModelInfer call in flight. Lives until gRPC reports the RPC done; the scheduler's completion
 // callback finishes it from a worker thread, so no RPC thread waits for inference.
-class InferReactor final : public grpc::ServerUnaryReactor {
+class InferReactor final : public grpc::ServerUnaryReactor, public InferenceReceiver {
  public:
-  InferReactor(ModelScheduler* scheduler, std::shared_ptr<PendingRequest> pending)
-      : scheduler_(scheduler), pending_(std::move(pending)) {}
+  explicit InferReactor(PreparedInference prepared) : prepared_(std::move(prepared)) {}
 
-  void OnCancel() override {
-    pending_->cancelled.store(true);
-    scheduler_->Poke();
-  }
+  const PreparedInference& prepared() const { return prepared_; }
+
+  void Answered(const Status& outcome) override { Finish(ToGrpcStatus(outcome)); }
+  void OnCancel() override { prepared_.Cancel(); }
   void OnDone() override { delete this; }
 
  private:
-  ModelScheduler* const scheduler_;
-  const std::shared_ptr<PendingRequest> pending_;
+  const PreparedInference prepared_;
 };
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
-}
-
-// The gRPC deadline as an absolute time on the scheduler's clock; 0 when the call has none.
-int64_t DeadlineMicros(const grpc::CallbackServerContext& context, const Clock& clock) {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
-  const int64_t remaining_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::system_clock::now())
-          .count();
-  return clock.NowMicros() + std::max<int64_t>(remaining_us, 0);
 }
 
 Status CheckRepositoryName(const std::string& name) {
@@ -133,53 +121,21 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  const int64_t arrival_us = clock_->NowMicros();
-  if (!ready_.load()) {
-    metrics_->CountUnroutedRequest(StatusCode::kUnavailable);
-    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
-  }
-  std::shared_ptr<LoadedModel> model;
-  Status status = repository_->Find(request->model_name(), request->model_version(), "model_name",
-                                    "model_version", &model);
-  if (!status.ok()) {
-    metrics_->CountUnroutedRequest(status.code());
-    return FinishNow(context, ToGrpcStatus(status));
-  }
-  ModelScheduler* scheduler = model->scheduler.get();
-  const ModelSpec& spec = scheduler->spec();
-  ModelRequestMetrics* model_metrics = metrics_->ForModel(spec.name);
-
-  auto pending = std::make_shared<PendingRequest>();
+  const InferPath path(repository_, clock_, metrics_, &ready_);
+  PreparedInference prepared;
   // The request belongs to this RPC until it finishes; decoding moves its raw buffers out instead of
   // copying them, hence the const_cast.
-  status = DecodeInferRequest(spec, const_cast<inference::ModelInferRequest*>(request), &pending->item);
-  if (!status.ok()) {
-    model_metrics->Refused(status.code());
-    return FinishNow(context, ToGrpcStatus(status));
-  }
-  pending->deadline_us = DeadlineMicros(*context, *clock_);
-
-  auto* reactor = new InferReactor(scheduler, pending);
-  const Clock* clock = clock_;
-  // Counted before Finish, so that a client that has its answer finds it in the next scrape. Holds
-  // the model version until the answer is out, so that an unload or reload waits for it.
-  pending->done = [reactor, request, response, model, model_metrics, clock, arrival_us](
-                      const Status& outcome, std::vector<HostTensor>&& outputs,
-                      const RequestTiming& timing) {
-    if (outcome.ok()) {
-      EncodeInferResponse(model->scheduler->spec(), model->version, *request, std::move(outputs), response);
-    }
-    model_metrics->Finished(outcome, clock->NowMicros() - arrival_us, timing);
-    reactor->Finish(ToGrpcStatus(outcome));
-  };
-  model_metrics->Started();
-  status = scheduler->Enqueue(pending);
-  if (!status.ok()) {
-    // Not accepted: `done` will never run, so finish here.
-    model_metrics->Finished(status, clock_->NowMicros() - arrival_us, RequestTiming{});
-    reactor->Finish(ToGrpcStatus(status));
-  }
+  const Status status =
+      path.Prepare(*context, const_cast<inference::ModelInferRequest*>(request), &prepared);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  auto* reactor = new InferReactor(std::move(prepared));
+  path.Start(reactor->prepared(), *request, response, reactor);
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new StreamInferReactor(context, InferPath(repository_, clock_, metrics_, &ready_));
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,

@@ -50,6 +50,19 @@ inline TokenRows RandomTokens(std::mt19937& random, int64_t rows, int64_t length
   return ids;
 }
 
+// `count` requests of 1-3 rows and lengths 1-64, raw and typed contents alternating, ids "r0", ...
+inline std::vector<inference::ModelInferRequest> MixedLengthRequests(const std::string& model,
+                                                                     int count, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<int64_t> rows(1, 3), length(1, 64);
+  std::vector<inference::ModelInferRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    requests.push_back(TokenRequest(model, RandomTokens(random, rows(random), length(random)), i % 2 == 0));
+    requests.back().set_id("r" + std::to_string(i));
+  }
+  return requests;
+}
+
 struct FloatOutput {
   std::vector<int64_t> shape;
   std::vector<float> values;

@@ -15,11 +15,10 @@
 #include "infer_helpers.h"
 #include "prometheus_text.h"
 #include "server_process.h"
+#include "shared_server_test.h"
 
 namespace graphserve::testing {
 namespace {
-
-constexpr auto kStartTimeout = std::chrono::seconds(240);
 
 std::vector<char> ReadFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -43,24 +42,6 @@ grpc::Status Infer(inference::GRPCInferenceService::Stub* stub, const inference:
 
 // ---------------------------------------------------------------------------------------------------
 // The built-in encoder, as a newcomer runs it: no repository at all.
-
-// One server per test suite (a process each under ctest), started once: warm-up is the slow part.
-// `Suite` supplies the server's flags and log name.
-template <typename Suite>
-class SharedServerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    server_ = new ServerProcess(GRAPHSERVE_BINARY, Suite::Flags(),
-                                std::string(TEST_OUTPUT_DIR) + "/" + Suite::kLogName);
-    ASSERT_TRUE(server_->WaitUntilReady(kStartTimeout)) << server_->Log();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->Stop(SIGTERM, std::chrono::seconds(60)), 0) << server_->Log();
-    delete server_;
-    server_ = nullptr;
-  }
-  static inline ServerProcess* server_ = nullptr;
-};
 
 struct BuiltinEncoderSuite {
   static constexpr const char* kLogName = "builtin_encoder_server.log";
@@ -254,19 +235,6 @@ std::vector<std::future<Answer>> SendAllAtOnce(ServerProcess& server,
   return answers;
 }
 
-// `count` requests of 1-3 rows and lengths 1-64, raw and typed contents alternating, ids "r0", ...
-std::vector<inference::ModelInferRequest> MixedLengthRequests(const std::string& model, int count,
-                                                              uint32_t seed) {
-  std::mt19937 random(seed);
-  std::uniform_int_distribution<int64_t> rows(1, 3), length(1, 64);
-  std::vector<inference::ModelInferRequest> requests;
-  for (int i = 0; i < count; ++i) {
-    requests.push_back(TokenRequest(model, RandomTokens(random, rows(random), length(random)), i % 2 == 0));
-    requests.back().set_id("r" + std::to_string(i));
-  }
-  return requests;
-}
-
 // The heart of the batching path: whatever else shares the batch, a request gets its solo answer.
 TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
   auto stub = server_->NewStub();
@@ -404,7 +372,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ShutdownTest, SigtermFinishesInFlightRequestsAndExitsZero) {
   ServerProcess server(GRAPHSERVE_BINARY, {"--device", "cpu", "--model-repository", MODEL_REPOSITORY},
                        std::string(TEST_OUTPUT_DIR) + "/shutdown_server.log");
-  ASSERT_TRUE(server.WaitUntilReady(kStartTimeout)) << server.Log();
+  ASSERT_TRUE(server.WaitUntilReady(kServerStartTimeout)) << server.Log();
   std::mt19937 random(5);
   std::vector<std::future<grpc::Status>> in_flight;
   for (int i = 0; i < 16; ++i) {

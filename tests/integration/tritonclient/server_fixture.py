@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 try:
     import tritonclient.grpc as grpcclient  # noqa: F401  (re-exported for the tests)
@@ -150,3 +151,20 @@ class Server:
                     pass
                 time.sleep(0.05)
         self._fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class ServerTestCase(unittest.TestCase):
+    """Tests that share one server: setUpClass calls start_server, and the class's last test leaves
+    `server` and its `client` to be stopped and closed."""
+
+    server = None
+    client = None
+
+    @classmethod
+    def start_server(cls, *args, log_name):
+        server = Server(*args, log_name=log_name)
+        server.__enter__()
+        cls.addClassCleanup(server.__exit__, None, None, None)
+        cls.server = server
+        cls.client = server.client()
+        cls.addClassCleanup(cls.client.close)

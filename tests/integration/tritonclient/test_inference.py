@@ -33,20 +33,13 @@ def inputs_for(ids, mask):
     return tensors
 
 
-class InferenceTest(unittest.TestCase):
+class InferenceTest(server_fixture.ServerTestCase):
     @classmethod
     def setUpClass(cls):
         repository = server_fixture.scratch_dir("inference_repository")
         model_dir = server_fixture.copy_model(MODEL, repository)
         cls.reference = torch.jit.load(str(model_dir / "model.pt"))
-        cls.server = server_fixture.Server("--model-repository", str(repository), log_name="inference")
-        cls.server.__enter__()
-        cls.client = cls.server.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.__exit__(None, None, None)
+        cls.start_server("--model-repository", str(repository), log_name="inference")
 
     def expected(self, ids, mask):
         with torch.no_grad():

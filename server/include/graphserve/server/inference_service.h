@@ -1,8 +1,10 @@
 #pragma once
 // The KServe v2 gRPC service on gRPC's callback API: no RPC thread ever waits on inference. ModelInfer
 // validates, enqueues into the model's scheduler and returns; the scheduler's completion callback
-// finishes the RPC. Converts graphserve::Status to grpc::Status here and nowhere else, and counts every
-// ModelInfer call's final status and latency in ServerMetrics just before answering it.
+// finishes the RPC. ModelStreamInfer does the same for each request of a bidirectional stream and
+// writes each answer (or its error_message) as it finishes. Converts graphserve::Status to
+// grpc::Status here and nowhere else, and counts every inference request's final status and latency
+// in ServerMetrics just before answering it, alike for both RPCs.
 // Thread safety: all methods are called by gRPC from any thread; the readiness flag is atomic.
 // Lifetime: the repository, clock and metrics must outlive the service and every request it queued.
 #include <atomic>
@@ -46,6 +48,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
   // Triton's model repository extension (model_repository.h has the control modes and the states).
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,

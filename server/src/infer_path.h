@@ -1,0 +1,84 @@
+#pragma once
+// What ModelInfer and every request of a ModelStreamInfer stream share: find the model, decode and
+// validate the request, queue it in the model's scheduler, and once it has run, encode the answer and
+// count it in the metrics. One path, so that a request is refused, batched, answered and counted alike
+// whichever RPC carried it (stream requests share batches with unary ones).
+//
+// Two steps, so that the caller makes what the answer goes to (a unary reactor, a stream's entry)
+// only for a request that will be queued: Prepare refuses a request or readies it, Start queues it.
+// Thread safety: InferPath is a few pointers and holds no state; any method may be called from any
+// thread. Lifetime: the repository, clock, metrics and readiness flag must outlive every request
+// started. Errors: Prepare returns refusals (already counted); every later outcome goes to the
+// request's InferenceReceiver.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "graphserve/engine/status.h"
+#include "graphserve/server/clock.h"
+#include "graphserve/server/model_repository.h"
+#include "grpc_service.pb.h"
+
+namespace graphserve {
+
+class ModelRequestMetrics;
+class ServerMetrics;
+
+// Told a started request's outcome, exactly once: on a scheduler thread once the request ran (or was
+// cancelled or expired in the queue), or on Start's own thread when the scheduler refused it. When
+// the outcome is OK the response has been filled in. Once Answered is called the path touches
+// neither the receiver nor the request, the response or the PreparedInference again, so Answered
+// may destroy them.
+class InferenceReceiver {
+ public:
+  virtual void Answered(const Status& outcome) = 0;
+
+ protected:
+  ~InferenceReceiver() = default;
+};
+
+// A request that Prepare accepted: its model version (held until the request is answered, so that an
+// unload or reload of that version waits for it), the decoded request, its metrics series and when it
+// arrived.
+struct PreparedInference {
+  std::shared_ptr<LoadedModel> model;
+  ModelScheduler* scheduler = nullptr;
+  ModelRequestMetrics* metrics = nullptr;
+  std::shared_ptr<PendingRequest> pending;
+  int64_t arrival_us = 0;
+
+  // For a started request whose client went away: it leaves the queue (its receiver is answered
+  // CANCELLED), or, already in a batch, is answered when the batch completes.
+  void Cancel() const;
+};
+
+class InferPath {
+ public:
+  // `ready`: false while the models load and once the server drains; requests are then refused.
+  InferPath(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
+            const std::atomic<bool>* ready)
+      : repository_(repository), clock_(clock), metrics_(metrics), ready_(ready) {}
+
+  // Finds the model `request` names and decodes `request` into `prepared`, consuming its raw
+  // contents; the request's deadline is the call's. A refusal (UNAVAILABLE when not ready or while
+  // the model loads, NOT_FOUND for an unknown model or a version not served, INVALID_ARGUMENT naming
+  // the field) is counted and returned, and nothing is queued.
+  Status Prepare(const grpc::CallbackServerContext& context, inference::ModelInferRequest* request,
+                 PreparedInference* prepared) const;
+
+  // Queues a prepared request and returns at once; never blocks on inference. `receiver` is answered
+  // exactly once (see InferenceReceiver); until then `prepared`, `request`, `response` and `receiver`
+  // must stay alive and `request` unchanged.
+  void Start(const PreparedInference& prepared, const inference::ModelInferRequest& request,
+             inference::ModelInferResponse* response, InferenceReceiver* receiver) const;
+
+ private:
+  const ModelRepository* repository_;
+  const Clock* clock_;
+  ServerMetrics* metrics_;
+  const std::atomic<bool>* ready_;
+};
+
+}  // namespace graphserve

@@ -1,0 +1,185 @@
+#include "stream_infer_reactor.h"
+
+#include <iterator>
+#include <utility>
+
+namespace graphserve {
+
+// One request of the stream, from its read to the write of its answer.
+struct StreamInferReactor::StreamRequest final : InferenceReceiver {
+  explicit StreamRequest(StreamInferReactor* owner) : stream(owner) {}
+
+  void Answered(const Status& outcome) override { stream->Answered(this, outcome); }
+
+  // The answer to a request that failed: the status message a unary call would get, and what the
+  // client matches the answer by.
+  void Fail(const Status& outcome) {
+    answer.set_error_message(outcome.message());
+    inference::ModelInferResponse* echo = answer.mutable_infer_response();
+    echo->set_model_name(request.model_name());
+    echo->set_model_version(request.model_version());
+    echo->set_id(request.id());
+  }
+
+  StreamInferReactor* const stream;
+  inference::ModelInferRequest request;
+  PreparedInference prepared;
+  inference::ModelStreamInferResponse answer;
+  StreamRequests::iterator position;  // in queued_, while queued
+};
+
+StreamInferReactor::StreamInferReactor(grpc::CallbackServerContext* context, InferPath path)
+    : context_(context), path_(path) {
+  ReadNext();
+}
+
+StreamInferReactor::~StreamInferReactor() = default;
+
+void StreamInferReactor::OnReadDone(bool ok) {
+  NextCall next;
+  bool serve = false;
+  {
+    MutexLock lock(&mutex_);
+    read_in_flight_ = false;
+    if (!ok) reads_ended_ = true;
+    serve = ok && !abandoned_;
+    // Otherwise no more requests come, and this read may have been what the stream waited for.
+    if (!serve) next = NextCallLocked();
+  }
+  if (!serve) {
+    Make(next);
+    return;
+  }
+  std::unique_ptr<StreamRequest> request = std::move(next_request_);
+  const Status refusal = path_.Prepare(*context_, &request->request, &request->prepared);
+  if (refusal.ok()) {
+    Queue(std::move(request));
+  } else {
+    request->Fail(refusal);
+    {
+      MutexLock lock(&mutex_);
+      if (!abandoned_) to_write_.push_back(std::move(request));
+      next = NextCallLocked();
+    }
+    Make(next);
+  }
+  // Reading goes on while earlier requests are still being served.
+  ReadNext();
+}
+
+void StreamInferReactor::Queue(std::unique_ptr<StreamRequest> request) {
+  StreamRequest* queued = request.get();
+  {
+    MutexLock lock(&mutex_);
+    if (abandoned_) return;
+    queued->position = queued_.insert(queued_.end(), std::move(request));
+  }
+  path_.Start(queued->prepared, queued->request, queued->answer.mutable_infer_response(), queued);
+  // A cancellation that came while the request was on its way into the scheduler's queue may have
+  // been looked for before it arrived there: announce it again, so that it leaves the queue promptly
+  // instead of running.
+  MutexLock lock(&mutex_);
+  if (abandoned_) {
+    for (const auto& waiting : queued_) waiting->prepared.Cancel();
+  }
+}
+
+void StreamInferReactor::ReadNext() {
+  {
+    MutexLock lock(&mutex_);
+    if (abandoned_) return;
+    read_in_flight_ = true;
+  }
+  next_request_ = std::make_unique<StreamRequest>(this);
+  StartRead(&next_request_->request);
+}
+
+void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome) {
+  // The request is no longer the scheduler's and not yet to_write_'s: no other thread touches its
+  // answer now.
+  if (!outcome.ok()) request->Fail(outcome);
+  std::unique_ptr<StreamRequest> dropped;
+  NextCall next;
+  {
+    MutexLock lock(&mutex_);
+    if (abandoned_) {
+      dropped = std::move(*request->position);
+      queued_.erase(request->position);
+    } else {
+      to_write_.splice(to_write_.end(), queued_, request->position);
+    }
+    next = NextCallLocked();
+  }
+  dropped.reset();
+  Make(next);
+}
+
+void StreamInferReactor::OnWriteDone(bool ok) {
+  std::unique_ptr<StreamRequest> written;
+  NextCall next;
+  {
+    MutexLock lock(&mutex_);
+    write_in_flight_ = false;
+    written = std::move(to_write_.front());
+    to_write_.pop_front();
+    // A failed write means the stream is broken: nothing more can reach the client.
+    if (!ok) AbandonLocked();
+    next = NextCallLocked();
+  }
+  written.reset();
+  Make(next);
+}
+
+void StreamInferReactor::OnCancel() {
+  NextCall next;
+  {
+    MutexLock lock(&mutex_);
+    AbandonLocked();
+    next = NextCallLocked();
+  }
+  Make(next);
+}
+
+void StreamInferReactor::OnDone() { delete this; }
+
+void StreamInferReactor::AbandonLocked() {
+  if (abandoned_) return;
+  abandoned_ = true;
+  // Under mutex_, so that no request leaves queued_ meanwhile. A scheduler never holds its own lock
+  // while it answers a request, so taking it here (Poke) cannot deadlock with Answered.
+  for (const auto& queued : queued_) queued->prepared.Cancel();
+  auto unwritten = to_write_.begin();
+  if (write_in_flight_ && unwritten != to_write_.end()) ++unwritten;  // gRPC still reads the front
+  to_write_.erase(unwritten, to_write_.end());
+}
+
+StreamInferReactor::NextCall StreamInferReactor::NextCallLocked() {
+  NextCall next;
+  if (finishing_) return next;
+  if (!abandoned_ && !write_in_flight_ && !to_write_.empty()) {
+    write_in_flight_ = true;
+    next.write = &to_write_.front()->answer;
+    return next;
+  }
+  // Finish only once nothing of the stream is left with gRPC or a scheduler: OnDone deletes the
+  // reactor, and a scheduler answering later would reach a deleted one.
+  if (read_in_flight_ || write_in_flight_ || !queued_.empty()) return next;
+  if (abandoned_) {
+    finishing_ = true;
+    next.finish = grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled");
+  } else if (reads_ended_ && to_write_.empty()) {
+    finishing_ = true;
+    next.finish = grpc::Status::OK;
+  }
+  return next;
+}
+
+void StreamInferReactor::Make(const NextCall& next) {
+  if (next.write != nullptr) {
+    StartWrite(next.write);
+  } else if (next.finish) {
+    Finish(*next.finish);
+  }
+}
+
+}  // namespace graphserve

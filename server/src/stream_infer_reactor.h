@@ -1,0 +1,91 @@
+#pragma once
+// One ModelStreamInfer call: a bidirectional stream of ModelInferRequests, each prepared and queued
+// through InferPath exactly as a ModelInfer call is, and each answered with its own
+// ModelStreamInferResponse as soon as it finishes (not in arrival order). A success carries the
+// encoded ModelInferResponse; a failure (a refusal, a full queue, an execution error, an expired
+// deadline) carries the status message a unary call would get in error_message, with the request's
+// id, model_name and model_version in infer_response so that the client can match it; it does not
+// end the stream, and the other requests are unaffected.
+//
+// Reading goes on while answers are pending. One write is in flight at a time (gRPC's rule); the
+// answers finished meanwhile wait in a queue, in the order they finished. After the client's
+// half-close the stream finishes OK once every request has been answered and every answer written.
+// When the client cancels (or the server's drain timeout does), the requests still queued are
+// cancelled, unwritten answers are dropped and the stream finishes CANCELLED. Answers the client has
+// not read yet wait here in memory (gRPC's flow control holds the writes back).
+//
+// Thread safety: gRPC's reactions and the schedulers' answering threads call in concurrently; the
+// state they share is guarded by mutex_, and gRPC's Start*/Finish calls are made without it.
+// Lifetime: the reactor deletes itself in OnDone. It calls Finish only once no read, no write and no
+// request of the stream is left in flight, and starts none after that, so no scheduler callback can
+// reach a deleted reactor.
+#include <grpcpp/grpcpp.h>
+
+#include <list>
+#include <memory>
+#include <optional>
+
+#include "graphserve/engine/status.h"
+#include "graphserve/server/thread_annotations.h"
+#include "grpc_service.pb.h"
+#include "infer_path.h"
+
+namespace graphserve {
+
+class StreamInferReactor final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  // Starts reading at once.
+  StreamInferReactor(grpc::CallbackServerContext* context, InferPath path);
+
+  void OnReadDone(bool ok) override EXCLUDES(mutex_);
+  void OnWriteDone(bool ok) override EXCLUDES(mutex_);
+  void OnCancel() override EXCLUDES(mutex_);
+  void OnDone() override;
+
+ private:
+  struct StreamRequest;
+  using StreamRequests = std::list<std::unique_ptr<StreamRequest>>;
+
+  // The gRPC call a reaction makes once it has released mutex_: at most one of a write and a
+  // finish.
+  struct NextCall {
+    const inference::ModelStreamInferResponse* write = nullptr;
+    std::optional<grpc::Status> finish;
+  };
+
+  ~StreamInferReactor() override;
+
+  // Queues a prepared request with its model's scheduler.
+  void Queue(std::unique_ptr<StreamRequest> request) EXCLUDES(mutex_);
+  // Starts reading the next request, unless the stream is abandoned.
+  void ReadNext() EXCLUDES(mutex_);
+  // A queued request's outcome, from its scheduler (or from Start, when the scheduler refused it).
+  void Answered(StreamRequest* request, const Status& outcome) EXCLUDES(mutex_);
+  // Cancels every queued request and drops the answers not yet being written.
+  void AbandonLocked() REQUIRES(mutex_);
+  // Claims the next write, or the finish once nothing is left to wait for.
+  NextCall NextCallLocked() REQUIRES(mutex_);
+  // Makes the call; the last thing a reaction does, since a Finish may lead to OnDone.
+  void Make(const NextCall& next);
+
+  grpc::CallbackServerContext* const context_;
+  const InferPath path_;
+  // The buffer the read in flight fills; touched only by the chain of OnReadDone reactions.
+  std::unique_ptr<StreamRequest> next_request_;
+
+  Mutex mutex_;
+  // Queued with a scheduler, to be answered through Answered. Each knows its position, so that it
+  // moves to to_write_ without a search or an allocation.
+  StreamRequests queued_ GUARDED_BY(mutex_);
+  // Answered and not yet written, in the order they were answered; the front is being written while
+  // write_in_flight_.
+  StreamRequests to_write_ GUARDED_BY(mutex_);
+  bool read_in_flight_ GUARDED_BY(mutex_) = false;
+  bool write_in_flight_ GUARDED_BY(mutex_) = false;
+  bool reads_ended_ GUARDED_BY(mutex_) = false;  // the client half-closed, or the stream broke
+  bool abandoned_ GUARDED_BY(mutex_) = false;    // cancelled, or a write failed
+  bool finishing_ GUARDED_BY(mutex_) = false;    // Finish was claimed: nothing more starts
+};
+
+}  // namespace graphserve
