@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "graphserve/engine/device.h"
 #include "graphserve/server/config.h"
+#include "graphserve/server/triton_config.h"
 
 namespace graphserve {
 namespace {
@@ -33,6 +35,22 @@ Status ListSubdirectories(const std::string& dir, std::vector<std::string>* name
   closedir(handle);
   std::sort(names->begin(), names->end());
   return Status::Ok();
+}
+
+// The buckets that replay as a CUDA graph on every CUDA instance (a CPU instance has none to offer).
+std::vector<BucketShape> GraphBuckets(const std::vector<std::unique_ptr<Executor>>& executors) {
+  std::set<BucketShape> common;
+  bool first = true;
+  for (const auto& executor : executors) {
+    if (executor->device() == "cpu") continue;
+    std::set<BucketShape> graphs;
+    for (const BucketInfo& bucket : executor->Buckets()) {
+      if (bucket.graph && (first || common.count(bucket.shape) > 0)) graphs.insert(bucket.shape);
+    }
+    common = std::move(graphs);
+    first = false;
+  }
+  return std::vector<BucketShape>(common.begin(), common.end());
 }
 
 }  // namespace
@@ -74,7 +92,7 @@ Status ModelRepository::Load(const RepositoryOptions& options) {
   }
   for (const std::string& name : model_names) {
     const std::string dir = options.model_repository + "/" + name;
-    config::ModelConfig config;
+    inference::ModelConfig config;
     status = LoadModelConfig(dir + "/config.pbtxt", &config);
     if (!status.ok()) return status;
     // Triton's convention: the folder names the model when the config does not.
@@ -89,26 +107,28 @@ Status ModelRepository::Load(const RepositoryOptions& options) {
   return Status::Ok();
 }
 
-Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::string& model_dir,
+Status ModelRepository::LoadModel(inference::ModelConfig config, const std::string& model_dir,
                                   const std::string& default_device) {
+  Status status = ResolveModelConfig(model_dir, &config, nullptr);
+  if (!status.ok()) return status;
   ModelSpec spec;
-  Status status = ModelSpecFromConfig(config, &spec);
+  status = ModelSpecFromConfig(config, &spec);
   if (!status.ok()) return status;
 
-  // One executor per instance per device; an instance group without devices uses --device.
+  // One executor per instance per device.
+  std::vector<InstancePlacement> placements;
+  status = InstancePlacements(config, default_device, &placements);
   std::vector<std::string> devices;
-  if (config.instance_group_size() == 0) devices.push_back(default_device);
-  for (const config::InstanceGroup& group : config.instance_group()) {
-    std::vector<std::string> group_devices(group.devices().begin(), group.devices().end());
-    if (group_devices.empty()) group_devices.push_back(default_device);
-    for (const std::string& requested : group_devices) {
-      std::string device;
-      status = ResolveDevice(requested, &device);
-      if (!status.ok()) {
-        return Status(status.code(), "model '" + spec.name + "': instance_group: " + status.message());
-      }
-      for (int i = 0; i < std::max(1, group.count()); ++i) devices.push_back(device);
+  for (InstancePlacement& placement : placements) {
+    if (!status.ok()) break;
+    for (std::string& device : placement.devices) {
+      status = ResolveDevice(device, &device);
+      if (!status.ok()) break;
+      devices.insert(devices.end(), placement.count, device);
     }
+  }
+  if (!status.ok()) {
+    return Status(status.code(), "model '" + spec.name + "': instance_group: " + status.message());
   }
 
   std::vector<std::unique_ptr<Executor>> executors;
@@ -116,6 +136,7 @@ Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::
     ExecutorOptions executor_options;
     executor_options.device = device;
     executor_options.model_dir = model_dir;
+    executor_options.model_filename = config.default_model_filename();
     std::unique_ptr<Executor> executor;
     status = CreateExecutor(spec, executor_options, &executor);
     if (status.ok()) status = executor->Warmup();
@@ -131,8 +152,9 @@ Status ModelRepository::LoadModel(const config::ModelConfig& config, const std::
   }
 
   auto model = std::make_unique<LoadedModel>();
-  model->config = config;
   const SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
+  model->effective_config = EffectiveModelConfig(
+      ServedModel{config, spec, scheduler_options, std::move(placements), GraphBuckets(executors)});
   model->scheduler = std::make_unique<ModelScheduler>(spec, scheduler_options, std::move(executors), clock_);
   model->scheduler->Start();
   spdlog::info("model '{}' ready: platform {}, max_batch_size {}, max_sequence_length {}, "

@@ -1,6 +1,6 @@
 #pragma once
-// The models a server serves: loads each from its config.pbtxt (or the built-in encoder), creates and
-// warms up its executors, and owns one scheduler per model.
+// The models a server serves: loads each from its config.pbtxt (graphserve's or Triton's) or the
+// built-in encoder, creates and warms up its executors, and owns one scheduler per model.
 // Thread safety: Load before serving; Find and models() are safe from any thread afterwards (the set
 // of models never changes while serving).
 #include <map>
@@ -23,7 +23,8 @@ struct RepositoryOptions {
 };
 
 struct LoadedModel {
-  config::ModelConfig config;
+  // What the model is served with, as the ModelConfig RPC answers it (EffectiveModelConfig).
+  inference::ModelConfig effective_config;
   std::unique_ptr<ModelScheduler> scheduler;
 };
 
@@ -42,7 +43,9 @@ class ModelRepository {
   const std::map<std::string, std::unique_ptr<LoadedModel>>& models() const { return models_; }
 
  private:
-  Status LoadModel(const config::ModelConfig& config, const std::string& model_dir,
+  // Resolves `config` (a Triton config's fields into graphserve's), then creates and warms up its
+  // executors; `model_dir` holds the model file.
+  Status LoadModel(inference::ModelConfig config, const std::string& model_dir,
                    const std::string& device);
 
   const Clock* const clock_;
