@@ -54,6 +54,14 @@ grpc::Status ToGrpcStatus(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
+Status InferenceService::FindServedModel(const std::string& name, const LoadedModel** model) const {
+  // Before readiness the repository is still being filled and must not be read.
+  if (!ready_.load()) return Unavailable("the server is still loading its models");
+  *model = repository_->Find(name);
+  if (*model == nullptr) return NotFound("name: unknown model '" + name + "'");
+  return Status::Ok();
+}
+
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
@@ -94,14 +102,20 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
                                                           const inference::ModelMetadataRequest* request,
                                                           inference::ModelMetadataResponse* response) {
-  if (!ready_.load()) {
-    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
-  }
-  const LoadedModel* model = repository_->Find(request->name());
-  if (model == nullptr) {
-    return FinishNow(context, ToGrpcStatus(NotFound("name: unknown model '" + request->name() + "'")));
-  }
+  const LoadedModel* model = nullptr;
+  const Status status = FindServedModel(request->name(), &model);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
   FillModelMetadata(model->scheduler->spec(), response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* context,
+                                                        const inference::ModelConfigRequest* request,
+                                                        inference::ModelConfigResponse* response) {
+  const LoadedModel* model = nullptr;
+  const Status status = FindServedModel(request->name(), &model);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  *response->mutable_config() = model->effective_config;
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -43,11 +43,18 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
 
  private:
+  // The model a metadata or config call names: UNAVAILABLE before readiness, NOT_FOUND naming
+  // `name` for a model the repository does not hold.
+  Status FindServedModel(const std::string& name, const LoadedModel** model) const;
+
   const ModelRepository* const repository_;
   const Clock* const clock_;
   ServerMetrics* const metrics_;
