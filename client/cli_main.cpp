@@ -1,4 +1,5 @@
-// graphserve-cli: health checks, metadata and one-off inference against a KServe v2 gRPC server.
+// graphserve-cli: health checks, metadata, model configs and one-off inference against a KServe v2 gRPC
+// server.
 // Exit status: 0 on success (for `health`: live and ready), 1 otherwise, with the gRPC status code name
 // and message on stderr. 1 is also what a Docker HEALTHCHECK must return for "unhealthy".
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <google/protobuf/text_format.h>
 #include <nlohmann/json.hpp>
 
 #include "graphserve/client/client.h"
@@ -164,6 +166,23 @@ int RunMetadata(const ConnectionFlags& flags, const std::string& model, bool as_
     PrintTensors("inputs", metadata.inputs());
     PrintTensors("outputs", metadata.outputs());
   }
+  return 0;
+}
+
+// ---- config --------------------------------------------------------------------------------------
+
+// In protobuf text format, the config.pbtxt syntax, so that the answer can be read or saved as one.
+int RunConfig(const ConnectionFlags& flags, const std::string& model) {
+  InferenceClient client = MakeClient(flags);
+  inference::ModelConfigResponse response;
+  const grpc::Status status = client.ModelConfig(model, &response);
+  if (!status.ok()) return Fail(status);
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(response.config(), &text)) {
+    std::cerr << "INTERNAL: the server's config cannot be printed as text\n";
+    return kFailure;
+  }
+  std::cout << text;
   return 0;
 }
 
@@ -336,6 +355,12 @@ int main(int argc, char** argv) {
   metadata->add_option("--model", metadata_model, "Model whose inputs and outputs to print");
   metadata->add_flag("--json", metadata_json, "Print JSON");
 
+  CLI::App* config = app.add_subcommand(
+      "config", "Print a model's effective configuration in config.pbtxt (text) format");
+  AddConnectionFlags(config, &connection);
+  std::string config_model;
+  config->add_option("--model", config_model, "Model name")->required();
+
   CLI::App* infer = app.add_subcommand(
       "infer", "Send one request of generated token ids and summarise the outputs");
   AddConnectionFlags(infer, &connection);
@@ -369,5 +394,6 @@ int main(int argc, char** argv) {
 
   if (health->parsed()) return RunHealth(connection, wait_s);
   if (metadata->parsed()) return RunMetadata(connection, metadata_model, metadata_json);
+  if (config->parsed()) return RunConfig(connection, config_model);
   return RunInfer(connection, infer_flags);
 }

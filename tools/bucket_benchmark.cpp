@@ -26,6 +26,7 @@
 #include "graphserve/client/loadgen.h"
 #include "graphserve/engine/executor.h"
 #include "graphserve/server/config.h"
+#include "graphserve/server/triton_config.h"
 #include "traffic.h"
 
 namespace {
@@ -61,10 +62,7 @@ double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape&
   return times[times.size() / 2];
 }
 
-std::unique_ptr<Executor> Make(const ModelSpec& spec, const std::string& device, const std::string& dir) {
-  ExecutorOptions options;
-  options.device = device;
-  options.model_dir = dir;
+std::unique_ptr<Executor> Make(const ModelSpec& spec, const ExecutorOptions& options) {
   std::unique_ptr<Executor> executor;
   Status status = CreateExecutor(spec, options, &executor);
   if (status.ok()) status = executor->Warmup();
@@ -283,11 +281,11 @@ bool WriteJson(const std::string& path, const nlohmann::json& report) {
 }
 
 // The traffic mode's whole run; returns the exit status.
-int RunTrafficMode(const ModelSpec& spec, const std::string& device, const std::string& model_dir,
-                   const TrafficOptions& options, int iterations) {
+int RunTrafficMode(const ModelSpec& spec, const ExecutorOptions& where, const TrafficOptions& options,
+                   int iterations) {
   TrafficPlan plan;
   if (!PlanTrafficRun(spec, options, &plan)) return 1;
-  auto executor = Make(spec, device, model_dir);
+  auto executor = Make(spec, where);
   if (!executor) return 1;
   std::map<BucketShape, BucketInfo> buckets;
   for (const BucketInfo& bucket : executor->Buckets()) buckets[bucket.shape] = bucket;
@@ -343,34 +341,38 @@ int main(int argc, char** argv) {
   app.add_option("--json", traffic.json_path, "Traffic mode: write the figures as JSON here");
   CLI11_PARSE(app, argc, argv);
 
-  config::ModelConfig model_config = BuiltinEncoderConfig();
-  std::string model_dir;
+  inference::ModelConfig model_config = BuiltinEncoderConfig();
+  ExecutorOptions where;
+  where.device = device;
+  Status status;
   if (!repository.empty()) {
-    model_dir = repository + "/" + model_name;
-    Status status = LoadModelConfig(model_dir + "/config.pbtxt", &model_config);
+    where.model_dir = repository + "/" + model_name;
+    status = LoadModelConfig(where.model_dir + "/config.pbtxt", &model_config);
+    if (status.ok()) status = ResolveModelConfig(where.model_dir, &model_config, nullptr);
     if (!status.ok()) {
       std::fprintf(stderr, "%s\n", status.ToString().c_str());
       return 1;
     }
+    where.model_filename = model_config.default_model_filename();
   }
   ModelSpec spec;
-  Status status = ModelSpecFromConfig(model_config, &spec);
+  status = ModelSpecFromConfig(model_config, &spec);
   if (!status.ok()) {
     std::fprintf(stderr, "%s\n", status.ToString().c_str());
     return 1;
   }
   if (!batches.empty()) spec.bucket_batch_sizes = batches;
   if (!lengths.empty()) spec.bucket_lengths = lengths;
-  if (traffic.requests > 0) return RunTrafficMode(spec, device, model_dir, traffic, iterations);
+  if (traffic.requests > 0) return RunTrafficMode(spec, where, traffic, iterations);
 
   const auto load_start = std::chrono::steady_clock::now();
-  auto graphs = Make(spec, device, model_dir);
+  auto graphs = Make(spec, where);
   if (!graphs) return 1;
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const DeviceMemory memory = GetDeviceMemory(device);
   ModelSpec eager_spec = spec;
   eager_spec.cuda_graphs_disabled = true;
-  auto eager = Make(eager_spec, device, model_dir);
+  auto eager = Make(eager_spec, where);
   if (!eager) return 1;
 
   const CaptureSummary summary = graphs->capture_summary();

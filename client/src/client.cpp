@@ -87,6 +87,15 @@ grpc::Status InferenceClient::ModelMetadata(const std::string& model,
   return stub_->ModelMetadata(&context, request, response);
 }
 
+grpc::Status InferenceClient::ModelConfig(const std::string& model,
+                                          inference::ModelConfigResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ModelConfigRequest request;
+  request.set_name(model);
+  return stub_->ModelConfig(&context, request, response);
+}
+
 grpc::Status InferenceClient::ModelInfer(const inference::ModelInferRequest& request,
                                          inference::ModelInferResponse* response) {
   grpc::ClientContext context;

@@ -283,9 +283,8 @@ Status CheckPackage(const ModelSpec& spec, const Metadata& metadata, const c10::
 
 }  // namespace
 
-Status LoadAotInductorModel(const ModelSpec& spec, const std::string& model_dir,
+Status LoadAotInductorModel(const ModelSpec& spec, const std::string& path,
                             const c10::Device& device, std::unique_ptr<Model>* model) {
-  const std::string path = model_dir + "/" + kAotInductorFileName;
   const std::string context = "model '" + spec.name + "': " + path;
   if (!std::ifstream(path).good()) {
     return NotFound(context + " does not exist or cannot be read");

@@ -1,5 +1,5 @@
 #pragma once
-// An AOTInductor package (<model_dir>/model.pt2, made by torch._inductor.aoti_compile_and_package)
+// An AOTInductor package (model.pt2, made by torch._inductor.aoti_compile_and_package)
 // as a Model. The package is loaded in single-threaded mode: it then runs on the caller's current
 // CUDA stream without its own locks, events or syncs, so that the CUDA-graph executor can capture
 // it like any other Forward. Its outputs come back flat, in the order of the package's output
@@ -21,12 +21,9 @@
 
 namespace graphserve {
 
-// The file name an AOTInductor model's folder must hold (Triton's PyTorch backend uses the same).
-inline constexpr const char* kAotInductorFileName = "model.pt2";
-
 // NOT_FOUND when the file is missing; INVALID_ARGUMENT when the package cannot be loaded on
 // `device` or disagrees with `spec`.
-Status LoadAotInductorModel(const ModelSpec& spec, const std::string& model_dir,
+Status LoadAotInductorModel(const ModelSpec& spec, const std::string& path,
                             const c10::Device& device, std::unique_ptr<Model>* model);
 
 }  // namespace graphserve

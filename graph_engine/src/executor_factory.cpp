@@ -22,6 +22,12 @@
 namespace graphserve {
 namespace {
 
+// Where the model file of `platform` lies: options.model_filename, else the platform's own name.
+std::string ModelPath(const ExecutorOptions& options, const char* platform_filename) {
+  return options.model_dir + "/" +
+         (options.model_filename.empty() ? platform_filename : options.model_filename);
+}
+
 // A parsed device name this process can use; UNAVAILABLE for a CUDA device it cannot.
 Status ParseDevice(const std::string& name, c10::Device* device) {
   DeviceName parsed;
@@ -62,9 +68,9 @@ Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
     if (spec.platform == kPlatformBuiltinEncoder) {
       status = CreateBuiltinEncoderModel(spec, device, &model);
     } else if (spec.platform == kPlatformTorchScript) {
-      status = LoadTorchScriptModel(spec, options.model_dir, device, &model);
+      status = LoadTorchScriptModel(spec, ModelPath(options, kTorchScriptFileName), device, &model);
     } else if (spec.platform == kPlatformAotInductor) {
-      status = LoadAotInductorModel(spec, options.model_dir, device, &model);
+      status = LoadAotInductorModel(spec, ModelPath(options, kAotInductorFileName), device, &model);
     } else {
       status = InvalidArgument("model '" + spec.name + "': unknown platform '" + spec.platform +
                                "' (expected " + kPlatformAotInductor + ", " + kPlatformTorchScript +

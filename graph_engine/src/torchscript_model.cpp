@@ -2,8 +2,11 @@
 
 #include <torch/script.h>
 
+#include <cctype>
+#include <charconv>
 #include <exception>
 #include <fstream>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -13,20 +16,64 @@
 namespace graphserve {
 namespace {
 
+// The N of a name "<anything>__<N>", Triton's PyTorch backend's naming convention; -1 otherwise.
+int NamedIndex(const std::string& name) {
+  const size_t separator = name.rfind("__");
+  if (separator == std::string::npos) return -1;
+  const char* first = name.data() + separator + 2;
+  const char* last = name.data() + name.size();
+  int index = -1;
+  const auto [end, error] = std::from_chars(first, last, index);
+  const bool digits_only = first != last && std::isdigit(static_cast<unsigned char>(*first));
+  return error == std::errc() && end == last && digits_only ? index : -1;
+}
+
+// Which of forward's arguments (inputs) or of its result's elements (outputs) each of `tensors`
+// is. Empty: its place in the config. Else, when every name carries a __N, that N, as Triton's
+// PyTorch backend binds them: N must be distinct, and for inputs (every argument needs a value)
+// exactly 0..n-1.
+Status BindPositions(const std::vector<TensorSpec>& tensors, const char* kind, bool dense,
+                     std::vector<size_t>* positions) {
+  positions->clear();
+  for (const TensorSpec& tensor : tensors) {
+    if (NamedIndex(tensor.name) < 0) return Status::Ok();
+  }
+  std::set<int> seen;
+  for (const TensorSpec& tensor : tensors) {
+    const int index = NamedIndex(tensor.name);
+    if (!seen.insert(index).second) {
+      return InvalidArgument(std::string(kind) + " '" + tensor.name + "': index " +
+                             std::to_string(index) + " is taken by another " + kind);
+    }
+    if (dense && static_cast<size_t>(index) >= tensors.size()) {
+      return InvalidArgument(std::string(kind) + " '" + tensor.name + "': index " +
+                             std::to_string(index) + " leaves a gap among forward()'s " +
+                             std::to_string(tensors.size()) + " arguments (expected 0 to " +
+                             std::to_string(tensors.size() - 1) + ")");
+    }
+    positions->push_back(static_cast<size_t>(index));
+  }
+  return Status::Ok();
+}
+
 class TorchScriptModel : public Model {
  public:
-  TorchScriptModel(const ModelSpec& spec, torch::jit::Module module)
+  // `input_positions` / `output_positions`: BindPositions of the spec's inputs and outputs.
+  TorchScriptModel(const ModelSpec& spec, torch::jit::Module module,
+                   std::vector<size_t> input_positions, std::vector<size_t> output_positions)
       : spec_(spec),
         module_(std::move(module)),
-        compute_type_(PrecisionScalarType(spec.precision)) {}
+        compute_type_(PrecisionScalarType(spec.precision)),
+        input_positions_(std::move(input_positions)),
+        output_positions_(std::move(output_positions)) {}
 
   Status Forward(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>* outputs) override {
-    std::vector<c10::IValue> arguments;
-    arguments.reserve(inputs.size());
-    for (const at::Tensor& input : inputs) {
+    std::vector<c10::IValue> arguments(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
       // A half-precision module cannot multiply fp32 activations with its fp16/bf16 weights.
-      const bool cast = compute_type_ != at::kFloat && input.is_floating_point();
-      arguments.emplace_back(cast ? input.to(compute_type_) : input);
+      const bool cast = compute_type_ != at::kFloat && inputs[i].is_floating_point();
+      const size_t position = input_positions_.empty() ? i : input_positions_[i];
+      arguments[position] = cast ? inputs[i].to(compute_type_) : inputs[i];
     }
     return MapResult(module_.forward(std::move(arguments)), outputs);
   }
@@ -35,13 +82,11 @@ class TorchScriptModel : public Model {
   Status MapResult(const c10::IValue& result, std::vector<at::Tensor>* outputs) const {
     // Messages leave out the model and bucket: the executor prefixes them.
     outputs->clear();
-    if (result.isTensor()) {
-      outputs->push_back(result.toTensor());
-      return Status::Ok();
-    }
-    if (result.isTuple() || result.isList()) {
+    if (result.isTensor() || result.isTuple() || result.isList()) {
       std::vector<c10::IValue> elements;
-      if (result.isTuple()) {
+      if (result.isTensor()) {
+        elements.push_back(result);
+      } else if (result.isTuple()) {
         const auto& tuple_elements = result.toTupleRef().elements();
         elements.assign(tuple_elements.begin(), tuple_elements.end());
       } else {
@@ -53,7 +98,19 @@ class TorchScriptModel : public Model {
                                  std::to_string(i) + " is a " + elements[i].tagKind() +
                                  ", not a tensor");
         }
-        outputs->push_back(elements[i].toTensor());
+      }
+      if (output_positions_.empty()) {
+        // In config order; a count that differs from the config's is reported by the executor.
+        for (const c10::IValue& element : elements) outputs->push_back(element.toTensor());
+        return Status::Ok();
+      }
+      for (size_t i = 0; i < spec_.outputs.size(); ++i) {
+        if (output_positions_[i] >= elements.size()) {
+          return InvalidArgument("output '" + spec_.outputs[i].name + "' names element " +
+                                 std::to_string(output_positions_[i]) + ", but forward() returned " +
+                                 std::to_string(elements.size()) + " tensor(s)");
+        }
+        outputs->push_back(elements[output_positions_[i]].toTensor());
       }
       return Status::Ok();
     }
@@ -79,16 +136,21 @@ class TorchScriptModel : public Model {
   const ModelSpec spec_;
   torch::jit::Module module_;
   const at::ScalarType compute_type_;
+  const std::vector<size_t> input_positions_;
+  const std::vector<size_t> output_positions_;
 };
 
 }  // namespace
 
-Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& model_dir,
+Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& path,
                             const c10::Device& device, std::unique_ptr<Model>* model) {
-  const std::string path = model_dir + "/" + kTorchScriptFileName;
   if (!std::ifstream(path).good()) {
     return NotFound("model '" + spec.name + "': " + path + " does not exist or cannot be read");
   }
+  std::vector<size_t> input_positions, output_positions;
+  Status status = BindPositions(spec.inputs, "input", /*dense=*/true, &input_positions);
+  if (status.ok()) status = BindPositions(spec.outputs, "output", /*dense=*/false, &output_positions);
+  if (!status.ok()) return InvalidArgument("model '" + spec.name + "': " + status.message());
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, device);
@@ -114,7 +176,8 @@ Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& model_dir,
                     PrecisionName(spec.precision) + " on " + device.str() +
                     " failed: " + ExceptionMessage(error));
   }
-  *model = std::make_unique<TorchScriptModel>(spec, std::move(module));
+  *model = std::make_unique<TorchScriptModel>(spec, std::move(module), std::move(input_positions),
+                                              std::move(output_positions));
   EngineLog(LogLevel::kInfo, "model '" + spec.name + "': loaded " + path + " (" +
                                  PrecisionName(spec.precision) + ") on " + device.str());
   return Status::Ok();

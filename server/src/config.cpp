@@ -1,13 +1,17 @@
 #include "graphserve/server/config.h"
 
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace graphserve {
 namespace {
@@ -24,39 +28,54 @@ constexpr const char* kBuiltinEncoderConfig = R"pb(
   instance_group { count: 1 }
 )pb";
 
-// Collects the text parser's complaints so that the error names the line and column.
+// Collects the text parser's complaints: errors so that the message names the line and column,
+// warnings (the unknown fields it skipped) as findings of their own.
 class ParseErrors : public google::protobuf::io::ErrorCollector {
  public:
+  explicit ParseErrors(std::string origin) : origin_(std::move(origin)) {}
+
   void AddError(int line, int column, const std::string& message) override {
-    text_ << " line " << line + 1 << ", column " << column + 1 << ": " << message << ";";
+    errors_ << " line " << line + 1 << ", column " << column + 1 << ": " << message << ";";
   }
-  std::string str() const { return text_.str(); }
+  void AddWarning(int line, int column, const std::string& message) override {
+    const bool period = !message.empty() && message.back() == '.';
+    warnings_.push_back(origin_ + " line " + std::to_string(line + 1) + ", column " +
+                        std::to_string(column + 1) + ": " +
+                        message.substr(0, message.size() - (period ? 1 : 0)) + "; ignored");
+  }
+  std::string errors() const { return errors_.str(); }
+  const ConfigWarnings& warnings() const { return warnings_; }
 
  private:
-  std::ostringstream text_;
+  const std::string origin_;
+  std::ostringstream errors_;
+  ConfigWarnings warnings_;
 };
 
-std::optional<DataType> FromConfigType(config::DataType type) {
-  switch (type) {
-    case config::TYPE_BOOL: return DataType::kBool;
-    case config::TYPE_UINT8: return DataType::kUint8;
-    case config::TYPE_INT8: return DataType::kInt8;
-    case config::TYPE_INT16: return DataType::kInt16;
-    case config::TYPE_INT32: return DataType::kInt32;
-    case config::TYPE_INT64: return DataType::kInt64;
-    case config::TYPE_FP16: return DataType::kFp16;
-    case config::TYPE_BF16: return DataType::kBf16;
-    case config::TYPE_FP32: return DataType::kFp32;
-    case config::TYPE_FP64: return DataType::kFp64;
-    default: return std::nullopt;
-  }
-}
+// The one table between the config's types and the engine's, read both ways.
+constexpr std::pair<inference::DataType, DataType> kDataTypes[] = {
+    {inference::TYPE_BOOL, DataType::kBool},   {inference::TYPE_UINT8, DataType::kUint8},
+    {inference::TYPE_INT8, DataType::kInt8},   {inference::TYPE_INT16, DataType::kInt16},
+    {inference::TYPE_INT32, DataType::kInt32}, {inference::TYPE_INT64, DataType::kInt64},
+    {inference::TYPE_FP16, DataType::kFp16},   {inference::TYPE_BF16, DataType::kBf16},
+    {inference::TYPE_FP32, DataType::kFp32},   {inference::TYPE_FP64, DataType::kFp64},
+};
+
+constexpr std::pair<inference::Precision, Precision> kPrecisions[] = {
+    {inference::PRECISION_FP32, Precision::kFp32},
+    {inference::PRECISION_FP16, Precision::kFp16},
+    {inference::PRECISION_BF16, Precision::kBf16},
+};
 
 template <typename Tensor>
 Status TensorSpecFromConfig(const Tensor& tensor, const std::string& field, TensorSpec* spec) {
   if (tensor.name().empty()) return InvalidArgument(field + ".name: must not be empty");
-  const std::optional<DataType> dtype = FromConfigType(tensor.data_type());
-  if (!dtype) return InvalidArgument(field + ".data_type: missing or invalid for '" + tensor.name() + "'");
+  const std::optional<DataType> dtype = DataTypeFromConfig(tensor.data_type());
+  if (!dtype) {
+    const std::string type = inference::DataType_Name(tensor.data_type());
+    return InvalidArgument(field + ".data_type: " + (type.empty() ? "invalid" : type) + " for '" +
+                           tensor.name() + "' is not served");
+  }
   spec->dims.assign(tensor.dims().begin(), tensor.dims().end());
   const Status dims = CheckTensorDims(tensor.name(), spec->dims);
   if (!dims.ok()) return InvalidArgument(field + ".dims: " + dims.message());
@@ -91,7 +110,7 @@ Status CheckUniqueNames(const std::vector<TensorSpec>& tensors, const std::strin
 }
 
 // The model's identity and its batch limit, which the bucket checks below rely on.
-Status HeaderFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+Status HeaderFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   if (config.name().empty()) return InvalidArgument("name: must not be empty");
   if (config.platform() != kPlatformAotInductor && config.platform() != kPlatformTorchScript &&
       config.platform() != kPlatformBuiltinEncoder) {
@@ -109,7 +128,7 @@ Status HeaderFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   return Status::Ok();
 }
 
-Status InputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpec>* inputs) {
+Status InputsFromConfig(const inference::ModelConfig& config, std::vector<TensorSpec>* inputs) {
   if (config.input_size() == 0) return InvalidArgument("input: the model declares no inputs");
   inputs->clear();
   for (int i = 0; i < config.input_size(); ++i) {
@@ -123,7 +142,7 @@ Status InputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpe
   return Status::Ok();
 }
 
-Status OutputsFromConfig(const config::ModelConfig& config, std::vector<TensorSpec>* outputs) {
+Status OutputsFromConfig(const inference::ModelConfig& config, std::vector<TensorSpec>* outputs) {
   if (config.output_size() == 0) return InvalidArgument("output: the model declares no outputs");
   outputs->clear();
   for (int i = 0; i < config.output_size(); ++i) {
@@ -135,7 +154,7 @@ Status OutputsFromConfig(const config::ModelConfig& config, std::vector<TensorSp
   return Status::Ok();
 }
 
-Status TensorsFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+Status TensorsFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   Status status = InputsFromConfig(config, &spec->inputs);
   if (!status.ok()) return status;
   status = OutputsFromConfig(config, &spec->outputs);
@@ -149,7 +168,7 @@ Status TensorsFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
 
 // The length limit of a model with a variable dimension; a fixed-shape model has none to configure,
 // and its one length is kFixedShapeLength.
-Status SequenceLimitFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+Status SequenceLimitFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   if (spec->has_sequence_length()) {
     if (config.max_sequence_length() < 1) {
       return InvalidArgument("max_sequence_length: must be at least 1, got " +
@@ -176,7 +195,7 @@ Status SequenceLimitFromConfig(const config::ModelConfig& config, ModelSpec* spe
 }
 
 // The configured grid, or the default one along an axis the config leaves empty.
-Status BucketGridFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+Status BucketGridFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   Status status = GridAxis(config.buckets().batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
                            "max_batch_size", &spec->bucket_batch_sizes);
   if (!status.ok()) return status;
@@ -193,13 +212,13 @@ Status BucketGridFromConfig(const config::ModelConfig& config, ModelSpec* spec) 
   return Status::Ok();
 }
 
-Status ExecutionFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
-  switch (config.precision()) {
-    case config::PRECISION_DEFAULT:
-    case config::PRECISION_FP32: spec->precision = Precision::kFp32; break;
-    case config::PRECISION_FP16: spec->precision = Precision::kFp16; break;
-    case config::PRECISION_BF16: spec->precision = Precision::kBf16; break;
-    default: return InvalidArgument("precision: unknown value");
+Status ExecutionFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  spec->precision = Precision::kFp32;
+  if (config.precision() != inference::PRECISION_DEFAULT) {
+    const auto* found = std::find_if(std::begin(kPrecisions), std::end(kPrecisions),
+                                     [&](const auto& entry) { return entry.first == config.precision(); });
+    if (found == std::end(kPrecisions)) return InvalidArgument("precision: unknown value");
+    spec->precision = found->second;
   }
   spec->cuda_graphs_disabled = config.cuda_graphs().disable();
   if (config.cuda_graphs().verify_rtol() < 0) {
@@ -209,14 +228,10 @@ Status ExecutionFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
   return Status::Ok();
 }
 
-// Instance groups and batching live outside the spec; checked here so that a bad config fails at load.
-Status CheckSchedulingConfig(const config::ModelConfig& config) {
-  for (int i = 0; i < config.instance_group_size(); ++i) {
-    if (config.instance_group(i).count() < 0) {
-      return InvalidArgument("instance_group[" + std::to_string(i) + "].count: must not be negative");
-    }
-  }
-  if (!config::DynamicBatching::Policy_IsValid(config.dynamic_batching().policy())) {
+// Batching lives outside the spec; checked here so that a bad config fails at load (instance groups
+// are checked where they are placed: InstancePlacements).
+Status CheckSchedulingConfig(const inference::ModelConfig& config) {
+  if (!inference::ModelDynamicBatching::Policy_IsValid(config.dynamic_batching().policy())) {
     return InvalidArgument("dynamic_batching.policy: unknown value " +
                            std::to_string(config.dynamic_batching().policy()) + " (SIZE_BINNED, FIFO)");
   }
@@ -224,7 +239,7 @@ Status CheckSchedulingConfig(const config::ModelConfig& config) {
 }
 
 // Stops at the first error, in this order: the grid step relies on the limits checked before it.
-Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
+Status BuildSpec(const inference::ModelConfig& config, ModelSpec* spec) {
   Status status = HeaderFromConfig(config, spec);
   if (status.ok()) status = TensorsFromConfig(config, spec);
   if (status.ok()) status = SequenceLimitFromConfig(config, spec);
@@ -234,44 +249,121 @@ Status BuildSpec(const config::ModelConfig& config, ModelSpec* spec) {
   return status;
 }
 
+// The offset in `text` of `column` on the line starting at `line_start`, counted as protobuf's
+// Tokenizer counts columns (a tab advances to the next multiple of 8).
+size_t Offset(const std::string& text, size_t line_start, int column) {
+  size_t offset = line_start;
+  for (int at = 0; at < column && offset < text.size(); ++offset) {
+    at = text[offset] == '\t' ? at + 8 - at % 8 : at + 1;
+  }
+  return offset;
+}
+
+// protobuf's text parser skips an unknown field written `name: [ {...} ]`, but fails on
+// `name [ {...} ]`, the form Triton's configs use for model_warmup and other repeated blocks that
+// graphserve does not declare. Returns `text` with a ':' after every field name that opens a list
+// without one (known fields read both forms the same).
+std::string ColonBeforeLists(const std::string& text) {
+  class Silent : public google::protobuf::io::ErrorCollector {
+    void AddError(int, int, const std::string&) override {}  // the parser reports them
+  } silent;
+  google::protobuf::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  google::protobuf::io::Tokenizer tokenizer(&input, &silent);
+  tokenizer.set_comment_style(google::protobuf::io::Tokenizer::SH_COMMENT_STYLE);
+  std::vector<size_t> line_starts = {0};
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n') line_starts.push_back(i + 1);
+  }
+  std::vector<char> scopes;  // '{' inside a message, '[' inside a list of values
+  std::vector<size_t> colons;
+  google::protobuf::io::Tokenizer::Token before, previous;
+  while (tokenizer.Next()) {
+    const google::protobuf::io::Tokenizer::Token& token = tokenizer.current();
+    const bool in_message = scopes.empty() || scopes.back() == '{';
+    if (token.text == "[" && previous.type == google::protobuf::io::Tokenizer::TYPE_IDENTIFIER &&
+        before.text != ":" && in_message) {
+      colons.push_back(Offset(text, line_starts[previous.line], previous.end_column));
+    }
+    if (token.text == "{" || token.text == "<") scopes.push_back('{');
+    if (token.text == "[") scopes.push_back('[');
+    if ((token.text == "}" || token.text == ">" || token.text == "]") && !scopes.empty()) {
+      scopes.pop_back();
+    }
+    before = previous;
+    previous = token;
+  }
+  std::string fixed = text;
+  for (auto at = colons.rbegin(); at != colons.rend(); ++at) fixed.insert(*at, ":");
+  return fixed;
+}
+
 }  // namespace
 
+std::optional<DataType> DataTypeFromConfig(inference::DataType type) {
+  for (const auto& [config_type, engine_type] : kDataTypes) {
+    if (config_type == type) return engine_type;
+  }
+  return std::nullopt;
+}
+
+inference::DataType DataTypeToConfig(DataType type) {
+  for (const auto& [config_type, engine_type] : kDataTypes) {
+    if (engine_type == type) return config_type;
+  }
+  return inference::TYPE_INVALID;
+}
+
+inference::Precision PrecisionToConfig(Precision precision) {
+  for (const auto& [config_precision, engine_precision] : kPrecisions) {
+    if (engine_precision == precision) return config_precision;
+  }
+  return inference::PRECISION_DEFAULT;
+}
+
 Status ParseModelConfig(const std::string& text, const std::string& origin,
-                        config::ModelConfig* config) {
+                        inference::ModelConfig* config, ConfigWarnings* warnings) {
   google::protobuf::TextFormat::Parser parser;
-  ParseErrors errors;
+  // A Triton config holds many fields graphserve has no use for (model_warmup, response_cache, ...):
+  // skipped with a warning, so that it loads unchanged.
+  parser.AllowUnknownField(true);
+  ParseErrors errors(origin);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, config)) {
-    return InvalidArgument(origin + ": not a valid ModelConfig:" + errors.str());
+  if (!parser.ParseFromString(ColonBeforeLists(text), config)) {
+    return InvalidArgument(origin + ": not a valid ModelConfig:" + errors.errors());
+  }
+  for (const std::string& warning : errors.warnings()) {
+    spdlog::warn("{}", warning);
+    if (warnings != nullptr) warnings->push_back(warning);
   }
   return Status::Ok();
 }
 
-Status LoadModelConfig(const std::string& path, config::ModelConfig* config) {
+Status LoadModelConfig(const std::string& path, inference::ModelConfig* config,
+                       ConfigWarnings* warnings) {
   std::ifstream file(path);
   if (!file) return NotFound(path + ": cannot open the model's config.pbtxt");
   std::ostringstream text;
   text << file.rdbuf();
-  return ParseModelConfig(text.str(), path, config);
+  return ParseModelConfig(text.str(), path, config, warnings);
 }
 
-Status ModelSpecFromConfig(const config::ModelConfig& config, ModelSpec* spec) {
+Status ModelSpecFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   Status status = BuildSpec(config, spec);
   if (status.ok()) return status;
   return Status(status.code(), "model '" + config.name() + "': " + status.message());
 }
 
-config::ModelConfig BuiltinEncoderConfig() {
-  config::ModelConfig config;
+inference::ModelConfig BuiltinEncoderConfig() {
+  inference::ModelConfig config;
   // The text is part of the binary and covered by tests; failing to parse it is a build defect.
   Status status = ParseModelConfig(kBuiltinEncoderConfig, "built-in encoder config", &config);
   if (!status.ok()) std::abort();
   return config;
 }
 
-SchedulerOptions SchedulerOptionsFromConfig(const config::ModelConfig& config) {
+SchedulerOptions SchedulerOptionsFromConfig(const inference::ModelConfig& config) {
   SchedulerOptions options;
-  const config::DynamicBatching& batching = config.dynamic_batching();
+  const inference::ModelDynamicBatching& batching = config.dynamic_batching();
   options.max_queue_delay_us = config.has_dynamic_batching()
                                    ? static_cast<int64_t>(batching.max_queue_delay_microseconds())
                                    : kDefaultMaxQueueDelayUs;
@@ -279,7 +371,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const config::ModelConfig& config) {
   options.max_queue_size = batching.max_queue_size() > 0
                                ? static_cast<int64_t>(batching.max_queue_size())
                                : kDefaultMaxQueueSize;
-  options.policy = batching.policy() == config::DynamicBatching::FIFO ? BatchingPolicy::kFifo
+  options.policy = batching.policy() == inference::ModelDynamicBatching::FIFO ? BatchingPolicy::kFifo
                                                                       : BatchingPolicy::kSizeBinned;
   return options;
 }

@@ -67,6 +67,12 @@ grpc::Status ToGrpcStatus(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
+Status InferenceService::FindServedModel(const std::string& name, const std::string& version,
+                                         std::shared_ptr<LoadedModel>* model) const {
+  if (!ready_.load()) return Unavailable("the server is still loading its models");
+  return repository_->Find(name, version, "name", "version", model);
+}
+
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
@@ -108,13 +114,20 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
                                                           const inference::ModelMetadataRequest* request,
                                                           inference::ModelMetadataResponse* response) {
-  if (!ready_.load()) {
-    return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
-  }
   std::shared_ptr<LoadedModel> model;
-  const Status status = repository_->Find(request->name(), request->version(), "name", "version", &model);
+  const Status status = FindServedModel(request->name(), request->version(), &model);
   if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
   FillModelMetadata(model->scheduler->spec(), model->version, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* context,
+                                                        const inference::ModelConfigRequest* request,
+                                                        inference::ModelConfigResponse* response) {
+  std::shared_ptr<LoadedModel> model;
+  const Status status = FindServedModel(request->name(), request->version(), &model);
+  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
+  *response->mutable_config() = model->effective_config;
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -14,6 +14,7 @@
 
 #include "graphserve/engine/device.h"
 #include "graphserve/server/config.h"
+#include "graphserve/server/triton_config.h"
 
 namespace graphserve {
 namespace {
@@ -76,29 +77,45 @@ std::string InstanceSummary(const ModelSpec& spec, const Executor& executor) {
   return std::to_string(executor.Buckets().size()) + " buckets:" + grid;
 }
 
-// One executor per instance per device; an instance group without devices uses the default device.
-Status InstanceDevices(const config::ModelConfig& config, const std::string& default_device,
-                       std::vector<std::string>* devices) {
-  if (config.instance_group_size() == 0) devices->push_back(default_device);
-  for (const config::InstanceGroup& group : config.instance_group()) {
-    std::vector<std::string> group_devices(group.devices().begin(), group.devices().end());
-    if (group_devices.empty()) group_devices.push_back(default_device);
-    for (const std::string& requested : group_devices) {
-      std::string device;
-      Status status = ResolveDevice(requested, &device);
+// One executor per instance: a placement's devices resolved, `count` executors on each.
+Status InstanceDevices(const inference::ModelConfig& config, const std::string& default_device,
+                       std::vector<InstancePlacement>* placements, std::vector<std::string>* devices) {
+  Status status = InstancePlacements(config, default_device, placements);
+  if (!status.ok()) return status;
+  for (InstancePlacement& placement : *placements) {
+    for (std::string& device : placement.devices) {
+      status = ResolveDevice(device, &device);
       if (!status.ok()) return Status(status.code(), "instance_group: " + status.message());
-      for (int i = 0; i < std::max(1, group.count()); ++i) devices->push_back(device);
+      devices->insert(devices->end(), placement.count, device);
     }
   }
   return Status::Ok();
 }
 
+// The buckets that replay as a CUDA graph on every CUDA instance (a CPU instance has none to offer).
+std::vector<BucketShape> GraphBuckets(const std::vector<std::unique_ptr<Executor>>& executors) {
+  std::set<BucketShape> common;
+  bool first = true;
+  for (const auto& executor : executors) {
+    if (executor->device() == "cpu") continue;
+    std::set<BucketShape> graphs;
+    for (const BucketInfo& bucket : executor->Buckets()) {
+      if (bucket.graph && (first || common.count(bucket.shape) > 0)) graphs.insert(bucket.shape);
+    }
+    common = std::move(graphs);
+    first = false;
+  }
+  return std::vector<BucketShape>(common.begin(), common.end());
+}
+
 Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& devices,
-                       const std::string& model_dir, std::vector<std::unique_ptr<Executor>>* executors) {
+                       const std::string& model_dir, const std::string& model_filename,
+                       std::vector<std::unique_ptr<Executor>>* executors) {
   for (const std::string& device : devices) {
     ExecutorOptions executor_options;
     executor_options.device = device;
     executor_options.model_dir = model_dir;
+    executor_options.model_filename = model_filename;
     std::unique_ptr<Executor> executor;
     Status status = CreateExecutor(spec, executor_options, &executor);
     if (status.ok()) status = executor->Warmup();
@@ -123,24 +140,29 @@ void LogReady(const LoadedModel& model, size_t instances, const SchedulerOptions
                options.max_queue_size);
 }
 
-// Builds a started model from a parsed config whose files are in `model_dir`.
-Status BuildModel(const config::ModelConfig& config, const std::string& version, const std::string& model_dir,
+// Builds a started model from a parsed config (graphserve's or Triton's, resolved here) whose model
+// file is in `model_dir` (the version folder, where there is one).
+Status BuildModel(inference::ModelConfig config, const std::string& version, const std::string& model_dir,
                   const std::string& default_device, const Clock* clock,
                   std::shared_ptr<LoadedModel>* model) {
-  ModelSpec spec;
-  Status status = ModelSpecFromConfig(config, &spec);
+  Status status = ResolveModelConfig(model_dir, &config, nullptr);
   if (!status.ok()) return status;
+  ModelSpec spec;
+  status = ModelSpecFromConfig(config, &spec);
+  if (!status.ok()) return status;
+  std::vector<InstancePlacement> placements;
   std::vector<std::string> devices;
-  status = InstanceDevices(config, default_device, &devices);
+  status = InstanceDevices(config, default_device, &placements, &devices);
   if (!status.ok()) return Status(status.code(), "model '" + spec.name + "': " + status.message());
   std::vector<std::unique_ptr<Executor>> executors;
-  status = CreateExecutors(spec, devices, model_dir, &executors);
+  status = CreateExecutors(spec, devices, model_dir, config.default_model_filename(), &executors);
   if (!status.ok()) return status;
 
   auto loaded = std::make_shared<LoadedModel>();
-  loaded->config = config;
   loaded->version = version;
   const SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
+  loaded->effective_config = EffectiveModelConfig(
+      ServedModel{config, spec, scheduler_options, std::move(placements), GraphBuckets(executors)});
   loaded->scheduler = std::make_unique<ModelScheduler>(spec, scheduler_options, std::move(executors), clock);
   loaded->scheduler->Start();
   LogReady(*loaded, devices.size(), scheduler_options);
@@ -179,20 +201,29 @@ Status ResolveDevice(const std::string& requested, std::string* resolved) {
   return Status::Ok();
 }
 
-Status ResolveModelVersion(const std::string& model_dir, std::string* version, std::string* version_dir) {
+Status ResolveModelVersion(const std::string& model_dir, const inference::ModelVersionPolicy& policy,
+                           std::string* version, std::string* version_dir) {
   std::vector<std::string> folders;
   Status status = ListSubdirectories(model_dir, &folders);
   if (!status.ok()) return status;
-  int64_t latest = 0;
+  std::set<int64_t> versions;
   for (const std::string& folder : folders) {
     int64_t number = 0;
-    if (ParseVersion(folder, &number)) latest = std::max(latest, number);
+    if (ParseVersion(folder, &number)) versions.insert(number);
   }
-  if (latest == 0) {
+  if (policy.specific().versions_size() == 1) {
+    // ResolveModelConfig refuses more than one: graphserve serves one version of each model.
+    const int64_t wanted = policy.specific().versions(0);
+    if (versions.count(wanted) == 0) {
+      return NotFound("version_policy.specific.versions: no version folder " + std::to_string(wanted));
+    }
+    *version = std::to_string(wanted);
+    *version_dir = model_dir + "/" + *version;
+  } else if (versions.empty()) {
     *version = "1";
     *version_dir = model_dir;
   } else {
-    *version = std::to_string(latest);
+    *version = std::to_string(*versions.rbegin());
     *version_dir = model_dir + "/" + *version;
   }
   return Status::Ok();
@@ -201,7 +232,7 @@ Status ResolveModelVersion(const std::string& model_dir, std::string* version, s
 Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,
                         const std::string& default_device, const Clock* clock,
                         std::shared_ptr<LoadedModel>* model) {
-  config::ModelConfig config;
+  inference::ModelConfig config;
   Status status = LoadModelConfig(model_dir + "/config.pbtxt", &config);
   if (!status.ok()) return status;
   // Triton's convention: the folder names the model when the config does not.
@@ -212,9 +243,9 @@ Status LoadModelVersion(const std::string& model_dir, const std::string& expecte
   }
   std::string version;
   std::string version_dir;
-  status = ResolveModelVersion(model_dir, &version, &version_dir);
-  if (!status.ok()) return status;
-  return BuildModel(config, version, version_dir, default_device, clock, model);
+  status = ResolveModelVersion(model_dir, config.version_policy(), &version, &version_dir);
+  if (!status.ok()) return Status(status.code(), "model '" + expected_name + "': " + status.message());
+  return BuildModel(std::move(config), version, version_dir, default_device, clock, model);
 }
 
 ModelRepository::ModelRepository(const Clock* clock, Listener listener)

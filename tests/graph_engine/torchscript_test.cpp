@@ -11,6 +11,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -132,6 +133,67 @@ TEST(TorchScriptTest, DictWithoutADeclaredOutputFailsWarmup) {
   const Status status = executor->Warmup();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("'logits'"), std::string::npos) << status.ToString();
+}
+
+// Triton's PyTorch backend's naming: INPUT__N is forward's argument N and OUTPUT__N the result's
+// element N, whatever the config's order. With both listed in reverse, the answers must be those of
+// the same model in config order (reversed inputs would compute (mask * w + b) * ids instead).
+TEST(TorchScriptTest, TritonIndexedNamesBindByIndex) {
+  const ModelSpec plain = TokenFeaturesSpec("tuple", {PerTokenSpec(), PooledSpec()});
+  ModelSpec indexed = plain;
+  indexed.name = "indexed";
+  indexed.inputs = {plain.inputs[1], plain.inputs[0]};
+  indexed.inputs[0].name = "attention_mask__1";
+  indexed.inputs[1].name = "input_ids__0";
+  indexed.outputs = {plain.outputs[1], plain.outputs[0]};
+  indexed.outputs[0].name = "pooled__1";
+  indexed.outputs[1].name = "per_token__0";
+  std::unique_ptr<Executor> by_order, by_index;
+  ASSERT_TRUE(Create(plain, ModelDir("tuple"), &by_order).ok());
+  const Status created = Create(indexed, ModelDir("tuple"), &by_index);
+  ASSERT_TRUE(created.ok()) << created.ToString();
+  ASSERT_TRUE(by_order->Warmup().ok());
+  const Status warmup = by_index->Warmup();
+  ASSERT_TRUE(warmup.ok()) << warmup.ToString();
+
+  const std::vector<InferenceItem> items = {TokenItem(1, 3, 31, 1024, 2), TokenItem(2, 8, 32, 1024, 2)};
+  std::vector<InferenceItem> reversed = items;
+  for (InferenceItem& item : reversed) std::swap(item.inputs[0], item.inputs[1]);
+  BatchOutputs expected, actual;
+  ASSERT_TRUE(by_order->Execute(MakeBatch({&items[0], &items[1]}, BucketShape{4, 8}), &expected).ok());
+  const Status status =
+      by_index->Execute(MakeBatch({&reversed[0], &reversed[1]}, BucketShape{4, 8}), &actual);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  for (size_t k = 0; k < items.size(); ++k) {
+    EXPECT_EQ(Fp32Values(actual[k][0]), Fp32Values(expected[k][1])) << "pooled of item " << k;
+    EXPECT_EQ(Fp32Values(actual[k][1]), Fp32Values(expected[k][0])) << "per_token of item " << k;
+  }
+}
+
+TEST(TorchScriptTest, TritonIndicesMustBeDistinctAndCoverEveryArgument) {
+  for (const auto& [first, second, message] :
+       {std::tuple{"ids__0", "mask__0", "input 'mask__0': index 0 is taken"},
+        std::tuple{"ids__0", "mask__2", "input 'mask__2': index 2 leaves a gap"}}) {
+    ModelSpec spec = TokenFeaturesSpec("indices", {PerTokenSpec(), PooledSpec()});
+    spec.inputs[0].name = first;
+    spec.inputs[1].name = second;
+    std::unique_ptr<Executor> executor;
+    const Status status = Create(spec, ModelDir("tuple"), &executor);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find("model 'indices': " + std::string(message)), std::string::npos)
+        << status.ToString();
+  }
+  // An output may pick any element, but the result must have it.
+  ModelSpec spec = TokenFeaturesSpec("indices", {PerTokenSpec(), PooledSpec()});
+  spec.outputs[0].name = "per_token__0";
+  spec.outputs[1].name = "pooled__5";
+  std::unique_ptr<Executor> executor;
+  ASSERT_TRUE(Create(spec, ModelDir("tuple"), &executor).ok());
+  const Status status = executor->Warmup();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("output 'pooled__5' names element 5, but forward() returned 2"),
+            std::string::npos)
+      << status.ToString();
 }
 
 TEST(TorchScriptTest, MissingModelFileIsNotFound) {

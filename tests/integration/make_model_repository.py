@@ -10,6 +10,10 @@ serves:
   encoder_pt2    the same encoder (architecture and weights) as an AOTInductor package from
                  deploy/models/export_encoder.py, with the same grid: it must answer as `encoder`
                  does. Compiled for GRAPHSERVE_TEST_DEVICE's kind (CPU unless it names cuda).
+  tiny_triton    tiny_scripted's model.pt under a config as Triton's PyTorch backend takes it:
+                 backend "pytorch", tensors named INPUT__N / OUTPUT__N (listed out of order, so that
+                 only binding by N answers right), Triton's batching and instance fields, and
+                 fields graphserve ignores; it must answer as tiny_scripted does.
 """
 import os
 import pathlib
@@ -82,6 +86,39 @@ instance_group { count: 2 }
 }
 
 
+# Written for Triton: graphserve's settings travel as parameters, and Triton-only blocks stay.
+TRITON_CONFIG = """
+name: "tiny_triton"
+backend: "pytorch"
+max_batch_size: 4
+input [
+  { name: "INPUT__1" data_type: TYPE_INT64 dims: [ -1 ] },
+  { name: "INPUT__0" data_type: TYPE_INT64 dims: [ -1 ] }
+]
+output [
+  { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ -1, 16 ] }
+]
+instance_group [ { name: "tiny" count: 2 kind: KIND_AUTO } ]
+dynamic_batching {
+  preferred_batch_size: [ 2, 4 ]
+  max_queue_delay_microseconds: 1000
+  default_queue_policy { max_queue_size: 100 }
+}
+parameters: { key: "max_sequence_length" value: { string_value: "32" } }
+parameters: { key: "bucket_sequence_lengths" value: { string_value: "8,32" } }
+parameters: { key: "INFERENCE_MODE" value: { string_value: "true" } }
+model_warmup [
+  {
+    name: "zeros"
+    batch_size: 1
+    inputs { key: "INPUT__0" value: { data_type: TYPE_INT64 dims: [ 8 ] zero_data: true } }
+    inputs { key: "INPUT__1" value: { data_type: TYPE_INT64 dims: [ 8 ] zero_data: true } }
+  }
+]
+"""
+
+
 def main():
     root = pathlib.Path(sys.argv[1])
     torch.manual_seed(1234)
@@ -103,6 +140,10 @@ def main():
         (folder / "config.pbtxt").write_text(f'name: "{name}"\n' + config)
         if name in models:
             models[name].save(str(folder / "model.pt"))
+    triton = root / "tiny_triton"
+    triton.mkdir(parents=True, exist_ok=True)
+    (triton / "config.pbtxt").write_text(TRITON_CONFIG)
+    models["tiny_scripted"].save(str(triton / "model.pt"))
     write_encoder_package(root, CONFIGS["encoder"])
     write_reference_answers(root, models)
     print(f"model repository written to {root}")

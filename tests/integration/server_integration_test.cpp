@@ -194,6 +194,17 @@ struct RepositorySuite {
 };
 using RepositoryTest = SharedServerTest<RepositorySuite>;
 
+// `output` of `response` has `shape` and the values PyTorch answered (make_model_repository.py's
+// reference file).
+void ExpectReferenceOutput(const inference::ModelInferResponse& response, const std::string& output,
+                           const std::string& reference_file, const std::vector<int64_t>& shape) {
+  const FloatOutput actual = GetFloatOutput(response, output);
+  EXPECT_EQ(actual.shape, shape) << output;
+  const std::vector<float> expected =
+      ReadArray<float>(std::string(MODEL_REPOSITORY) + "_reference/" + reference_file);
+  EXPECT_LT(MaxRelativeDifference(actual.values, expected), 1e-4) << output;
+}
+
 TEST_F(RepositoryTest, TorchScriptModelsAnswerWhatPyTorchAnswers) {
   auto stub = server_->NewStub();
   const std::vector<int64_t> ids = ReadArray<int64_t>(std::string(MODEL_REPOSITORY) + "_reference/ids.bin");
@@ -206,16 +217,99 @@ TEST_F(RepositoryTest, TorchScriptModelsAnswerWhatPyTorchAnswers) {
   status = Infer(stub.get(), TokenRequest("tiny_traced", {ids}), &traced);
   ASSERT_TRUE(status.ok()) << status.error_message();
 
-  const std::string reference = std::string(MODEL_REPOSITORY) + "_reference/";
-  const FloatOutput hidden = GetFloatOutput(scripted, "hidden");
-  EXPECT_EQ(hidden.shape, (std::vector<int64_t>{1, 5, 16}));
-  EXPECT_LT(MaxRelativeDifference(hidden.values, ReadArray<float>(reference + "hidden.bin")), 1e-4);
-  const FloatOutput pooled = GetFloatOutput(scripted, "pooled");
-  EXPECT_EQ(pooled.shape, (std::vector<int64_t>{1, 16}));
-  EXPECT_LT(MaxRelativeDifference(pooled.values, ReadArray<float>(reference + "pooled.bin")), 1e-4);
-  const FloatOutput projected = GetFloatOutput(traced, "projected");
-  EXPECT_EQ(projected.shape, (std::vector<int64_t>{1, 5, 4}));
-  EXPECT_LT(MaxRelativeDifference(projected.values, ReadArray<float>(reference + "projected.bin")), 1e-4);
+  ExpectReferenceOutput(scripted, "hidden", "hidden.bin", {1, 5, 16});
+  ExpectReferenceOutput(scripted, "pooled", "pooled.bin", {1, 16});
+  ExpectReferenceOutput(traced, "projected", "projected.bin", {1, 5, 4});
+}
+
+// A config written for Triton's PyTorch backend loads unchanged: backend "pytorch" finds model.pt,
+// and INPUT__N / OUTPUT__N, listed out of order, bind by N, so that the answers are tiny_scripted's.
+TEST_F(RepositoryTest, TritonConfiguredModelAnswersAsPyTorchDoes) {
+  auto stub = server_->NewStub();
+  const std::vector<int64_t> ids = ReadArray<int64_t>(std::string(MODEL_REPOSITORY) + "_reference/ids.bin");
+  inference::ModelInferRequest request = TokenRequest("tiny_triton", {ids});
+  request.mutable_inputs(0)->set_name("INPUT__0");  // input_ids
+  request.mutable_inputs(1)->set_name("INPUT__1");  // attention_mask
+  inference::ModelInferResponse response;
+  const grpc::Status status = Infer(stub.get(), request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectReferenceOutput(response, "OUTPUT__0", "hidden.bin", {1, 5, 16});
+  ExpectReferenceOutput(response, "OUTPUT__1", "pooled.bin", {1, 16});
+  // What it ignored is in the log, by name.
+  const std::string log = server_->Log();
+  EXPECT_NE(log.find("\"model_warmup\""), std::string::npos) << log;
+  EXPECT_NE(log.find("model 'tiny_triton': parameters[\"INFERENCE_MODE\"]"), std::string::npos);
+}
+
+grpc::Status GetModelConfig(inference::GRPCInferenceService::Stub* stub, const std::string& model,
+                            inference::ModelConfig* config) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  inference::ModelConfigRequest request;
+  request.set_name(model);
+  inference::ModelConfigResponse response;
+  const grpc::Status status = stub->ModelConfig(&context, request, &response);
+  *config = response.config();
+  return status;
+}
+
+template <typename Repeated>
+std::vector<int64_t> Values(const Repeated& values) {
+  return std::vector<int64_t>(values.begin(), values.end());
+}
+
+// The ModelConfig RPC answers what is served: Triton's fields filled from the loaded model, the
+// grid as preferred batch sizes and (with graphs) as graph_spec, graphserve's fields beside them.
+TEST_F(RepositoryTest, ModelConfigAnswersTheEffectiveConfig) {
+  auto stub = server_->NewStub();
+  inference::ModelConfig config;
+  grpc::Status status = GetModelConfig(stub.get(), "tiny_triton", &config);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(config.name(), "tiny_triton");
+  EXPECT_EQ(config.platform(), "pytorch_libtorch");
+  EXPECT_EQ(config.backend(), "pytorch");
+  EXPECT_EQ(config.max_batch_size(), 4);
+  ASSERT_EQ(config.input_size(), 2);
+  EXPECT_EQ(config.input(0).name(), "INPUT__1");
+  EXPECT_EQ(config.input(0).data_type(), inference::TYPE_INT64);
+  EXPECT_EQ(Values(config.input(0).dims()), (std::vector<int64_t>{-1}));
+  ASSERT_EQ(config.output_size(), 2);
+  EXPECT_EQ(Values(config.output(1).dims()), (std::vector<int64_t>{-1, 16}));
+  EXPECT_EQ(Values(config.dynamic_batching().preferred_batch_size()), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(config.dynamic_batching().max_queue_delay_microseconds(), 1000u);
+  EXPECT_EQ(config.dynamic_batching().default_queue_policy().max_queue_size(), 100u);
+  EXPECT_EQ(config.max_sequence_length(), 32);
+  EXPECT_EQ(Values(config.buckets().sequence_lengths()), (std::vector<int64_t>{8, 32}));
+  ASSERT_EQ(config.instance_group_size(), 1);
+  EXPECT_EQ(config.instance_group(0).count(), 2);
+  const bool cuda = std::string(RepositorySuite::Flags()[1]).rfind("cuda", 0) == 0;
+  EXPECT_EQ(config.instance_group(0).kind(), cuda ? inference::ModelInstanceGroup::KIND_GPU
+                                                  : inference::ModelInstanceGroup::KIND_CPU);
+  // Graphs only on a GPU: then one graph_spec per grid point, the -1 replaced by its length.
+  EXPECT_EQ(config.optimization().cuda().graphs(), cuda);
+  ASSERT_EQ(config.optimization().cuda().graph_spec_size(), cuda ? 4 : 0);
+  if (cuda) {
+    const auto& last = config.optimization().cuda().graph_spec(3);
+    EXPECT_EQ(last.batch_size(), 4);
+    EXPECT_EQ(Values(last.input().at("INPUT__0").dim()), (std::vector<int64_t>{32}));
+  }
+
+  status = GetModelConfig(stub.get(), "encoder", &config);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(config.platform(), "graphserve_encoder");
+  EXPECT_EQ(config.dynamic_batching().default_queue_policy().max_queue_size(), 2000u);
+  EXPECT_EQ(Values(config.buckets().batch_sizes()), (std::vector<int64_t>{1, 2, 4, 8}));
+
+  status = GetModelConfig(stub.get(), "no_such_model", &config);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("name: unknown model 'no_such_model'"), std::string::npos);
+
+  // graphserve-cli prints it as config.pbtxt text.
+  const auto [code, output] = RunCommand(std::string(GRAPHSERVE_CLI) + " config --model tiny_triton" +
+                                         " --address " + server_->address());
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("platform: \"pytorch_libtorch\""), std::string::npos) << output;
+  EXPECT_NE(output.find("max_sequence_length: 32"), std::string::npos) << output;
 }
 
 using Answer = std::pair<grpc::Status, inference::ModelInferResponse>;

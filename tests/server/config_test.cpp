@@ -6,8 +6,10 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "fixed_shape_config.h"
+#include "graphserve/server/triton_config.h"
 
 namespace graphserve {
 namespace {
@@ -24,15 +26,15 @@ constexpr const char* kValidConfig = R"pb(
   dynamic_batching { max_queue_delay_microseconds: 250 max_queue_size: 7 }
 )pb";
 
-config::ModelConfig Parse(const std::string& text) {
-  config::ModelConfig config;
+inference::ModelConfig Parse(const std::string& text) {
+  inference::ModelConfig config;
   Status status = ParseModelConfig(text, "test", &config);
   EXPECT_TRUE(status.ok()) << status.ToString();
   return config;
 }
 
 TEST(ConfigTest, AotInductorPlatformIsServed) {
-  config::ModelConfig config = Parse(kValidConfig);
+  inference::ModelConfig config = Parse(kValidConfig);
   config.set_platform("torch_aoti");
   ModelSpec spec;
   Status status = ModelSpecFromConfig(config, &spec);
@@ -41,7 +43,7 @@ TEST(ConfigTest, AotInductorPlatformIsServed) {
 }
 
 TEST(ConfigTest, UnknownPlatformNamesTheServedOnes) {
-  config::ModelConfig config = Parse(kValidConfig);
+  inference::ModelConfig config = Parse(kValidConfig);
   config.set_platform("onnxruntime_onnx");
   ModelSpec spec;
   Status status = ModelSpecFromConfig(config, &spec);
@@ -73,20 +75,20 @@ TEST(ConfigTest, ValidConfigBecomesSpec) {
 }
 
 TEST(ConfigTest, BatchingPolicyFifoIsReadAndUnknownValuesAreRejected) {
-  config::ModelConfig config = Parse(kValidConfig);
-  config.mutable_dynamic_batching()->set_policy(config::DynamicBatching::FIFO);
+  inference::ModelConfig config = Parse(kValidConfig);
+  config.mutable_dynamic_batching()->set_policy(inference::ModelDynamicBatching::FIFO);
   EXPECT_EQ(SchedulerOptionsFromConfig(config).policy, BatchingPolicy::kFifo);
   ModelSpec spec;
   EXPECT_TRUE(ModelSpecFromConfig(config, &spec).ok());
 
-  config.mutable_dynamic_batching()->set_policy(static_cast<config::DynamicBatching::Policy>(7));
+  config.mutable_dynamic_batching()->set_policy(static_cast<inference::ModelDynamicBatching::Policy>(7));
   const Status status = ModelSpecFromConfig(config, &spec);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("dynamic_batching.policy"), std::string::npos) << status.message();
 }
 
 TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {
-  config::ModelConfig config = Parse(kValidConfig);
+  inference::ModelConfig config = Parse(kValidConfig);
   config.clear_buckets();
   ModelSpec spec;
   ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
@@ -115,8 +117,8 @@ TEST(ConfigTest, BuiltinEncoderConfigIsValid) {
 // encoder: graphs off with the same grid, one max-size bucket, and no batching at all.
 TEST(ConfigTest, ServingModesAreConfigs) {
   auto spec_and_options = [](const std::string& edit, ModelSpec* spec, SchedulerOptions* options) {
-    config::ModelConfig config = BuiltinEncoderConfig();
-    config::ModelConfig changes;
+    inference::ModelConfig config = BuiltinEncoderConfig();
+    inference::ModelConfig changes;
     ASSERT_TRUE(ParseModelConfig(edit, "edit", &changes).ok());
     config.MergeFrom(changes);
     const Status status = ModelSpecFromConfig(config, spec);
@@ -151,7 +153,7 @@ TEST(ConfigTest, ServingModesAreConfigs) {
 // A config without dynamic_batching gets the queue size a SchedulerOptions has by default: there is
 // one default, not one per place that builds options.
 TEST(ConfigTest, DefaultQueueSizeIsSchedulerOptionsDefault) {
-  config::ModelConfig config = BuiltinEncoderConfig();
+  inference::ModelConfig config = BuiltinEncoderConfig();
   ASSERT_FALSE(config.has_dynamic_batching());
   EXPECT_EQ(SchedulerOptionsFromConfig(config).max_queue_size, SchedulerOptions{}.max_queue_size);
   EXPECT_EQ(SchedulerOptions{}.max_queue_size, 4096);  // what README.md documents
@@ -165,8 +167,8 @@ struct BadConfigCase {
 class BadConfigTest : public testing::TestWithParam<BadConfigCase> {};
 
 TEST_P(BadConfigTest, NamesTheField) {
-  config::ModelConfig config = Parse(kValidConfig);
-  config::ModelConfig edit;
+  inference::ModelConfig config = Parse(kValidConfig);
+  inference::ModelConfig edit;
   ASSERT_TRUE(ParseModelConfig(GetParam().edit, "edit", &edit).ok());
   config.MergeFrom(edit);
   ModelSpec spec;
@@ -212,7 +214,7 @@ TEST(ConfigTest, FixedShapeModelGetsABatchOnlyGrid) {
 }
 
 TEST(ConfigTest, SequenceModelStillNeedsMaxSequenceLength) {
-  config::ModelConfig config = Parse(kValidConfig);
+  inference::ModelConfig config = Parse(kValidConfig);
   config.clear_max_sequence_length();
   ModelSpec spec;
   const Status status = ModelSpecFromConfig(config, &spec);
@@ -242,11 +244,56 @@ INSTANTIATE_TEST_SUITE_P(
                                   "output[1].dims: -1 in 'map'"}));
 
 TEST(ConfigTest, ParseErrorNamesLine) {
-  config::ModelConfig config;
+  inference::ModelConfig config;
   Status status = ParseModelConfig("name: \"x\"\nmax_batch_size: \"many\"\n", "cfg.pbtxt", &config);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("cfg.pbtxt"), std::string::npos);
   EXPECT_NE(status.message().find("line 2"), std::string::npos) << status.message();
+}
+
+// Fields outside the schema (the rest of Triton's) are skipped, each named in a warning with its
+// line; only malformed text is an error.
+TEST(ConfigTest, UnknownFieldsAreWarningsNamingThem) {
+  inference::ModelConfig config;
+  ConfigWarnings warnings;
+  const Status status = ParseModelConfig(
+      "name: \"x\"\nresponse_cache { enable: true }\ninput { name: \"a\" is_non_linear_format_io: true }\n",
+      "cfg.pbtxt", &config, &warnings);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(config.name(), "x");
+  EXPECT_EQ(config.input(0).name(), "a");
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("cfg.pbtxt line 2"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("\"response_cache\""), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("\"is_non_linear_format_io\""), std::string::npos) << warnings[1];
+}
+
+// The README's config examples are valid, and the Triton one warns only about what it says it does.
+TEST(ConfigTest, ReadmeExamplesParse) {
+  std::ifstream file(std::string(SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string open = "```protobuf\n";
+  int examples = 0;
+  for (size_t start = readme.find(open); start != std::string::npos; start = readme.find(open, start)) {
+    start += open.size();
+    const std::string text = readme.substr(start, readme.find("```", start) - start);
+    SCOPED_TRACE(text);
+    inference::ModelConfig config;
+    ConfigWarnings warnings;
+    ASSERT_TRUE(ParseModelConfig(text, "README", &config, &warnings).ok());
+    if (config.backend().empty()) {
+      EXPECT_TRUE(warnings.empty()) << warnings[0];
+      ModelSpec spec;
+      ASSERT_TRUE(ResolveModelConfig("", &config, &warnings).ok());
+      const Status status = ModelSpecFromConfig(config, &spec);
+      EXPECT_TRUE(status.ok()) << status.ToString();
+    } else {
+      ASSERT_EQ(warnings.size(), 1u);
+      EXPECT_NE(warnings[0].find("\"model_warmup\""), std::string::npos) << warnings[0];
+    }
+    ++examples;
+  }
+  EXPECT_EQ(examples, 3);
 }
 
 TEST(ConfigTest, LoadFromFileAndMissingFile) {
@@ -255,7 +302,7 @@ TEST(ConfigTest, LoadFromFileAndMissingFile) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string path = std::string(dir) + "/config.pbtxt";
   std::ofstream(path) << kValidConfig;
-  config::ModelConfig config;
+  inference::ModelConfig config;
   ASSERT_TRUE(LoadModelConfig(path, &config).ok());
   EXPECT_EQ(config.name(), "tiny");
   EXPECT_EQ(LoadModelConfig(std::string(dir) + "/absent.pbtxt", &config).code(), StatusCode::kNotFound);

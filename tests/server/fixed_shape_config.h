@@ -16,12 +16,12 @@ inline constexpr const char* kCnnConfig = R"pb(
   output { name: "logits" data_type: TYPE_FP32 dims: [ 1000 ] }
 )pb";
 
-inline config::ModelConfig CnnConfig(const std::string& edit = "") {
-  config::ModelConfig config;
-  config::ModelConfig changes;
+inline inference::ModelConfig CnnConfig(const std::string& edit = "") {
+  inference::ModelConfig config;
+  inference::ModelConfig changes;
   if (!ParseModelConfig(kCnnConfig, "kCnnConfig", &config).ok() ||
       !ParseModelConfig(edit, "edit", &changes).ok()) {
-    return config::ModelConfig();  // an empty config: every test using it fails on its name
+    return inference::ModelConfig();  // an empty config: every test using it fails on its name
   }
   config.MergeFrom(changes);
   return config;

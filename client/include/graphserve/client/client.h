@@ -47,6 +47,8 @@ class InferenceClient {
   grpc::Status ModelReady(const std::string& model, bool* ready);
   grpc::Status ServerMetadata(inference::ServerMetadataResponse* response);
   grpc::Status ModelMetadata(const std::string& model, inference::ModelMetadataResponse* response);
+  // The model's effective configuration (Triton's ModelConfig, plus graphserve's fields).
+  grpc::Status ModelConfig(const std::string& model, inference::ModelConfigResponse* response);
   grpc::Status ModelInfer(const inference::ModelInferRequest& request,
                           inference::ModelInferResponse* response);
 

@@ -132,6 +132,9 @@ struct ExecutorOptions {
   std::string device = "cpu";
   // Folder holding model.pt2 (AOTInductor) or model.pt (TorchScript); unused by the built-in encoder.
   std::string model_dir;
+  // The model file's name in model_dir; empty: the platform's (kAotInductorFileName,
+  // kTorchScriptFileName).
+  std::string model_filename;
 };
 
 // Loads the model that `spec` describes onto `options.device`. Fails with INVALID_ARGUMENT for a

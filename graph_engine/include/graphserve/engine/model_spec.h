@@ -15,6 +15,11 @@ inline constexpr const char* kPlatformTorchScript = "pytorch_libtorch";  // mode
 inline constexpr const char* kPlatformAotInductor = "torch_aoti";         // model.pt2
 inline constexpr const char* kPlatformBuiltinEncoder = "graphserve_encoder";
 
+// The model file a platform loads from its model's folder unless the config names another
+// (default_model_filename); Triton's PyTorch backend uses the same names.
+inline constexpr const char* kTorchScriptFileName = "model.pt";
+inline constexpr const char* kAotInductorFileName = "model.pt2";
+
 struct TensorSpec {
   std::string name;
   DataType dtype = DataType::kFp32;

@@ -45,6 +45,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
@@ -63,6 +66,11 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                   inference::RepositoryModelUnloadResponse* response) override;
 
  private:
+  // The model version a metadata or config call names: UNAVAILABLE before readiness, NOT_FOUND
+  // naming `name` or `version` for a model or version not served.
+  Status FindServedModel(const std::string& name, const std::string& version,
+                         std::shared_ptr<LoadedModel>* model) const;
+
   ModelRepository* const repository_;
   const Clock* const clock_;
   ServerMetrics* const metrics_;

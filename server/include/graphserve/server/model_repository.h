@@ -51,7 +51,8 @@ struct RepositoryOptions {
 
 // One loaded version of a model. Immutable once serving.
 struct LoadedModel {
-  config::ModelConfig config;
+  // What the model is served with, as the ModelConfig RPC answers it (EffectiveModelConfig).
+  inference::ModelConfig effective_config;
   std::string version;
   std::unique_ptr<ModelScheduler> scheduler;
 };
@@ -150,9 +151,11 @@ class ModelRepository {
 // Resolves "auto" to "cuda:0" when a CUDA device is present, else "cpu"; checks the others.
 Status ResolveDevice(const std::string& requested, std::string* resolved);
 
-// The version a model folder serves and the folder its model file is in: the highest numbered
-// sub-folder (Triton's layout), or "1" and the folder itself when it has none (the flat layout).
-Status ResolveModelVersion(const std::string& model_dir, std::string* version, std::string* version_dir);
+// The version a model folder serves and the folder its model file is in: the one the config's
+// `version_policy.specific` names (NOT_FOUND when its folder is missing), else the highest numbered
+// sub-folder (Triton's layout), else "1" and the folder itself (the flat layout).
+Status ResolveModelVersion(const std::string& model_dir, const inference::ModelVersionPolicy& policy,
+                           std::string* version, std::string* version_dir);
 
 // Reads, checks and warms up one model version; the scheduler is started. Errors name the model.
 Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,

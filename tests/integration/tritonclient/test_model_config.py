@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The ModelConfig RPC through Triton's own gRPC client (tritonclient[grpc], unmodified):
+get_model_config decodes graphserve's answer with Triton's ModelConfig, sees the effective config of
+a model whose config.pbtxt was written for Triton's PyTorch backend, skips graphserve's own fields
+(numbered from 1000), and gets NOT_FOUND for an unknown model and UNAVAILABLE before the server is
+ready."""
+import unittest
+
+import server_fixture
+from server_fixture import InferenceServerException
+from google.protobuf import unknown_fields
+
+MODEL = "tiny_triton"  # make_model_repository.py: Triton's config for tiny_scripted's model.pt
+
+
+class ModelConfigTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        repository = server_fixture.scratch_dir("model_config_repository")
+        server_fixture.copy_model(MODEL, repository)
+        cls.server = server_fixture.Server("--model-repository", str(repository), log_name="model_config")
+        cls.server.__enter__()
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.__exit__(None, None, None)
+
+    def test_effective_config_as_json(self):
+        config = self.client.get_model_config(MODEL, as_json=True)["config"]
+        self.assertEqual(config["name"], MODEL)
+        self.assertEqual(config["platform"], "pytorch_libtorch")
+        self.assertEqual(config["backend"], "pytorch")
+        self.assertEqual(config["max_batch_size"], 4)
+        # As in the config: INPUT__1 first; int64 travels as strings in protobuf's JSON.
+        self.assertEqual([(i["name"], i["data_type"], i["dims"]) for i in config["input"]],
+                         [("INPUT__1", "TYPE_INT64", ["-1"]), ("INPUT__0", "TYPE_INT64", ["-1"])])
+        self.assertEqual([(o["name"], o["dims"]) for o in config["output"]],
+                         [("OUTPUT__1", ["16"]), ("OUTPUT__0", ["-1", "16"])])
+        batching = config["dynamic_batching"]
+        self.assertEqual(batching["preferred_batch_size"], [2, 4])
+        self.assertEqual(batching["max_queue_delay_microseconds"], "1000")
+        self.assertEqual(batching["default_queue_policy"]["max_queue_size"], 100)
+        self.assertEqual(config["instance_group"], [{"name": "tiny", "kind": "KIND_CPU", "count": 2}])
+        # A CPU server captures no graphs; graphserve's own fields are unknown to Triton's client.
+        self.assertNotIn("graph_spec", config.get("optimization", {}).get("cuda", {}))
+        for own in ("max_sequence_length", "buckets", "precision", "cuda_graphs"):
+            self.assertNotIn(own, config)
+
+    def test_effective_config_as_message(self):
+        config = self.client.get_model_config(MODEL).config
+        self.assertFalse(config.optimization.cuda.graphs)
+        self.assertEqual(config.version_policy.latest.num_versions, 1)
+        self.assertEqual(config.default_model_filename, "model.pt")
+        # Triton's client keeps graphserve's fields (max_sequence_length = 1000, ...) as unknown ones.
+        numbers = {field.field_number for field in unknown_fields.UnknownFieldSet(config)}
+        self.assertTrue({1000, 1001, 1002, 1003} <= numbers, numbers)
+
+    def test_unknown_model_is_not_found_naming_it(self):
+        with self.assertRaises(InferenceServerException) as raised:
+            self.client.get_model_config("no_such_model")
+        self.assertEqual(raised.exception.status(), "StatusCode.NOT_FOUND")
+        self.assertIn("name: unknown model 'no_such_model'", raised.exception.message())
+
+
+class BeforeReadyTest(unittest.TestCase):
+    def test_unavailable_until_ready(self):
+        # The built-in encoder's default grid takes seconds to warm up on a CPU: the window in which
+        # the server listens but is not ready.
+        with server_fixture.Server(log_name="model_config_loading", wait_ready=False) as server:
+            with server.client() as client:
+                try:
+                    client.get_model_config("encoder")
+                    answered_before_ready = True
+                except InferenceServerException as error:
+                    answered_before_ready = False
+                    self.assertEqual(error.status(), "StatusCode.UNAVAILABLE", error.message())
+                    self.assertIn("still loading", error.message())
+                if answered_before_ready:
+                    self.assertTrue(client.is_server_ready())  # only a ready server answers
+                server.wait_until(lambda c: c.is_server_ready(), server.ready_timeout_s, "readiness")
+                self.assertEqual(client.get_model_config("encoder").config.platform, "graphserve_encoder")
+
+
+if __name__ == "__main__":
+    unittest.main()
