@@ -17,24 +17,41 @@ constexpr const char* kServerName = "graphserve";
 // callback finishes it from a worker thread, so no RPC thread waits for inference.
 class InferReactor final : public grpc::ServerUnaryReactor {
  public:
-  InferReactor(ModelScheduler* scheduler, std::shared_ptr<PendingRequest> pending)
-      : scheduler_(scheduler), pending_(std::move(pending)) {}
+  InferReactor(ModelScheduler* scheduler, std::shared_ptr<PendingRequest> pending,
+               std::chrono::system_clock::time_point deadline)
+      : scheduler_(scheduler), pending_(std::move(pending)), deadline_(deadline) {}
 
   void OnCancel() override {
+    // gRPC cancels a call when its deadline passes: such a call has expired rather than been
+    // cancelled. Its timer and the system clock are read apart, hence the slack.
+    if (deadline_ != std::chrono::system_clock::time_point::max() &&
+        std::chrono::system_clock::now() + kDeadlineSlack >= deadline_) {
+      pending_->deadline_expired.store(true);
+    }
     pending_->cancelled.store(true);
     scheduler_->Poke();
   }
   void OnDone() override { delete this; }
 
  private:
+  static constexpr std::chrono::milliseconds kDeadlineSlack{1};
+
   ModelScheduler* const scheduler_;
   const std::shared_ptr<PendingRequest> pending_;
+  const std::chrono::system_clock::time_point deadline_;
 };
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+// A ModelInfer call that reached its model's scheduler, finished: counted in /metrics and in the
+// model's statistics.
+void CountFinished(ModelRequestMetrics* metrics, ModelStatisticsRecorder* statistics,
+                   const Status& outcome, int64_t rows, int64_t latency_us,
+                   const RequestTiming& timing) {
+  metrics->Finished(outcome, latency_us, timing);
+  if (outcome.ok()) {
+    statistics->RecordSuccess(rows, latency_us * 1000, timing);
+  } else {
+    statistics->RecordFailure(latency_us * 1000);
+  }
 }
 
 // The gRPC deadline as an absolute time on the scheduler's clock; 0 when the call has none.
@@ -52,6 +69,12 @@ int64_t DeadlineMicros(const grpc::CallbackServerContext& context, const Clock& 
 grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -126,29 +149,37 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   auto pending = std::make_shared<PendingRequest>();
   // The request belongs to this RPC until it finishes; decoding moves its raw buffers out instead of
   // copying them, hence the const_cast.
-  Status status =
-      DecodeInferRequest(spec, const_cast<inference::ModelInferRequest*>(request), &pending->item);
+  Status status = DecodeInferRequest(spec, scheduler->options().queue_policy,
+                                     const_cast<inference::ModelInferRequest*>(request), pending.get());
   if (!status.ok()) {
     model_metrics->Refused(status.code());
     return FinishNow(context, ToGrpcStatus(status));
   }
   pending->deadline_us = DeadlineMicros(*context, *clock_);
 
-  auto* reactor = new InferReactor(scheduler, pending);
+  auto* reactor = new InferReactor(scheduler, pending, context->deadline());
   const Clock* clock = clock_;
+  ModelStatisticsRecorder* statistics = &scheduler->statistics();
+  const int64_t rows = pending->item.rows;
+  // `done` is the request's own member: it reaches the request through a plain pointer, since a
+  // shared one would keep the request alive forever.
+  const PendingRequest* self = pending.get();
   // Counted before Finish, so that a client that has its answer finds it in the next scrape.
-  pending->done = [reactor, request, response, &spec, model_metrics, clock, arrival_us](
-                      const Status& outcome, std::vector<HostTensor>&& outputs,
-                      const RequestTiming& timing) {
-    if (outcome.ok()) EncodeInferResponse(spec, *request, std::move(outputs), response);
-    model_metrics->Finished(outcome, clock->NowMicros() - arrival_us, timing);
-    reactor->Finish(ToGrpcStatus(outcome));
+  pending->done = [reactor, request, response, &spec, model_metrics, statistics, clock, arrival_us,
+                   rows, self](const Status& outcome, std::vector<HostTensor>&& outputs,
+                               const RequestTiming& timing) {
+    const int64_t now_us = clock->NowMicros();
+    const Status answer = SettleWithClient(outcome, *self, now_us);
+    if (answer.ok()) EncodeInferResponse(spec, *request, std::move(outputs), response);
+    CountFinished(model_metrics, statistics, answer, rows, now_us - arrival_us, timing);
+    reactor->Finish(ToGrpcStatus(answer));
   };
   model_metrics->Started();
   status = scheduler->Enqueue(pending);
   if (!status.ok()) {
     // Not accepted: `done` will never run, so finish here.
-    model_metrics->Finished(status, clock_->NowMicros() - arrival_us, RequestTiming{});
+    CountFinished(model_metrics, statistics, status, rows, clock_->NowMicros() - arrival_us,
+                  RequestTiming{});
     reactor->Finish(ToGrpcStatus(status));
   }
   return reactor;

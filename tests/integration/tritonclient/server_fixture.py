@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 try:
     import tritonclient.grpc as grpcclient  # noqa: F401  (re-exported for the tests)
@@ -148,3 +149,29 @@ class Server:
                     pass
                 time.sleep(0.05)
         self._fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class ServerTestCase(unittest.TestCase):
+    """Tests sharing one server, started by the subclass's setUpClass through start_server and
+    stopped after the last test, with `client` connected to it."""
+
+    @classmethod
+    def start_server(cls, repository, log_name):
+        cls.server = Server("--model-repository", str(repository), log_name=log_name)
+        cls.server.__enter__()
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.__exit__(None, None, None)
+
+    def assert_status(self, call, code, *fragments):
+        """call() raises InferenceServerException with gRPC status `code` and a message holding
+        every fragment; returns the message."""
+        with self.assertRaises(InferenceServerException) as raised:
+            call()
+        self.assertEqual(raised.exception.status(), f"StatusCode.{code}", raised.exception.message())
+        for fragment in fragments:
+            self.assertIn(fragment, raised.exception.message())
+        return raised.exception.message()

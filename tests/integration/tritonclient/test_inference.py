@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import server_fixture
-from server_fixture import InferenceServerException, grpcclient
+from server_fixture import grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 import grpc
 
@@ -33,33 +33,18 @@ def inputs_for(ids, mask):
     return tensors
 
 
-class InferenceTest(unittest.TestCase):
+class InferenceTest(server_fixture.ServerTestCase):
     @classmethod
     def setUpClass(cls):
         repository = server_fixture.scratch_dir("inference_repository")
         model_dir = server_fixture.copy_model(MODEL, repository)
         cls.reference = torch.jit.load(str(model_dir / "model.pt"))
-        cls.server = server_fixture.Server("--model-repository", str(repository), log_name="inference")
-        cls.server.__enter__()
-        cls.client = cls.server.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.__exit__(None, None, None)
+        cls.start_server(repository, log_name="inference")
 
     def expected(self, ids, mask):
         with torch.no_grad():
             hidden, pooled = self.reference(torch.from_numpy(ids), torch.from_numpy(mask))
         return hidden.numpy(), pooled.numpy()
-
-    def assert_status(self, call, code, *fragments):
-        with self.assertRaises(InferenceServerException) as raised:
-            call()
-        self.assertEqual(raised.exception.status(), f"StatusCode.{code}", raised.exception.message())
-        for fragment in fragments:
-            self.assertIn(fragment, raised.exception.message())
-        return raised.exception.message()
 
     def test_health_and_metadata(self):
         self.assertTrue(self.client.is_server_live())
