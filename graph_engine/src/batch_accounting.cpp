@@ -49,6 +49,11 @@ std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& ba
   return slices;
 }
 
+int64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded, char* destination) {
   const size_t width = static_cast<size_t>(slice.width) * element_size;
   const char* source = padded + static_cast<size_t>(slice.offset) * element_size;

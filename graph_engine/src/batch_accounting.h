@@ -1,7 +1,9 @@
 #pragma once
 // What both executors share once a batch is padded: where each request's share of each output lies
 // in the padded outputs (the one slicing geometry: the eager executor copies it on the host, the
-// CUDA-graph executor off the device), and the counting of executions. Torch-free.
+// CUDA-graph executor off the device), the counting of executions and the timing of their stages.
+// Torch-free.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -33,6 +35,9 @@ std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& ba
 // Copies one slice of a host buffer holding a padded output into `destination` (width × height
 // elements of `element_size` bytes, packed).
 void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded, char* destination);
+
+// Nanoseconds on the host's steady clock since `start`: the host's share of a batch's stage.
+int64_t NanosSince(std::chrono::steady_clock::time_point start);
 
 // The ExecutionCounters of one executor. Thread-safe: the worker records, metrics read.
 class ExecutionCounter {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "batch_accounting.h"
@@ -90,7 +91,9 @@ class CudaGraphExecutor::CudaLaunchedBatch : public LaunchedBatch {
   int slot = 0;
   std::vector<OutputSlice> slices;   // packed into the slot's pinned outputs, in this order
   std::vector<size_t> staging_offsets;  // bytes into slot.outputs[slice.output], per slice
+  int64_t assemble_ns = 0;  // host time padding the batch into the slot, part of its input stage
   BatchOutputs eager_outputs;
+  BatchStageTimes eager_stages;
 };
 
 Status CudaGraphExecutor::Execute(const Batch& batch, BatchOutputs* outputs) {
@@ -119,8 +122,9 @@ Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBat
     c10::cuda::CUDAGuard device_guard(device_);
     c10::cuda::CUDAStreamGuard stream_guard(stream_);
     c10::InferenceMode inference_mode;
-    Status status = run->graph_bucket != nullptr ? LaunchGraph(run->graph_bucket, run.get())
-                                                 : ExecuteEager(batch, &run->eager_outputs);
+    Status status = run->graph_bucket != nullptr
+                        ? LaunchGraph(run->graph_bucket, run.get())
+                        : ExecuteEager(batch, &run->eager_outputs, &run->eager_stages);
     if (!status.ok()) return status;
   } catch (const std::exception& error) {
     return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
@@ -141,6 +145,7 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
     NvtxRange range("assemble " + bucket_name);
     // Normally long done: the batch that used this slot before has been completed.
     slot.done.synchronize();
+    const auto assemble_start = std::chrono::steady_clock::now();
     std::vector<at::Tensor> staging;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       const std::vector<int64_t> padded = PaddedShape(spec_.inputs[i], shape);
@@ -148,13 +153,17 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
     }
     Status status = FillPaddedInputs(spec_, batch, staging);
     if (!status.ok()) return status;
+    launched->assemble_ns = NanosSince(assemble_start);
     NvtxRange copy_range("copy-in " + bucket_name);
+    slot.started.record(stream_);
     const std::vector<at::Tensor> statics = StaticInputs(shape);
     for (size_t i = 0; i < statics.size(); ++i) statics[i].copy_(staging[i], /*non_blocking=*/true);
+    slot.inputs_copied.record(stream_);
   }
   {
     NvtxRange range("replay " + bucket_name);
     bucket->graph->replay();
+    slot.replayed.record(stream_);
   }
 
   // Copy back only what each request owns: per request and output one strided copy of its rows
@@ -191,16 +200,26 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
   if (run->graph_bucket == nullptr) {
     *outputs = std::move(run->eager_outputs);
     CountExecution(batch, nullptr, run->eager_reason);
+    if (batch.stage_times != nullptr) *batch.stage_times = run->eager_stages;
     return Status::Ok();
   }
   const StagingSlot& slot = staging_[run->slot];
+  // The device's share of each stage, between the slot's events (all complete once `done` is).
+  BatchStageTimes stages;
   try {
     NvtxRange range("wait " + spec_.BucketLabel(batch.padded_shape));
     slot.done.synchronize();
+    auto nanos_between = [](const at::cuda::CUDAEvent& from, const at::cuda::CUDAEvent& to) {
+      return static_cast<int64_t>(static_cast<double>(from.elapsed_time(to)) * 1e6);
+    };
+    stages.input_ns = run->assemble_ns + nanos_between(slot.started, slot.inputs_copied);
+    stages.infer_ns = nanos_between(slot.inputs_copied, slot.replayed);
+    stages.output_ns = nanos_between(slot.replayed, slot.done);
   } catch (const std::exception& error) {
     return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
                     " failed: " + ExceptionMessage(error));
   }
+  const auto unpack_start = std::chrono::steady_clock::now();
   outputs->assign(batch.items.size(), std::vector<HostTensor>(spec_.outputs.size()));
   for (size_t k = 0; k < batch.items.size(); ++k) {
     for (size_t o = 0; o < spec_.outputs.size(); ++o) {
@@ -218,22 +237,37 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
     tensor.bytes.assign(packed, packed + static_cast<size_t>(slice.width * slice.height) *
                                              ElementSize(tensor.dtype));
   }
+  stages.output_ns += NanosSince(unpack_start);
   CountExecution(batch, run->graph_bucket, run->eager_reason);
+  if (batch.stage_times != nullptr) *batch.stage_times = stages;
   return Status::Ok();
 }
 
-Status CudaGraphExecutor::ExecuteEager(const Batch& batch, BatchOutputs* outputs) {
+Status CudaGraphExecutor::ExecuteEager(const Batch& batch, BatchOutputs* outputs,
+                                       BatchStageTimes* stages) {
   NvtxRange range("eager " + spec_.BucketLabel(batch.padded_shape));
+  auto stage_start = std::chrono::steady_clock::now();
   std::vector<at::Tensor> inputs;
   Status status = MakePaddedInputs(spec_, batch, &inputs);
   if (!status.ok()) return status;
   for (at::Tensor& input : inputs) input = input.to(device_, /*non_blocking=*/false);
+  stages->input_ns = NanosSince(stage_start);
+
+  stage_start = std::chrono::steady_clock::now();
   std::vector<at::Tensor> model_outputs;
   status = model_->Forward(inputs, &model_outputs);
   if (!status.ok()) {
     return Status(status.code(), DescribeBucket(spec_, batch.padded_shape) + ": " + status.message());
   }
-  return SliceOutputs(spec_, batch, model_outputs, outputs);
+  // The kernels are still running: charged to the forward rather than to the copy back that would
+  // wait for them.
+  stream_.synchronize();
+  stages->infer_ns = NanosSince(stage_start);
+
+  stage_start = std::chrono::steady_clock::now();
+  status = SliceOutputs(spec_, batch, model_outputs, outputs);
+  stages->output_ns = NanosSince(stage_start);
+  return status;
 }
 
 void CudaGraphExecutor::CountExecution(const Batch& batch, const GraphBucket* graph_bucket,

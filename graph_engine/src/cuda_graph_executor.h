@@ -63,7 +63,12 @@ class CudaGraphExecutor : public Executor {
   struct StagingSlot {
     std::vector<at::Tensor> inputs;   // pinned host, the padded batch
     std::vector<at::Tensor> outputs;  // pinned host, the requests' own slices, packed
-    at::cuda::CUDAEvent done;         // recorded after the slot's last copy out
+    // Timing events around the slot's batch on the stream, for its stage times: before the copy in,
+    // after it, after the replay, and after the last copy out (which Complete waits for).
+    at::cuda::CUDAEvent started{cudaEventDefault};
+    at::cuda::CUDAEvent inputs_copied{cudaEventDefault};
+    at::cuda::CUDAEvent replayed{cudaEventDefault};
+    at::cuda::CUDAEvent done{cudaEventDefault};
   };
   class CudaLaunchedBatch;
 
@@ -89,7 +94,8 @@ class CudaGraphExecutor : public Executor {
   Status ForwardEager(const BucketShape& shape, std::vector<at::Tensor>* outputs);
   // Queues copy-in, replay and copy-out of `launched`'s batch on the stream, without waiting.
   Status LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* launched);
-  Status ExecuteEager(const Batch& batch, BatchOutputs* outputs);
+  // Runs synchronously inside Launch; fills `stages`.
+  Status ExecuteEager(const Batch& batch, BatchOutputs* outputs, BatchStageTimes* stages);
   std::vector<at::Tensor> StaticInputs(const BucketShape& shape) const;
   std::vector<at::Tensor> StaticOutputs(const BucketShape& shape) const;
   GraphBucket* FindBucket(const BucketShape& shape);

@@ -73,6 +73,10 @@ Status SchedulerOptions::Validate() const {
     return InvalidArgument("dynamic_batching.max_queue_size: " + std::to_string(max_queue_size) +
                            " must be at least 1");
   }
+  if (queue_policy.default_timeout_us < 0) {
+    return InvalidArgument("dynamic_batching.default_queue_policy.default_timeout_microseconds: " +
+                           std::to_string(queue_policy.default_timeout_us) + " must not be negative");
+  }
   if (batching_disabled && max_queue_delay_us != 0) {
     return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
                            std::to_string(max_queue_delay_us) +
@@ -183,11 +187,11 @@ void BatchPlanner::Add(std::shared_ptr<PendingRequest> request) {
   }
   bin.last_arrival_us = now_us;
 
-  if (request->deadline_us != 0) {
+  if (request->ExpiryUs() != 0) {
     // Entries of requests that already left are dropped lazily; rebuilding once they outnumber the
     // queued requests keeps the heap's size proportional to the queue.
     if (deadlines_.size() > 2 * queued_ + 64) RebuildDeadlines();
-    deadlines_.push_back(DeadlineEntry{request->deadline_us, request});
+    deadlines_.push_back(DeadlineEntry{request->ExpiryUs(), request});
     std::push_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);
   }
   request->queued = true;
@@ -210,8 +214,8 @@ void BatchPlanner::RebuildDeadlines() {
   deadlines_.clear();
   for (const Bin& bin : bins_) {
     for (const auto& request : bin.requests) {
-      if (request->deadline_us != 0)
-        deadlines_.push_back(DeadlineEntry{request->deadline_us, request});
+      if (request->ExpiryUs() != 0)
+        deadlines_.push_back(DeadlineEntry{request->ExpiryUs(), request});
     }
   }
   std::make_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);

@@ -21,9 +21,28 @@ int64_t DeadlineMicros(const grpc::CallbackServerContext& context, const Clock& 
   return clock.NowMicros() + std::max<int64_t>(remaining_us, 0);
 }
 
+// A request that reached its model's scheduler, finished: counted in /metrics and in the model's
+// statistics.
+void CountFinished(ModelRequestMetrics* metrics, ModelStatisticsRecorder* statistics,
+                   const Status& outcome, int64_t rows, int64_t latency_us, const RequestTiming& timing) {
+  metrics->Finished(outcome, latency_us, timing);
+  if (outcome.ok()) {
+    statistics->RecordSuccess(rows, latency_us * 1000, timing);
+  } else {
+    statistics->RecordFailure(latency_us * 1000);
+  }
+}
+
 }  // namespace
 
 void PreparedInference::Cancel() const {
+  // gRPC cancels a call when its deadline passes: such a call has expired rather than been
+  // cancelled. Its timer and the system clock are read apart, hence the slack.
+  constexpr std::chrono::milliseconds kDeadlineSlack{1};
+  if (deadline != std::chrono::system_clock::time_point::max() &&
+      std::chrono::system_clock::now() + kDeadlineSlack >= deadline) {
+    pending->deadline_expired.store(true);
+  }
   pending->cancelled.store(true);
   scheduler->Poke();
 }
@@ -45,11 +64,13 @@ Status InferPath::Prepare(const grpc::CallbackServerContext& context,
   prepared->scheduler = prepared->model->scheduler.get();
   prepared->metrics = metrics_->ForModel(prepared->scheduler->spec().name);
   prepared->pending = std::make_shared<PendingRequest>();
-  status = DecodeInferRequest(prepared->scheduler->spec(), request, &prepared->pending->item);
+  status = DecodeInferRequest(prepared->scheduler->spec(), prepared->scheduler->options().queue_policy,
+                              request, prepared->pending.get());
   if (!status.ok()) {
     prepared->metrics->Refused(status.code());
     return status;
   }
+  prepared->deadline = context.deadline();
   prepared->pending->deadline_us = DeadlineMicros(context, *clock_);
   return Status::Ok();
 }
@@ -63,22 +84,29 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
   ModelRequestMetrics* model_metrics = prepared.metrics;
   const Clock* clock = clock_;
   const int64_t arrival_us = prepared.arrival_us;
+  ModelStatisticsRecorder* statistics = &scheduler->statistics();
+  const int64_t rows = prepared.pending->item.rows;
+  // `done` is the request's own member: it reaches the request through a plain pointer, since a
+  // shared one would keep the request alive forever.
+  const PendingRequest* self = prepared.pending.get();
   // Counted before the receiver answers, so that a client that has its answer finds it in the next
   // scrape.
-  prepared.pending->done = [receiver, &request, response, model, model_metrics, clock, arrival_us](
-                               const Status& outcome, std::vector<HostTensor>&& outputs,
-                               const RequestTiming& timing) {
-    if (outcome.ok()) {
+  prepared.pending->done = [receiver, &request, response, model, model_metrics, statistics, clock,
+                            arrival_us, rows, self](const Status& outcome, std::vector<HostTensor>&& outputs,
+                                                    const RequestTiming& timing) {
+    const int64_t now_us = clock->NowMicros();
+    const Status answer = SettleWithClient(outcome, *self, now_us);
+    if (answer.ok()) {
       EncodeInferResponse(model->scheduler->spec(), model->version, request, std::move(outputs), response);
     }
-    model_metrics->Finished(outcome, clock->NowMicros() - arrival_us, timing);
-    receiver->Answered(outcome);
+    CountFinished(model_metrics, statistics, answer, rows, now_us - arrival_us, timing);
+    receiver->Answered(answer);
   };
   model_metrics->Started();
   const Status status = scheduler->Enqueue(prepared.pending);
   if (!status.ok()) {
     // Not accepted: `done` will never run, so answer here.
-    model_metrics->Finished(status, clock_->NowMicros() - arrival_us, RequestTiming{});
+    CountFinished(model_metrics, statistics, status, rows, clock_->NowMicros() - arrival_us, RequestTiming{});
     receiver->Answered(status);
   }
 }

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -48,8 +49,11 @@ struct PreparedInference {
   ModelRequestMetrics* metrics = nullptr;
   std::shared_ptr<PendingRequest> pending;
   int64_t arrival_us = 0;
+  // The call's gRPC deadline (time_point::max() when none), to tell an expired call from a cancelled
+  // one when gRPC cancels it.
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
 
-  // For a started request whose client went away: it leaves the queue (its receiver is answered
+  // For a started request whose client went away (at its deadline: marked expired, else cancelled): it leaves the queue (its receiver is answered
   // CANCELLED), or, already in a batch, is answered when the batch completes.
   void Cancel() const;
 };

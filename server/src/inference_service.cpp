@@ -30,12 +30,6 @@ class InferReactor final : public grpc::ServerUnaryReactor, public InferenceRece
   const PreparedInference prepared_;
 };
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
-}
-
 Status CheckRepositoryName(const std::string& name) {
   if (name.empty()) return Status::Ok();
   return InvalidArgument("repository_name: graphserve serves one repository; leave it empty");
@@ -71,6 +65,12 @@ Status InferenceService::FindServedModel(const std::string& name, const std::str
                                          std::shared_ptr<LoadedModel>* model) const {
   if (!ready_.load()) return Unavailable("the server is still loading its models");
   return repository_->Find(name, version, "name", "version", model);
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,

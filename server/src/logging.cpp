@@ -5,6 +5,9 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <memory>
+
 #include "graphserve/engine/executor.h"
 #include "graphserve/server/json_log_formatter.h"
 
@@ -21,7 +24,25 @@ void ForwardGrpcLog(gpr_log_func_args* args) {
   }
 }
 
+constexpr const char* kPlainPattern = "%Y-%m-%dT%H:%M:%S.%f%z %^%l%$ [%t] %v";
+constexpr const char* kGlogPattern = "%L%m%d %H:%M:%S.%f %t] %v";
+
+std::atomic<LogFormat> current_format{LogFormat::kPlain};
+
 }  // namespace
+
+void SetLogFormat(LogFormat format) {
+  std::shared_ptr<spdlog::logger> logger = spdlog::default_logger();
+  switch (format) {
+    case LogFormat::kPlain: logger->set_pattern(kPlainPattern); break;
+    case LogFormat::kGlog: logger->set_pattern(kGlogPattern); break;
+    // A colour sink adds escape codes only around a pattern's %^...%$, which JSON lines have not.
+    case LogFormat::kJson: logger->set_formatter(std::make_unique<JsonLogFormatter>()); break;
+  }
+  current_format.store(format);
+}
+
+LogFormat CurrentLogFormat() { return current_format.load(); }
 
 Status ParseLogFormat(const std::string& name, LogFormat* format) {
   if (name == "plain") {
@@ -41,18 +62,14 @@ Status SetupLogging(const std::string& level, LogFormat format) {
     return InvalidArgument("--log-level: unknown level '" + level +
                            "' (trace, debug, info, warn, error, critical, off)");
   }
-  std::shared_ptr<spdlog::logger> logger;
-  if (format == LogFormat::kJson) {
-    // No colour sink: escape codes have no place inside JSON strings.
-    logger = spdlog::stdout_logger_mt("graphserve");
-    logger->set_formatter(std::make_unique<JsonLogFormatter>());
-  } else {
-    logger = spdlog::stdout_color_mt("graphserve");
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%f%z %^%l%$ [%t] %v");
-  }
+  // No colour sink for JSON: escape codes have no place inside JSON strings.
+  std::shared_ptr<spdlog::logger> logger = format == LogFormat::kJson
+                                               ? spdlog::stdout_logger_mt("graphserve")
+                                               : spdlog::stdout_color_mt("graphserve");
   logger->set_level(parsed);
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+  SetLogFormat(format);
 
   SetEngineLogSink([](LogLevel engine_level, const std::string& message) {
     switch (engine_level) {

@@ -199,21 +199,27 @@ Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInfer
   return Status::Ok();
 }
 
+constexpr const char* kTimeoutParameter = "timeout";
+
 // graphserve honours no request, input or output parameter (Triton's sequence_id, priority,
-// timeout, classification, shared_memory_region, ...): answering OK without doing what one asks
-// would be a different answer than the client requested, so each is refused by name.
+// classification, shared_memory_region, ...) but the request's `timeout`, which `accepted` leaves to
+// DecodeTimeoutParameter: answering OK without doing what one asks would be a different answer than
+// the client requested, so each is refused by name.
 Status RefuseParameters(const std::string& model, const std::string& field,
-                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters) {
-  if (parameters.empty()) return Status::Ok();
+                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+                        const char* accepted = nullptr) {
   std::vector<std::string> names;
-  for (const auto& entry : parameters) names.push_back(entry.first);
+  for (const auto& entry : parameters) {
+    if (accepted == nullptr || entry.first != accepted) names.push_back(entry.first);
+  }
+  if (names.empty()) return Status::Ok();
   std::sort(names.begin(), names.end());  // a map's order is unspecified: name the same one always
   return InvalidArgument(model + field + "parameters['" + names.front() +
                          "']: not supported by graphserve");
 }
 
 Status RefuseAllParameters(const std::string& model, const inference::ModelInferRequest& request) {
-  Status status = RefuseParameters(model, "", request.parameters());
+  Status status = RefuseParameters(model, "", request.parameters(), kTimeoutParameter);
   for (int i = 0; status.ok() && i < request.inputs_size(); ++i) {
     status = RefuseParameters(model, InputField(i, request.inputs(i).name()) + ": ",
                               request.inputs(i).parameters());
@@ -226,13 +232,44 @@ Status RefuseAllParameters(const std::string& model, const inference::ModelInfer
   return status;
 }
 
+// Triton's `timeout` request parameter: microseconds that may shorten the model's default queue
+// timeout, never lengthen it, where the model allows requests to set it.
+Status DecodeTimeoutParameter(const std::string& model, const QueuePolicy& queue_policy,
+                              const inference::ModelInferRequest& request, int64_t* timeout_us) {
+  *timeout_us = 0;
+  const auto found = request.parameters().find(kTimeoutParameter);
+  if (found == request.parameters().end()) return Status::Ok();
+  const std::string field = model + "parameters['timeout']: ";
+  if (!queue_policy.allow_timeout_override) {
+    return InvalidArgument(field + "not supported by this model (its queue policy does not allow "
+                           "requests to set their timeout: allow_timeout_override)");
+  }
+  if (found->second.parameter_choice_case() != inference::InferParameter::kInt64Param) {
+    return InvalidArgument(field + "expected an int64_param (microseconds)");
+  }
+  const int64_t requested_us = found->second.int64_param();
+  if (requested_us < 0) {
+    return InvalidArgument(field + std::to_string(requested_us) + " us is negative");
+  }
+  if (queue_policy.default_timeout_us > 0 && requested_us > queue_policy.default_timeout_us) {
+    return InvalidArgument(field + std::to_string(requested_us) +
+                           " us exceeds the model's default queue timeout of " +
+                           std::to_string(queue_policy.default_timeout_us) +
+                           " us, which a request may only shorten");
+  }
+  *timeout_us = requested_us;
+  return Status::Ok();
+}
+
 }  // namespace
 
-Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
-                          InferenceItem* item) {
+Status DecodeInferRequest(const ModelSpec& spec, const QueuePolicy& queue_policy,
+                          inference::ModelInferRequest* request, PendingRequest* pending) {
   const std::string model = "model '" + spec.name + "': ";
-  Status refused = RefuseAllParameters(model, *request);
-  if (!refused.ok()) return refused;
+  Status parameters = DecodeTimeoutParameter(model, queue_policy, *request, &pending->timeout_override_us);
+  if (parameters.ok()) parameters = RefuseAllParameters(model, *request);
+  if (!parameters.ok()) return parameters;
+  InferenceItem* item = &pending->item;
   const int input_count = request->inputs_size();
   const bool raw = request->raw_input_contents_size() > 0;
   if (raw && request->raw_input_contents_size() != input_count) {

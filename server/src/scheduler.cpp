@@ -7,6 +7,7 @@
 #include "graphserve/server/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -78,6 +79,7 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
                                std::to_string(options_.max_queue_size) + ")");
     }
     request->enqueue_us = clock_->NowMicros();
+    request->queue_timeout_us = options_.queue_policy.TimeoutFor(request->timeout_override_us);
     planner_.Add(std::move(request));
     ++counters_.accepted;
     // A busy worker looks at the queue again when its batch is done; only a sleeping one needs a
@@ -141,6 +143,7 @@ void ModelScheduler::Finish(const std::shared_ptr<PendingRequest>& request, cons
 struct ModelScheduler::InFlightBatch {
   DispatchDecision decision;
   Batch batch;
+  BatchStageTimes stage_times;  // where the executor writes them (batch.stage_times)
   std::unique_ptr<LaunchedBatch> launched;
   Status launch_status;  // a failed Launch leaves nothing to complete
   int64_t start_us = 0;
@@ -151,6 +154,7 @@ std::unique_ptr<ModelScheduler::InFlightBatch> ModelScheduler::LaunchBatch(Execu
   auto run = std::make_unique<InFlightBatch>();
   run->decision = std::move(decision);
   run->batch.padded_shape = run->decision.padded_shape;
+  run->batch.stage_times = &run->stage_times;
   run->batch.items.reserve(run->decision.requests.size());
   for (const auto& request : run->decision.requests) run->batch.items.push_back(&request->item);
   run->start_us = clock_->NowMicros();
@@ -170,6 +174,12 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
                       std::to_string(decision.requests.size()) + " requests");
   }
   if (status.ok()) {
+    int64_t batch_rows = 0;
+    for (const auto& request : decision.requests) batch_rows += request->item.rows;
+    const auto finished = std::chrono::system_clock::now().time_since_epoch();
+    statistics_.RecordExecution(
+        batch_rows, run->stage_times,
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(finished).count()));
     // Checked first: the arguments cost a few allocations per batch, at tens of thousands a second.
     if (spdlog::should_log(spdlog::level::debug)) {
       spdlog::debug(
@@ -199,6 +209,7 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
       timing.queue_us = answers->run->start_us - request->enqueue_us;
       timing.compute_us = answers->end_us - answers->run->start_us;
       timing.padded_shape = answers->run->decision.padded_shape;
+      timing.stages = answers->run->stage_times;
       std::vector<HostTensor> own =
           answers->status.ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
       request->done(answers->status, std::move(own), timing);
@@ -211,17 +222,40 @@ std::vector<Status> ModelScheduler::CountDead(
   std::vector<Status> outcomes;
   outcomes.reserve(dead.size());
   for (const auto& request : dead) {
-    if (request->cancelled.load(std::memory_order_relaxed)) {
-      ++counters_.cancelled;
+    const std::string waited = std::to_string(now_us - request->enqueue_us) + " us in queue";
+    // The client's deadline first: a call gRPC cancelled at its deadline is an expired one.
+    if (request->ClientDeadlinePassed(now_us)) {
+      outcomes.emplace_back(StatusCode::kDeadlineExceeded,
+                            "request deadline expired after " + waited);
+    } else if (request->cancelled.load(std::memory_order_relaxed)) {
       outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
     } else {
+      // TakeDead hands back only cancelled and expired requests: this one's queue timeout ran out.
+      const bool requested = request->timeout_override_us == request->queue_timeout_us;
+      outcomes.emplace_back(
+          StatusCode::kDeadlineExceeded,
+          "model '" + spec_.name + "': queue timeout of " + std::to_string(request->queue_timeout_us) +
+              " us (" + (requested ? "the request's parameters['timeout']" : "the model's default") +
+              ") expired after " + waited);
+    }
+    if (outcomes.back().code() == StatusCode::kCancelled) {
+      ++counters_.cancelled;
+    } else {
       ++counters_.deadline_exceeded;
-      outcomes.emplace_back(StatusCode::kDeadlineExceeded,
-                            "request deadline expired after " +
-                                std::to_string(now_us - request->enqueue_us) + " us in queue");
     }
   }
   return outcomes;
+}
+
+Status SettleWithClient(const Status& outcome, const PendingRequest& request, int64_t now_us) {
+  if (!outcome.ok() && outcome.code() != StatusCode::kCancelled) return outcome;
+  if (request.ClientDeadlinePassed(now_us)) {
+    return Status(StatusCode::kDeadlineExceeded, "request deadline expired before its answer");
+  }
+  if (outcome.ok() && request.cancelled.load()) {
+    return Status(StatusCode::kCancelled, "request cancelled before its answer");
+  }
+  return outcome;
 }
 
 void ModelScheduler::CountDispatched(const DispatchDecision& decision) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -244,6 +245,56 @@ TEST_F(CudaGraphTest, PipelinedLaunchesEqualEagerWhileTheNextBatchIsAssembled) {
   const ExecutionCounters counters = graphs->Counters();
   EXPECT_EQ(ReplayCount(counters), batches.size() - 1);
   EXPECT_EQ(EagerCount(counters, EagerReason::kOversize), 1u);
+}
+
+TEST_F(CudaGraphTest, StagesOfReplayedAndEagerBatchesAreTimedWithinTheirWallTime) {
+  const ModelSpec spec = EncoderSpec({1, 2, 4}, {16, 32});
+  auto graphs = Ready(spec, "cuda:0");
+  ASSERT_TRUE(graphs);
+  std::mt19937 random(11);
+  // Two replays, the second launched while the first runs, then an oversize batch that runs
+  // eagerly inside Launch.
+  const std::vector<BucketShape> shapes = {{4, 32}, {2, 16}, {6, 40}};
+  std::vector<std::vector<InferenceItem>> items;
+  for (const BucketShape& shape : shapes) {
+    items.push_back(RandomItems(shape.batch, shape.length, spec.outputs.size(), random));
+  }
+  std::vector<Batch> batches;
+  std::vector<BatchStageTimes> stages(shapes.size());
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    batches.push_back(BatchOf(items[b], shapes[b]));
+    batches[b].stage_times = &stages[b];
+  }
+  // From each batch's Launch to the end of its Complete: its stages happen one after the other
+  // inside that window (the device's between events on the one stream).
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  std::vector<SteadyTime> launched(shapes.size()), completed(shapes.size());
+  std::vector<std::unique_ptr<LaunchedBatch>> runs(shapes.size());
+  BatchOutputs outputs;
+  auto launch = [&](size_t b) {
+    launched[b] = std::chrono::steady_clock::now();
+    ASSERT_TRUE(graphs->Launch(batches[b], &runs[b]).ok());
+  };
+  auto complete = [&](size_t b) {
+    ASSERT_TRUE(graphs->Complete(std::move(runs[b]), &outputs).ok());
+    completed[b] = std::chrono::steady_clock::now();
+  };
+  launch(0);
+  launch(1);
+  complete(0);
+  complete(1);
+  launch(2);
+  complete(2);
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    SCOPED_TRACE("batch " + shapes[b].ToString());
+    EXPECT_GT(stages[b].input_ns, 0);
+    EXPECT_GT(stages[b].infer_ns, 0);
+    EXPECT_GT(stages[b].output_ns, 0);
+    const int64_t window_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(completed[b] - launched[b]).count();
+    EXPECT_LE(stages[b].input_ns + stages[b].infer_ns + stages[b].output_ns, window_ns);
+  }
+  EXPECT_EQ(ReplayCount(graphs->Counters()), 2u);
 }
 
 TEST_F(CudaGraphTest, UnwantedOutputsAreNotCopiedBack) {

@@ -1,6 +1,7 @@
 // EagerExecutor serving the built-in encoder, through the public, torch-free API only.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -99,6 +100,27 @@ TEST(EagerExecutorTest, UnwantedOutputIsEmpty) {
   EXPECT_EQ(outputs[0][0].element_count(), 0);
   EXPECT_TRUE(outputs[0][0].bytes.empty());
   EXPECT_EQ(outputs[0][1].shape, (std::vector<int64_t>{2, kHidden}));
+}
+
+TEST(EagerExecutorTest, EachStageIsTimedWithinTheBatchsWallTime) {
+  auto executor = MakeExecutor(EncoderSpec());
+  ASSERT_NE(executor, nullptr);
+  ASSERT_TRUE(executor->Warmup().ok());
+  const InferenceItem a = TokenItem(1, 3, 8, kVocab, 2);
+  const InferenceItem b = TokenItem(2, 6, 9, kVocab, 2);
+  Batch batch = MakeBatch({&a, &b}, BucketShape{4, 8});
+  BatchStageTimes stages;
+  batch.stage_times = &stages;
+  BatchOutputs outputs;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(executor->Execute(batch, &outputs).ok());
+  const int64_t wall_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_GT(stages.input_ns, 0);
+  EXPECT_GT(stages.infer_ns, 0);
+  EXPECT_GT(stages.output_ns, 0);
+  EXPECT_LE(stages.input_ns + stages.infer_ns + stages.output_ns, wall_ns);
 }
 
 TEST(EagerExecutorTest, CountersAreExact) {

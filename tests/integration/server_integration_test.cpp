@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <map>
 #include <random>
 #include <regex>
 #include <thread>
@@ -385,6 +386,74 @@ TEST_F(RepositoryTest, AotInductorPackageAnswersAsTheBuiltInEncoder) {
       EXPECT_LT(MaxRelativeDifference(package.values, builtin.values), 1e-4) << name << " of request " << i;
     }
   }
+}
+
+inference::ModelStatistics StatisticsOf(inference::GRPCInferenceService::Stub* stub,
+                                       const std::string& model) {
+  grpc::ClientContext context;
+  inference::ModelStatisticsRequest request;
+  request.set_name(model);
+  inference::ModelStatisticsResponse response;
+  const grpc::Status status = stub->ModelStatistics(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.model_stats_size(), 1);
+  return response.model_stats_size() == 1 ? response.model_stats(0) : inference::ModelStatistics();
+}
+
+// What the model's statistics gained from `before` to `after`, per StatisticDuration.
+uint64_t Gained(const inference::StatisticDuration& after, const inference::StatisticDuration& before,
+                uint64_t* ns) {
+  *ns = after.ns() - before.ns();
+  return after.count() - before.count();
+}
+
+// Triton's statistics of the encoder (CUDA graphs when the suite runs on a GPU, stages timed with
+// CUDA events) gain exactly what sequential traffic adds: each request a batch of its own.
+TEST_F(RepositoryTest, StatisticsGainEachRequestAndEachStageOfItsBatch) {
+  auto stub = server_->NewStub();
+  const inference::ModelStatistics before = StatisticsOf(stub.get(), "encoder");
+  std::mt19937 random(21);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 12}, {2, 30}, {3, 64}};
+  for (const auto& [rows, length] : shapes) {
+    inference::ModelInferResponse response;
+    const grpc::Status status =
+        Infer(stub.get(), TokenRequest("encoder", RandomTokens(random, rows, length)), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  const inference::ModelStatistics after = StatisticsOf(stub.get(), "encoder");
+  EXPECT_EQ(after.version(), "1");
+  EXPECT_EQ(after.inference_count() - before.inference_count(), 6u);
+  EXPECT_EQ(after.execution_count() - before.execution_count(), 3u);
+  EXPECT_GE(after.last_inference(), before.last_inference());
+
+  const inference::InferStatistics& a = after.inference_stats();
+  const inference::InferStatistics& b = before.inference_stats();
+  uint64_t success_ns = 0;
+  EXPECT_EQ(Gained(a.success(), b.success(), &success_ns), 3u);
+  uint64_t fail_ns = 0;
+  EXPECT_EQ(Gained(a.fail(), b.fail(), &fail_ns), 0u);
+  uint64_t parts_ns = 0;
+  auto expect_stage = [&](const char* name, const inference::StatisticDuration& now,
+                          const inference::StatisticDuration& then) {
+    uint64_t ns = 0;
+    EXPECT_EQ(Gained(now, then, &ns), 3u) << name;
+    EXPECT_GT(ns, 0u) << name;
+    parts_ns += ns;
+  };
+  expect_stage("queue", a.queue(), b.queue());
+  expect_stage("compute_input", a.compute_input(), b.compute_input());
+  expect_stage("compute_infer", a.compute_infer(), b.compute_infer());
+  expect_stage("compute_output", a.compute_output(), b.compute_output());
+  EXPECT_LE(parts_ns, success_ns);
+
+  std::map<uint64_t, uint64_t> executions_before;
+  for (const auto& batch : before.batch_stats()) executions_before[batch.batch_size()] = batch.compute_infer().count();
+  std::map<uint64_t, uint64_t> gained;
+  for (const auto& batch : after.batch_stats()) {
+    const uint64_t more = batch.compute_infer().count() - executions_before[batch.batch_size()];
+    if (more > 0) gained[batch.batch_size()] = more;
+  }
+  EXPECT_EQ(gained, (std::map<uint64_t, uint64_t>{{1, 1}, {2, 1}, {3, 1}}));
 }
 
 struct BadInfer {

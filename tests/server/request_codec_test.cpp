@@ -45,9 +45,12 @@ inference::ModelInferRequest TokenRequest(int64_t rows, int64_t length, bool raw
   return request;
 }
 
+// Decodes for a model whose queue policy is the default one (no request may set a timeout).
 Status Decode(inference::ModelInferRequest request, InferenceItem* item = nullptr) {
-  InferenceItem scratch;
-  return DecodeInferRequest(EncoderSpec(), &request, item ? item : &scratch);
+  PendingRequest pending;
+  const Status status = DecodeInferRequest(EncoderSpec(), QueuePolicy{}, &request, &pending);
+  if (item != nullptr) *item = std::move(pending.item);
+  return status;
 }
 
 TEST(RequestCodecTest, RawAndTypedContentsDecodeToTheSameBytes) {
@@ -200,6 +203,98 @@ INSTANTIATE_TEST_SUITE_P(
                        "outputs[0] 'pooler_output': parameters['classification']"}),
     [](const testing::TestParamInfo<BadRequestCase>& info) { return info.param.name; });
 
+// Triton's `timeout` request parameter
+
+// A valid request with parameters['timeout'] = `timeout`, decoded for a model with `policy`.
+Status DecodeWithTimeout(const QueuePolicy& policy, const inference::InferParameter& timeout,
+                         int64_t* timeout_us = nullptr) {
+  inference::ModelInferRequest request = TokenRequest(1, 4, true);
+  (*request.mutable_parameters())["timeout"] = timeout;
+  PendingRequest pending;
+  const Status status = DecodeInferRequest(EncoderSpec(), policy, &request, &pending);
+  if (timeout_us != nullptr) *timeout_us = pending.timeout_override_us;
+  return status;
+}
+
+inference::InferParameter Int64Parameter(int64_t value) {
+  inference::InferParameter parameter;
+  parameter.set_int64_param(value);
+  return parameter;
+}
+
+QueuePolicy OverridablePolicy(int64_t default_timeout_us) {
+  QueuePolicy policy;
+  policy.default_timeout_us = default_timeout_us;
+  policy.allow_timeout_override = true;
+  return policy;
+}
+
+TEST(RequestCodecTest, TimeoutIsTakenWhereTheModelLetsRequestsShortenTheirWait) {
+  int64_t timeout_us = -1;
+  Status status = DecodeWithTimeout(OverridablePolicy(5000), Int64Parameter(1500), &timeout_us);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(timeout_us, 1500);
+  status = DecodeWithTimeout(OverridablePolicy(5000), Int64Parameter(5000), &timeout_us);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(timeout_us, 5000);
+  // Without a default any timeout shortens an unbounded wait; 0 asks for none (Triton's meaning).
+  status = DecodeWithTimeout(OverridablePolicy(0), Int64Parameter(60'000'000), &timeout_us);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(timeout_us, 60'000'000);
+  status = DecodeWithTimeout(OverridablePolicy(5000), Int64Parameter(0), &timeout_us);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(timeout_us, 0);
+
+  // A request without the parameter keeps the model's default.
+  PendingRequest pending;
+  pending.timeout_override_us = -1;
+  inference::ModelInferRequest request = TokenRequest(1, 4, true);
+  ASSERT_TRUE(DecodeInferRequest(EncoderSpec(), OverridablePolicy(5000), &request, &pending).ok());
+  EXPECT_EQ(pending.timeout_override_us, 0);
+}
+
+TEST(RequestCodecTest, TimeoutIsRefusedByNameWhereTheModelCannotHonourIt) {
+  struct Case {
+    QueuePolicy policy;
+    inference::InferParameter timeout;
+    const char* expected;
+  };
+  inference::InferParameter as_string;
+  as_string.set_string_param("1000");
+  const Case cases[] = {
+      {QueuePolicy{}, Int64Parameter(1000), "parameters['timeout']: not supported by this model"},
+      {QueuePolicy{5000, false}, Int64Parameter(1000), "allow_timeout_override"},
+      {OverridablePolicy(5000), Int64Parameter(5001),
+       "parameters['timeout']: 5001 us exceeds the model's default queue timeout of 5000 us"},
+      {OverridablePolicy(5000), Int64Parameter(-1), "parameters['timeout']: -1 us is negative"},
+      {OverridablePolicy(5000), as_string, "parameters['timeout']: expected an int64_param"},
+  };
+  for (const Case& c : cases) {
+    const Status status = DecodeWithTimeout(c.policy, c.timeout);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.expected;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("model 'encoder'"), std::string::npos) << status.message();
+  }
+}
+
+TEST(RequestCodecTest, AllowingTimeoutStillRefusesEveryOtherParameter) {
+  inference::ModelInferRequest request = TokenRequest(1, 4, true);
+  (*request.mutable_parameters())["timeout"].set_int64_param(100);
+  (*request.mutable_parameters())["priority"].set_int64_param(1);
+  PendingRequest pending;
+  Status status = DecodeInferRequest(EncoderSpec(), OverridablePolicy(0), &request, &pending);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("parameters['priority']"), std::string::npos) << status.message();
+
+  // `timeout` is a request parameter in Triton; on an input it is still refused.
+  request = TokenRequest(1, 4, true);
+  (*request.mutable_inputs(0)->mutable_parameters())["timeout"].set_int64_param(100);
+  status = DecodeInferRequest(EncoderSpec(), OverridablePolicy(0), &request, &pending);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("inputs[0] 'input_ids': parameters['timeout']"), std::string::npos)
+      << status.message();
+}
+
 TEST(RequestCodecTest, TypedContentsCountMismatch) {
   inference::ModelInferRequest request = TokenRequest(2, 4, false);
   request.mutable_inputs(0)->mutable_contents()->mutable_int64_contents()->RemoveLast();
@@ -242,9 +337,10 @@ inference::ModelInferRequest ImageRequest(const std::vector<int64_t>& shape) {
 
 TEST(RequestCodecTest, FixedShapeRequestsGetTheFixedLength) {
   inference::ModelInferRequest request = ImageRequest({3, 3, 224, 224});
-  InferenceItem item;
-  const Status status = DecodeInferRequest(CnnSpec(), &request, &item);
+  PendingRequest pending;
+  const Status status = DecodeInferRequest(CnnSpec(), QueuePolicy{}, &request, &pending);
   ASSERT_TRUE(status.ok()) << status.ToString();
+  const InferenceItem& item = pending.item;
   EXPECT_EQ(item.rows, 3);
   EXPECT_EQ(item.length, kFixedShapeLength);
   EXPECT_EQ(item.inputs[0].shape, (std::vector<int64_t>{3, 3, 224, 224}));
@@ -255,8 +351,8 @@ TEST(RequestCodecTest, FixedShapeRequestWithOtherDimsNamesTheInputAndDims) {
   for (const std::vector<int64_t>& shape :
        {std::vector<int64_t>{1, 3, 224, 200}, {2, 1, 224, 224}, {1, 3, 224}}) {
     inference::ModelInferRequest request = ImageRequest(shape);
-    InferenceItem item;
-    const Status status = DecodeInferRequest(CnnSpec(), &request, &item);
+    PendingRequest pending;
+    const Status status = DecodeInferRequest(CnnSpec(), QueuePolicy{}, &request, &pending);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << ShapeToString(shape);
     EXPECT_NE(status.message().find("inputs[0] 'image': shape " + ShapeToString(shape)),
               std::string::npos)

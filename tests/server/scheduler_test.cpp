@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,7 @@ class FakeExecutor : public Executor {
     int started = 0;
     bool held = false;
     Status error;
+    BatchStageTimes stage_times;  // what every batch reports, where the scheduler asks
   };
 
   FakeExecutor(std::shared_ptr<Shared> shared, int instance, std::vector<BucketInfo> buckets = {})
@@ -74,6 +76,7 @@ class FakeExecutor : public Executor {
     if (!shared_->error.ok()) return shared_->error;
     outputs->clear();
     for (const InferenceItem* item : batch.items) outputs->push_back({item->inputs.at(0)});
+    if (batch.stage_times != nullptr) *batch.stage_times = shared_->stage_times;
     return Status::Ok();
   }
 
@@ -300,6 +303,239 @@ TEST_F(ModelSchedulerTest, CancelledWhileQueuedIsAnsweredCancelledAfterPoke) {
   SchedulerCounters counters = scheduler_->Counters();
   EXPECT_EQ(counters.cancelled, 1u);
   EXPECT_EQ(counters.batch_rows, 2u);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Deadlines, cancellations and queue timeouts
+
+SchedulerOptions WithQueuePolicy(int64_t default_timeout_us, bool allow_override) {
+  // The longest delay: three requests of one bin then wait for company (see the test above) until
+  // something else ends their wait.
+  SchedulerOptions options = Options(10'000'000);
+  options.queue_policy.default_timeout_us = default_timeout_us;
+  options.queue_policy.allow_timeout_override = allow_override;
+  return options;
+}
+
+// Queued before Start, so that the worker's first look finds all of them: three requests of one bin
+// then wait for company (see CancelledWhileQueuedIsAnsweredCancelledAfterPoke).
+std::vector<std::shared_ptr<PendingRequest>> EnqueueThree(ModelScheduler* scheduler,
+                                                           std::vector<std::future<Outcome>>* outcomes,
+                                                           const std::function<std::shared_ptr<PendingRequest>(
+                                                               int, std::future<Outcome>*)>& make) {
+  outcomes->resize(3);
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.push_back(make(i, &(*outcomes)[i]));
+    EXPECT_TRUE(scheduler->Enqueue(requests.back()).ok());
+  }
+  return requests;
+}
+
+TEST_F(ModelSchedulerTest, CancellationOfACallWhoseDeadlinePassedCountsAsDeadlineExceeded) {
+  MakeScheduler(Options(10'000'000));
+  std::vector<std::future<Outcome>> outcomes;
+  auto requests = EnqueueThree(scheduler_.get(), &outcomes, [&](int i, std::future<Outcome>* f) {
+    auto request = Request(1, 10, i, f);
+    request->deadline_us = 1'000'000;
+    return request;
+  });
+  // gRPC cancelled the first at its deadline (InferReactor::OnCancel), the second because its
+  // client cancelled; the scheduler's clock has not reached the deadline yet, so only the flag
+  // tells the first one's story.
+  requests[0]->deadline_expired = true;
+  requests[0]->cancelled = true;
+  requests[1]->cancelled = true;
+  scheduler_->Poke();
+  scheduler_->Start();
+
+  ASSERT_TRUE(Ready(outcomes[0]));
+  ASSERT_TRUE(Ready(outcomes[1]));
+  const Status expired = outcomes[0].get().status;
+  EXPECT_EQ(expired.code(), StatusCode::kDeadlineExceeded) << expired.ToString();
+  EXPECT_EQ(outcomes[1].get().status.code(), StatusCode::kCancelled);
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.deadline_exceeded, 1u);
+  EXPECT_EQ(counters.cancelled, 1u);
+
+  // The third's client cancels as its deadline passes, without the flag: the deadline decides.
+  requests[2]->cancelled = true;
+  clock_.Set(1'000'000);
+  scheduler_->Poke();
+  ASSERT_TRUE(Ready(outcomes[2]));
+  EXPECT_EQ(outcomes[2].get().status.code(), StatusCode::kDeadlineExceeded);
+  scheduler_->Stop();
+  EXPECT_TRUE(Batches().empty());
+}
+
+TEST_F(ModelSchedulerTest, QueueTimeoutEndsTheWaitAtItsDefaultOrTheRequestsShorterOne) {
+  MakeScheduler(WithQueuePolicy(/*default_timeout_us=*/5000, /*allow_override=*/true));
+  std::vector<std::future<Outcome>> outcomes;
+  EnqueueThree(scheduler_.get(), &outcomes, [&](int i, std::future<Outcome>* f) {
+    const int64_t overrides[] = {1000, 0, 3000};  // 0: the request names no timeout
+    auto request = Request(1, 10, i, f);
+    request->timeout_override_us = overrides[i];
+    return request;
+  });
+  scheduler_->Start();
+
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  EXPECT_EQ(clock_.EarliestWaiterDeadline(), 1000);  // the worker sleeps until the first timeout
+  clock_.Set(999);
+  EXPECT_EQ(scheduler_->QueueDepth(), 3u);
+  clock_.Set(1000);
+  ASSERT_TRUE(Ready(outcomes[0]));
+  const Status first = outcomes[0].get().status;
+  EXPECT_EQ(first.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(first.message().find("queue timeout of 1000 us (the request's parameters['timeout'])"),
+            std::string::npos)
+      << first.message();
+  EXPECT_EQ(scheduler_->QueueDepth(), 2u);
+
+  clock_.Set(5000);  // past the third's 3000 and the second's default 5000
+  for (int i : {1, 2}) ASSERT_TRUE(Ready(outcomes[i])) << i;
+  const Status second = outcomes[1].get().status;
+  EXPECT_EQ(second.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(second.message().find("queue timeout of 5000 us (the model's default)"), std::string::npos)
+      << second.message();
+  EXPECT_NE(outcomes[2].get().status.message().find("queue timeout of 3000 us"), std::string::npos);
+  scheduler_->Stop();
+
+  EXPECT_TRUE(Batches().empty());
+  EXPECT_EQ(scheduler_->Counters().deadline_exceeded, 3u);
+}
+
+TEST_F(ModelSchedulerTest, QueueTimeoutOnlyShortensTheClientsDeadline) {
+  MakeScheduler(WithQueuePolicy(/*default_timeout_us=*/5000, /*allow_override=*/false));
+  std::vector<std::future<Outcome>> outcomes;
+  EnqueueThree(scheduler_.get(), &outcomes, [&](int i, std::future<Outcome>* f) {
+    const int64_t deadlines[] = {2000, 9000, 0};  // before the timeout, after it, none
+    auto request = Request(1, 10, i, f);
+    request->deadline_us = deadlines[i];
+    request->timeout_override_us = 1000;  // not allowed by this model's policy: the default holds
+    return request;
+  });
+  scheduler_->Start();
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  clock_.Set(2000);
+  ASSERT_TRUE(Ready(outcomes[0]));
+  EXPECT_NE(outcomes[0].get().status.message().find("deadline expired"), std::string::npos);
+  EXPECT_EQ(scheduler_->QueueDepth(), 2u);
+  clock_.Set(5000);
+  for (int i : {1, 2}) {
+    ASSERT_TRUE(Ready(outcomes[i])) << i;
+    EXPECT_NE(outcomes[i].get().status.message().find("queue timeout of 5000 us"), std::string::npos);
+  }
+  scheduler_->Stop();
+}
+
+TEST_F(ModelSchedulerTest, WithoutQueueTimeoutARequestWaitsForItsBatch) {
+  MakeScheduler(WithQueuePolicy(/*default_timeout_us=*/0, /*allow_override=*/false));
+  scheduler_->Start();
+  Hold();
+  std::future<Outcome> running, waiting;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(4, 10, 1, &running)).ok());  // a full batch: runs at once
+  ASSERT_TRUE(WaitForStarted(1));
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 2, &waiting)).ok());
+  clock_.Set(60'000'000);  // a minute behind the held batch
+  Release();
+  for (auto* outcome : {&running, &waiting}) {
+    ASSERT_TRUE(Ready(*outcome));
+    EXPECT_TRUE(outcome->get().status.ok());
+  }
+  scheduler_->Stop();
+  EXPECT_EQ(scheduler_->Counters().deadline_exceeded, 0u);
+}
+
+TEST(SettleWithClientTest, AnAbandonedCallIsNeverASuccessAndAnExpiredOneIsNeverCancelled) {
+  PendingRequest request;
+  request.deadline_us = 1000;
+  const Status ok = Status::Ok();
+  const Status cancelled(StatusCode::kCancelled, "request cancelled while queued");
+  const Status failed = Internal("forward failed");
+
+  EXPECT_TRUE(SettleWithClient(ok, request, 999).ok());
+  EXPECT_EQ(SettleWithClient(ok, request, 1000).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(SettleWithClient(cancelled, request, 1000).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(SettleWithClient(failed, request, 1000).code(), StatusCode::kInternal);
+
+  request.cancelled = true;
+  EXPECT_EQ(SettleWithClient(ok, request, 999).code(), StatusCode::kCancelled);
+  EXPECT_EQ(SettleWithClient(cancelled, request, 999).code(), StatusCode::kCancelled);
+  request.deadline_expired = true;  // gRPC's word, whatever the scheduler's clock says
+  EXPECT_EQ(SettleWithClient(ok, request, 0).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(SettleWithClient(cancelled, request, 0).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(SettleWithClient(failed, request, 0).code(), StatusCode::kInternal);
+}
+
+TEST(QueuePolicyTest, ARequestsTimeoutReplacesTheDefaultOnlyWhenAllowedAndShorter) {
+  QueuePolicy policy;
+  EXPECT_EQ(policy.TimeoutFor(0), 0);
+  EXPECT_EQ(policy.TimeoutFor(500), 0);  // not allowed
+  policy.allow_timeout_override = true;
+  EXPECT_EQ(policy.TimeoutFor(500), 500);  // no default: the request's own
+  policy.default_timeout_us = 2000;
+  EXPECT_EQ(policy.TimeoutFor(0), 2000);
+  EXPECT_EQ(policy.TimeoutFor(500), 500);
+  EXPECT_EQ(policy.TimeoutFor(3000), 2000);
+  policy.allow_timeout_override = false;
+  EXPECT_EQ(policy.TimeoutFor(500), 2000);
+
+  SchedulerOptions options;
+  options.queue_policy.default_timeout_us = -1;
+  const Status invalid = options.Validate();
+  EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(invalid.message().find("default_timeout_microseconds"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Statistics the scheduler records
+
+TEST_F(ModelSchedulerTest, ExecutedBatchesAreRecordedWithTheirStageTimesAndRealRows) {
+  MakeScheduler(Options(0));
+  shared_->stage_times = BatchStageTimes{100, 2000, 30};
+  std::vector<std::future<Outcome>> outcomes(3);
+  // A batch of 3 rows (padded to 4) and, after it, one of 1 row; queued before the worker starts so
+  // that the first two go together.
+  ASSERT_TRUE(scheduler_->Enqueue(Request(2, 10, 0, &outcomes[0])).ok());
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 12, 1, &outcomes[1])).ok());
+  scheduler_->Start();
+  ASSERT_TRUE(Ready(outcomes[0]));
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 40, 2, &outcomes[2])).ok());
+  ASSERT_TRUE(Ready(outcomes[2]));
+  scheduler_->Stop();
+
+  for (auto& outcome : outcomes) {
+    const RequestTiming timing = outcome.get().timing;
+    EXPECT_EQ(timing.stages.input_ns, 100);
+    EXPECT_EQ(timing.stages.infer_ns, 2000);
+    EXPECT_EQ(timing.stages.output_ns, 30);
+  }
+  const ModelStatisticsSnapshot totals = scheduler_->statistics().Snapshot();
+  EXPECT_EQ(totals.execution_count, 2u);
+  ASSERT_EQ(totals.batches_by_size.size(), 2u);
+  const BatchSizeTotals& three = totals.batches_by_size.at(3);
+  EXPECT_EQ(three.compute_input.count, 1u);
+  EXPECT_EQ(three.compute_infer.ns, 2000u);
+  EXPECT_EQ(totals.batches_by_size.at(1).compute_output.ns, 30u);
+  EXPECT_GT(totals.last_inference_ms, 0u);
+  // Requests are the RPC edge's to record: none here.
+  EXPECT_EQ(totals.inference_count, 0u);
+  EXPECT_EQ(totals.success.count, 0u);
+}
+
+TEST_F(ModelSchedulerTest, AFailedBatchIsNotAnExecution) {
+  MakeScheduler(Options(0));
+  shared_->error = Internal("forward failed");
+  scheduler_->Start();
+  std::future<Outcome> outcome;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 0, &outcome)).ok());
+  ASSERT_TRUE(Ready(outcome));
+  EXPECT_EQ(outcome.get().status.code(), StatusCode::kInternal);
+  scheduler_->Stop();
+  const ModelStatisticsSnapshot totals = scheduler_->statistics().Snapshot();
+  EXPECT_EQ(totals.execution_count, 0u);
+  EXPECT_TRUE(totals.batches_by_size.empty());
 }
 
 TEST_F(ModelSchedulerTest, StopDrainsQueuedRequests) {

@@ -168,3 +168,13 @@ class ServerTestCase(unittest.TestCase):
         cls.server = server
         cls.client = server.client()
         cls.addClassCleanup(cls.client.close)
+
+    def assert_status(self, call, code, *fragments):
+        """call() raises InferenceServerException with gRPC status `code` and a message holding
+        every fragment; returns the message."""
+        with self.assertRaises(InferenceServerException) as raised:
+            call()
+        self.assertEqual(raised.exception.status(), f"StatusCode.{code}", raised.exception.message())
+        for fragment in fragments:
+            self.assertIn(fragment, raised.exception.message())
+        return raised.exception.message()

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import server_fixture
-from server_fixture import InferenceServerException, grpcclient
+from server_fixture import grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 import grpc
 
@@ -45,14 +45,6 @@ class InferenceTest(server_fixture.ServerTestCase):
         with torch.no_grad():
             hidden, pooled = self.reference(torch.from_numpy(ids), torch.from_numpy(mask))
         return hidden.numpy(), pooled.numpy()
-
-    def assert_status(self, call, code, *fragments):
-        with self.assertRaises(InferenceServerException) as raised:
-            call()
-        self.assertEqual(raised.exception.status(), f"StatusCode.{code}", raised.exception.message())
-        for fragment in fragments:
-            self.assertIn(fragment, raised.exception.message())
-        return raised.exception.message()
 
     def test_health_and_metadata(self):
         self.assertTrue(self.client.is_server_live())

@@ -34,12 +34,24 @@ struct InferenceItem {
   std::vector<bool> outputs_wanted;
 };
 
+// How long one batch's stages took, in nanoseconds, split as Triton's statistics split a model
+// execution (compute_input, compute_infer, compute_output). On a GPU the device's part of each stage
+// is timed with CUDA events, so that asynchronous work is charged to the stage that queued it.
+struct BatchStageTimes {
+  int64_t input_ns = 0;   // padding the requests into the batch's inputs, and copying them in
+  int64_t infer_ns = 0;   // the forward: a graph replay or an eager call
+  int64_t output_ns = 0;  // copying each request's own slices of the outputs back
+};
+
 struct Batch {
   std::vector<const InferenceItem*> items;
   // What the batch is padded to: a bucket of the grid, or the batch's own total rows × longest
   // length (an oversize batch, or a lone request of a model that neither batches nor replays
   // graphs). Must hold every item: sum(rows) <= batch, max(length) <= length.
   BucketShape padded_shape;
+  // Where the executor writes how long the batch's stages took, once they are done (by Execute, or
+  // by Complete for a launched batch); null: nobody asks. Owned by the caller, like the items.
+  BatchStageTimes* stage_times = nullptr;
 };
 
 // Per item, per ModelSpec output: the item's own slice [rows, dims...] (variable dim = its length),

@@ -9,6 +9,7 @@
 // it under its lock). Ownership: the planner shares ownership of each request from Add until the
 // request leaves through Next or TakeDead, which hand it back to the caller. Errors: the planner
 // has none; SchedulerOptions::Validate reports bad options as INVALID_ARGUMENT.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -30,23 +31,46 @@ struct RequestTiming {
   int64_t queue_us = 0;    // enqueue → batch dispatch
   int64_t compute_us = 0;  // the batch's Execute call
   BucketShape padded_shape;
+  // The batch's stages as its executor timed them (zeros for a request that did not run).
+  BatchStageTimes stages;
 };
 
 struct PendingRequest {
   InferenceItem item;
-  // Absolute deadline on the scheduler's clock; 0 = none. An expired request is dropped before it
-  // runs, with DEADLINE_EXCEEDED.
+  // The client's deadline, absolute on the scheduler's clock; 0 = none. An expired request is
+  // dropped before it runs, with DEADLINE_EXCEEDED.
   int64_t deadline_us = 0;
+  // Triton's `timeout` request parameter in µs (0 = not given), accepted only where the model's
+  // QueuePolicy lets requests shorten its queue timeout.
+  int64_t timeout_override_us = 0;
   // Set by the RPC layer when the client goes away, followed by ModelScheduler::Poke; a cancelled
   // request leaves the queue (CANCELLED).
   std::atomic<bool> cancelled{false};
+  // Set, before `cancelled`, when the client went away because its deadline passed (gRPC cancels a
+  // call at its deadline): the request is then answered and counted as DEADLINE_EXCEEDED.
+  std::atomic<bool> deadline_expired{false};
   // Called exactly once with the outcome. `outputs` holds one tensor per ModelSpec output (empty
   // where not wanted) when the status is OK.
   std::function<void(const Status&, std::vector<HostTensor>&& outputs, const RequestTiming&)> done;
 
   // Filled in by the scheduler, under its lock.
   int64_t enqueue_us = 0;
+  int64_t queue_timeout_us = 0;  // the QueuePolicy's timeout for this request; 0 = none
   bool queued = false;  // in a BatchPlanner's queue right now
+
+  // The client's deadline has passed by `now_us`, or gRPC has said so.
+  bool ClientDeadlinePassed(int64_t now_us) const {
+    return deadline_expired.load() || (deadline_us != 0 && now_us >= deadline_us);
+  }
+  // When the request's queue timeout runs out; 0 = never.
+  int64_t QueueTimeoutEndUs() const { return queue_timeout_us == 0 ? 0 : enqueue_us + queue_timeout_us; }
+  // When the planner drops the request unrun: the earlier of the client's deadline and the end of
+  // its queue timeout; 0 = never.
+  int64_t ExpiryUs() const {
+    const int64_t timeout_end_us = QueueTimeoutEndUs();
+    if (deadline_us == 0 || timeout_end_us == 0) return deadline_us + timeout_end_us;
+    return std::min(deadline_us, timeout_end_us);
+  }
 };
 
 // How queued requests become batches.
@@ -67,6 +91,23 @@ inline constexpr int64_t kDefaultMaxQueueSize = 4096;
 // under load a batch forms while the previous one runs, and a lone caller pays at most that much.
 inline constexpr int64_t kDefaultMaxQueueDelayUs = 500;
 
+// Triton's dynamic_batching.default_queue_policy, the part graphserve honours: how long a request
+// may wait in the queue before it is answered DEADLINE_EXCEEDED unrun (Triton's timeout_action
+// REJECT), and whether a request may shorten that with Triton's `timeout` parameter.
+struct QueuePolicy {
+  // 0: a request waits as long as it takes (or until its client's deadline).
+  int64_t default_timeout_us = 0;
+  // Triton's allow_timeout_override: a request's `timeout` replaces the default when it is shorter
+  // (or when there is no default); a longer one is refused (request_codec.h).
+  bool allow_timeout_override = false;
+
+  // The queue timeout of a request whose `timeout` parameter is `requested_us` (0: not given).
+  int64_t TimeoutFor(int64_t requested_us) const {
+    if (!allow_timeout_override || requested_us <= 0) return default_timeout_us;
+    return default_timeout_us == 0 ? requested_us : std::min(requested_us, default_timeout_us);
+  }
+};
+
 struct SchedulerOptions {
   // How long the oldest request of a bin may wait for company before it is dispatched anyway. The
   // planner dispatches sooner when it expects nobody to join (see BatchPlanner), so the delay is a
@@ -78,6 +119,7 @@ struct SchedulerOptions {
   // dynamic_batching { disable: true }: every request is a batch of its own, oldest first, at once
   // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
   bool batching_disabled = false;
+  QueuePolicy queue_policy;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;
@@ -132,7 +174,8 @@ class BatchPlanner {
 
   // A queued request's `cancelled` flag was set: the next TakeDead looks for it.
   void NoteCancellation() { cancellation_noted_ = true; }
-  // Removes and returns the requests whose deadline is <= `now_us`, and the cancelled ones noted.
+  // Removes and returns the requests whose expiry (PendingRequest::ExpiryUs: deadline or queue
+  // timeout) is <= `now_us`, and the cancelled ones noted.
   std::vector<std::shared_ptr<PendingRequest>> TakeDead(int64_t now_us);
 
   // The batch to run now, if any. `executor_idle`: a worker is waiting for work right now (so a

@@ -4,7 +4,9 @@
 // finishes the RPC. ModelStreamInfer does the same for each request of a bidirectional stream and
 // writes each answer (or its error_message) as it finishes. Converts graphserve::Status to
 // grpc::Status here and nowhere else, and counts every inference request's final status and latency
-// in ServerMetrics just before answering it, alike for both RPCs.
+// in ServerMetrics and in its model's statistics just before answering it, alike for both RPCs.
+// Triton's other RPCs (statistics, log and trace settings, shared memory) are answered at once, from
+// inference_service_admin.cpp.
 // Thread safety: all methods are called by gRPC from any thread; the readiness flag is atomic.
 // Lifetime: the repository, clock and metrics must outlive the service and every request it queued.
 #include <atomic>
@@ -20,6 +22,9 @@ namespace graphserve {
 class ServerMetrics;
 
 grpc::Status ToGrpcStatus(const Status& status);
+
+// An RPC answered on the calling thread: finishes `context`'s default reactor with `status`.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status);
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
@@ -64,6 +69,39 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context,
                                                   const inference::RepositoryModelUnloadRequest* request,
                                                   inference::RepositoryModelUnloadResponse* response) override;
+
+  // Triton's extensions, in inference_service_admin.cpp (the README's protocol section says what
+  // each answers).
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
+                                        const inference::LogSettingsRequest* request,
+                                        inference::LogSettingsResponse* response) override;
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
+                                         const inference::TraceSettingRequest* request,
+                                         inference::TraceSettingResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
 
  private:
   // The model version a metadata or config call names: UNAVAILABLE before readiness, NOT_FOUND

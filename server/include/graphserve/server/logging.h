@@ -1,7 +1,9 @@
 #pragma once
 // spdlog set-up for the server process, and the bridges that carry the engine's and gRPC's log lines
 // (which cannot include spdlog) into it. Call SetupLogging once at start-up, before other threads
-// exist. Every line goes to stdout, where container runtimes and log collectors read it.
+// exist. Every line goes to stdout, where container runtimes and log collectors read it. Afterwards
+// the level (spdlog's) and the format may change while serving (SetLogFormat, Triton's LogSettings
+// RPC in log_settings.h): both are safe to change while other threads log.
 #include <string>
 
 #include "graphserve/engine/status.h"
@@ -11,6 +13,9 @@ namespace graphserve {
 enum class LogFormat {
   kPlain,  // "2025-01-02T03:04:05.678901+00:00 info [123] message", coloured on a terminal
   kJson,   // one JSON object per line (JsonLogFormatter), for log collectors
+  // "I0102 03:04:05.678901 123] message": Triton's "default" format (glog's prefix without the
+  // source file), chosen only through the LogSettings RPC.
+  kGlog,
 };
 
 // "plain" or "json"; INVALID_ARGUMENT for anything else.
@@ -18,5 +23,11 @@ Status ParseLogFormat(const std::string& name, LogFormat* format);
 
 // `level`: trace, debug, info, warn, error, critical or off. INVALID_ARGUMENT for anything else.
 Status SetupLogging(const std::string& level, LogFormat format = LogFormat::kPlain);
+
+// Switches the format of the default logger's lines from now on.
+void SetLogFormat(LogFormat format);
+// The format of the default logger's lines: what SetupLogging or SetLogFormat last chose (kPlain
+// before either).
+LogFormat CurrentLogFormat();
 
 }  // namespace graphserve

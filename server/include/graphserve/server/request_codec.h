@@ -6,18 +6,22 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
+#include "graphserve/server/batch_planner.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {
 
-// Validates `request` against `spec` and moves its tensor data into `item` (the request's raw
-// contents are consumed). INVALID_ARGUMENT naming the field for: unknown, missing or repeated inputs,
-// a datatype other than the model's, a shape of the wrong rank or with dims < 1 or fixed dims that
-// differ, data whose size disagrees with the shape, variable lengths that differ between inputs, rows
-// above max_batch_size, length above max_sequence_length, unknown requested outputs. A fixed-shape
-// model's item gets length kFixedShapeLength.
-Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request,
-                          InferenceItem* item);
+// Validates `request` against `spec` and moves its tensor data into `pending->item` (the request's
+// raw contents are consumed). INVALID_ARGUMENT naming the field for: unknown, missing or repeated
+// inputs, a datatype other than the model's, a shape of the wrong rank or with dims < 1 or fixed dims
+// that differ, data whose size disagrees with the shape, variable lengths that differ between inputs,
+// rows above max_batch_size, length above max_sequence_length, unknown requested outputs, and any
+// request, input or output parameter (graphserve honours none), except Triton's request parameter
+// `timeout` where `queue_policy` allows it: an int64 of microseconds, at most the policy's default
+// timeout when it has one, set as `pending->timeout_override_us` (0: none). A fixed-shape model's
+// item gets length kFixedShapeLength.
+Status DecodeInferRequest(const ModelSpec& spec, const QueuePolicy& queue_policy,
+                          inference::ModelInferRequest* request, PendingRequest* pending);
 
 // Fills `response` with the wanted outputs (as raw_output_contents, in the requested order, or in
 // model order when none was requested), and names the model, the version that answered and the

@@ -12,7 +12,8 @@
 // that ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
 // that expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
 // (RESOURCE_EXHAUSTED, UNAVAILABLE); every other outcome, failures included, reaches the request's
-// `done` callback.
+// `done` callback. A queued request expires at its client's deadline or at the end of its queue
+// timeout (SchedulerOptions::queue_policy), whichever comes first, with DEADLINE_EXCEEDED.
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "graphserve/server/batch_planner.h"
 #include "graphserve/server/callback_pool.h"
 #include "graphserve/server/clock.h"
+#include "graphserve/server/model_statistics_recorder.h"
 #include "graphserve/server/thread_annotations.h"
 
 namespace graphserve {
@@ -60,6 +62,14 @@ struct SchedulerSnapshot {
   std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
+// The status a finished request is answered and counted with, given what became of its client by
+// `now_us`. A client that has gone got no answer: an OK outcome becomes DEADLINE_EXCEEDED when the
+// client's deadline has passed, else CANCELLED when it cancelled; a CANCELLED outcome becomes
+// DEADLINE_EXCEEDED when the deadline has passed (gRPC cancels a call at its deadline, so whichever
+// of the two the scheduler notices first, an expired call is counted as expired). Other failures
+// stay what they are.
+Status SettleWithClient(const Status& outcome, const PendingRequest& request, int64_t now_us);
+
 class ModelScheduler {
  public:
   // `executors` must be non-empty and already warmed up: their measured bucket times (averaged over
@@ -85,6 +95,11 @@ class ModelScheduler {
   void Poke() EXCLUDES(mutex_);
 
   const ModelSpec& spec() const { return spec_; }
+  const SchedulerOptions& options() const { return options_; }
+  // The model's statistics since this scheduler was created: the scheduler records its executed
+  // batches; the RPC edge records each request's final outcome.
+  ModelStatisticsRecorder& statistics() { return statistics_; }
+  const ModelStatisticsRecorder& statistics() const { return statistics_; }
   // The planner's cost table, as read from the executors at construction.
   const BucketCosts& bucket_costs() const { return costs_; }
   SchedulerCounters Counters() const EXCLUDES(mutex_);
@@ -116,6 +131,7 @@ class ModelScheduler {
   std::vector<std::thread> workers_;
   // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
   CallbackPool answering_;
+  ModelStatisticsRecorder statistics_;
 
   mutable Mutex mutex_;
   std::condition_variable work_available_;
