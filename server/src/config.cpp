@@ -373,6 +373,9 @@ SchedulerOptions SchedulerOptionsFromConfig(const inference::ModelConfig& config
                                : kDefaultMaxQueueSize;
   options.policy = batching.policy() == inference::ModelDynamicBatching::FIFO ? BatchingPolicy::kFifo
                                                                       : BatchingPolicy::kSizeBinned;
+  const inference::ModelQueuePolicy& queue_policy = batching.default_queue_policy();
+  options.queue_policy.default_timeout_us = static_cast<int64_t>(queue_policy.default_timeout_microseconds());
+  options.queue_policy.allow_timeout_override = queue_policy.allow_timeout_override();
   return options;
 }
 

@@ -344,7 +344,12 @@ Status ResolveBatching(inference::ModelConfig* config, Warnings* warnings) {
   if (batching->priority_levels() > 0) {
     warnings->Add("dynamic_batching.priority_levels: request priorities are not served; ignored");
   }
-  // The queue policy's timeouts are read by the scheduler, not here.
+  // The queue policy's timeouts are read by SchedulerOptionsFromConfig; graphserve answers a request
+  // whose timeout ran out DEADLINE_EXCEEDED (REJECT), and keeping it queued instead would change that.
+  if (batching->default_queue_policy().timeout_action() == inference::ModelQueuePolicy::DELAY) {
+    return InvalidArgument("dynamic_batching.default_queue_policy.timeout_action: DELAY is not served; "
+                           "use REJECT (the default)");
+  }
   const uint64_t queue_size = batching->default_queue_policy().max_queue_size();
   if (queue_size > 0) {
     if (batching->max_queue_size() > 0 && batching->max_queue_size() != queue_size) {

@@ -10,7 +10,8 @@ serves:
   encoder_pt2    the same encoder (architecture and weights) as an AOTInductor package from
                  deploy/models/export_encoder.py, with the same grid: it must answer as `encoder`
                  does. Compiled for GRAPHSERVE_TEST_DEVICE's kind (CPU unless it names cuda).
-  tiny_triton    tiny_scripted's model.pt under a config as Triton's PyTorch backend takes it:
+  tiny_triton    tiny_scripted's model.pt in Triton's layout (tiny_triton/1/model.pt) under a
+                 config as Triton's PyTorch backend takes it:
                  backend "pytorch", tensors named INPUT__N / OUTPUT__N (listed out of order, so that
                  only binding by N answers right), Triton's batching and instance fields, and
                  fields graphserve ignores; it must answer as tiny_scripted does.
@@ -141,9 +142,9 @@ def main():
         if name in models:
             models[name].save(str(folder / "model.pt"))
     triton = root / "tiny_triton"
-    triton.mkdir(parents=True, exist_ok=True)
+    (triton / "1").mkdir(parents=True, exist_ok=True)
     (triton / "config.pbtxt").write_text(TRITON_CONFIG)
-    models["tiny_scripted"].save(str(triton / "model.pt"))
+    models["tiny_scripted"].save(str(triton / "1" / "model.pt"))
     write_encoder_package(root, CONFIGS["encoder"])
     write_reference_answers(root, models)
     print(f"model repository written to {root}")

@@ -164,6 +164,9 @@ struct BadConfigCase {
   std::string expected_field;  // must appear in the error message
 };
 
+// Names each case's test (ctest lists them) by the field it names, not by its bytes.
+void PrintTo(const BadConfigCase& bad, std::ostream* out) { *out << bad.expected_field; }
+
 class BadConfigTest : public testing::TestWithParam<BadConfigCase> {};
 
 TEST_P(BadConfigTest, NamesTheField) {

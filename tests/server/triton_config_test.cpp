@@ -134,6 +134,8 @@ TEST(TritonConfigTest, TritonPyTorchConfigLoadsWithItsIgnoredFieldsNamed) {
   const SchedulerOptions options = SchedulerOptionsFromConfig(config);
   EXPECT_EQ(options.max_queue_delay_us, 100);
   EXPECT_EQ(options.max_queue_size, 64);
+  EXPECT_EQ(options.queue_policy.default_timeout_us, 5000000);
+  EXPECT_TRUE(options.queue_policy.allow_timeout_override);
 
   std::vector<InstancePlacement> placements;
   ASSERT_TRUE(InstancePlacements(config, "cpu", &placements).ok());
@@ -334,6 +336,9 @@ struct RefusedCase {
   std::string field;  // must appear in the INVALID_ARGUMENT message
 };
 
+// Names each case's test (ctest lists them) by the field it refuses, not by its bytes.
+void PrintTo(const RefusedCase& refused, std::ostream* out) { *out << refused.field; }
+
 class RefusedTritonSettingTest : public testing::TestWithParam<RefusedCase> {};
 
 TEST_P(RefusedTritonSettingTest, IsInvalidArgumentNamingTheField) {
@@ -372,7 +377,9 @@ INSTANTIATE_TEST_SUITE_P(
                     "version_policy.specific.versions"},
         RefusedCase{"sequence_batching { max_sequence_idle_microseconds: 1000 }", "sequence_batching"},
         RefusedCase{"batch_input { kind: BATCH_ELEMENT_COUNT target_name: \"n\" }", "batch_input"},
-        RefusedCase{"backend: \"onnxruntime\"", "backend: 'onnxruntime'"}));
+        RefusedCase{"backend: \"onnxruntime\"", "backend: 'onnxruntime'"},
+        RefusedCase{"dynamic_batching { default_queue_policy { timeout_action: DELAY } }",
+                    "dynamic_batching.default_queue_policy.timeout_action: DELAY"}));
 
 // Settings that contradict each other or are out of range: refused rather than one picked.
 INSTANTIATE_TEST_SUITE_P(

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""The ModelConfig RPC through Triton's own gRPC client (tritonclient[grpc], unmodified):
-get_model_config decodes graphserve's answer with Triton's ModelConfig, sees the effective config of
-a model whose config.pbtxt was written for Triton's PyTorch backend, skips graphserve's own fields
-(numbered from 1000), and gets NOT_FOUND for an unknown model and UNAVAILABLE before the server is
-ready."""
+"""A Triton-style model repository (MODEL/config.pbtxt written for Triton's PyTorch backend,
+MODEL/1/model.pt) served unchanged, through Triton's own gRPC client (tritonclient[grpc],
+unmodified): inference with Triton's INPUT__N / OUTPUT__N names answers as torch does;
+get_model_config decodes graphserve's answer with Triton's ModelConfig, sees the effective config,
+skips graphserve's own fields (numbered from 1000), and gets NOT_FOUND for an unknown model and
+UNAVAILABLE before the server is ready."""
 import unittest
 
+import numpy as np
+import torch
+
 import server_fixture
-from server_fixture import InferenceServerException
+from server_fixture import InferenceServerException, grpcclient
 from google.protobuf import unknown_fields
 
 MODEL = "tiny_triton"  # make_model_repository.py: Triton's config for tiny_scripted's model.pt
@@ -17,7 +21,8 @@ class ModelConfigTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         repository = server_fixture.scratch_dir("model_config_repository")
-        server_fixture.copy_model(MODEL, repository)
+        model_dir = server_fixture.copy_model(MODEL, repository)
+        cls.reference = torch.jit.load(str(model_dir / "1" / "model.pt"))
         cls.server = server_fixture.Server("--model-repository", str(repository), log_name="model_config")
         cls.server.__enter__()
         cls.client = cls.server.client()
@@ -26,6 +31,25 @@ class ModelConfigTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.client.close()
         cls.server.__exit__(None, None, None)
+
+    def test_triton_named_tensors_answer_as_torch_does(self):
+        self.assertTrue(self.client.is_model_ready(MODEL, "1"))
+        generator = np.random.default_rng(7)
+        for rows, length in ((1, 5), (3, 20), (4, 32)):
+            ids = generator.integers(1, 999, size=(rows, length), dtype=np.int64)
+            mask = np.ones_like(ids)
+            mask[-1, length // 2:] = 0
+            tensors = []
+            # Triton's PyTorch backend binds INPUT__N to the forward's N-th argument: ids, then mask.
+            for name, array in (("INPUT__0", ids), ("INPUT__1", mask)):
+                tensors.append(grpcclient.InferInput(name, list(array.shape), "INT64"))
+                tensors[-1].set_data_from_numpy(array)
+            result = self.client.infer(MODEL, tensors, model_version="1")
+            self.assertEqual(result.get_response().model_version, "1")
+            with torch.no_grad():
+                hidden, pooled = self.reference(torch.from_numpy(ids), torch.from_numpy(mask))
+            np.testing.assert_allclose(result.as_numpy("OUTPUT__0"), hidden.numpy(), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(result.as_numpy("OUTPUT__1"), pooled.numpy(), rtol=1e-4, atol=1e-5)
 
     def test_effective_config_as_json(self):
         config = self.client.get_model_config(MODEL, as_json=True)["config"]
