@@ -15,6 +15,7 @@ from server_fixture import InferenceServerException, grpcclient
 from google.protobuf import unknown_fields
 
 MODEL = "tiny_triton"  # make_model_repository.py: Triton's config for tiny_scripted's model.pt
+ON_CUDA = server_fixture.DEVICE.startswith("cuda")
 
 
 class ModelConfigTest(unittest.TestCase):
@@ -66,15 +67,24 @@ class ModelConfigTest(unittest.TestCase):
         self.assertEqual(batching["preferred_batch_size"], [2, 4])
         self.assertEqual(batching["max_queue_delay_microseconds"], "1000")
         self.assertEqual(batching["default_queue_policy"]["max_queue_size"], 100)
-        self.assertEqual(config["instance_group"], [{"name": "tiny", "kind": "KIND_CPU", "count": 2}])
-        # A CPU server captures no graphs; graphserve's own fields are unknown to Triton's client.
-        self.assertNotIn("graph_spec", config.get("optimization", {}).get("cuda", {}))
+        graph_specs = config.get("optimization", {}).get("cuda", {}).get("graph_spec", [])
+        if ON_CUDA:
+            # KIND_AUTO on a CUDA server: its GPU. One graph per bucket: batch sizes x lengths 8, 32.
+            self.assertEqual(config["instance_group"],
+                             [{"name": "tiny", "kind": "KIND_GPU", "count": 2, "gpus": [0]}])
+            self.assertEqual(sorted((int(g.get("batch_size", 0)), g["input"]["INPUT__0"]["dim"])
+                                    for g in graph_specs),
+                             [(2, ["32"]), (2, ["8"]), (4, ["32"]), (4, ["8"])])
+        else:
+            self.assertEqual(config["instance_group"], [{"name": "tiny", "kind": "KIND_CPU", "count": 2}])
+            self.assertEqual(graph_specs, [])  # a CPU server captures no graphs
+        # graphserve's own fields are unknown to Triton's client.
         for own in ("max_sequence_length", "buckets", "precision", "cuda_graphs"):
             self.assertNotIn(own, config)
 
     def test_effective_config_as_message(self):
         config = self.client.get_model_config(MODEL).config
-        self.assertFalse(config.optimization.cuda.graphs)
+        self.assertEqual(config.optimization.cuda.graphs, ON_CUDA)
         self.assertEqual(config.version_policy.latest.num_versions, 1)
         self.assertEqual(config.default_model_filename, "model.pt")
         # Triton's client keeps graphserve's fields (max_sequence_length = 1000, ...) as unknown ones.

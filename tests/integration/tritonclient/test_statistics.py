@@ -21,7 +21,8 @@ SLOW = "slow"  # only test_deadline_passed_in_the_queue_is_deadline_exceeded sen
 
 class Slow(torch.nn.Module):
     """A long chain of tiny operations: slow on any CPU through per-operation overhead, while using
-    one core at most."""
+    one core at most. Kept on the CPU (KIND_CPU) on a CUDA test server too, where a graph replay
+    would make it fast."""
 
     def forward(self, input_ids, attention_mask):
         x = attention_mask.to(torch.float32)
@@ -39,7 +40,7 @@ input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 output { name: "out" data_type: TYPE_FP32 dims: [ -1 ] }
 buckets { batch_sizes: [ 1 ] sequence_lengths: [ 8 ] }
 dynamic_batching { max_queue_delay_microseconds: 0 }
-instance_group { count: 1 }
+instance_group { count: 1 kind: KIND_CPU }
 """
 
 
