@@ -18,20 +18,13 @@ MODEL = "tiny_triton"  # make_model_repository.py: Triton's config for tiny_scri
 ON_CUDA = server_fixture.DEVICE.startswith("cuda")
 
 
-class ModelConfigTest(unittest.TestCase):
+class ModelConfigTest(server_fixture.ServerTestCase):
     @classmethod
     def setUpClass(cls):
         repository = server_fixture.scratch_dir("model_config_repository")
         model_dir = server_fixture.copy_model(MODEL, repository)
         cls.reference = torch.jit.load(str(model_dir / "1" / "model.pt"))
-        cls.server = server_fixture.Server("--model-repository", str(repository), log_name="model_config")
-        cls.server.__enter__()
-        cls.client = cls.server.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.__exit__(None, None, None)
+        cls.start_server("--model-repository", str(repository), log_name="model_config")
 
     def test_triton_named_tensors_answer_as_torch_does(self):
         self.assertTrue(self.client.is_model_ready(MODEL, "1"))

@@ -43,7 +43,7 @@ def index_of(client):
     return {model["name"]: model for model in client.get_model_repository_index(as_json=True).get("models", [])}
 
 
-class VersionedRepositoryTest(unittest.TestCase):
+class VersionedRepositoryTest(server_fixture.ServerTestCase):
     """Explicit mode over a repository mixing Triton's versioned layout and the flat one."""
 
     @classmethod
@@ -54,16 +54,8 @@ class VersionedRepositoryTest(unittest.TestCase):
         (cls.repository / SCRIPTED / "not_a_version").mkdir()
         server_fixture.copy_model(TRACED, cls.repository)
         server_fixture.copy_model(ENCODER, cls.repository)
-        cls.server = server_fixture.Server("--model-repository", str(cls.repository),
-                                           "--model-control-mode", "explicit", "--load-model", SCRIPTED,
-                                           log_name="repository_explicit")
-        cls.server.__enter__()
-        cls.client = cls.server.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.__exit__(None, None, None)
+        cls.start_server("--model-repository", str(cls.repository), "--model-control-mode", "explicit",
+                         "--load-model", SCRIPTED, log_name="repository_explicit")
 
     def test_latest_version_is_served_and_others_are_not(self):
         self.assertTrue(self.client.is_model_ready(SCRIPTED))
