@@ -208,12 +208,21 @@ class NoneModeTest(unittest.TestCase):
         repository = server_fixture.scratch_dir("none_mode_repository")
         server_fixture.copy_model(SCRIPTED, repository, version=4)
         server_fixture.copy_model(TRACED, repository)
+        # version_policy.specific names the one version to serve, though a higher one is there.
+        pinned = server_fixture.copy_model(SCRIPTED, repository / "pinned_parent", version=1)
+        pinned = pinned.rename(repository / "pinned")
+        shutil.copytree(pinned / "1", pinned / "2")
+        config = (pinned / "config.pbtxt").read_text().replace(f'name: "{SCRIPTED}"', 'name: "pinned"')
+        (pinned / "config.pbtxt").write_text(config + "version_policy { specific { versions: [ 1 ] } }\n")
+        (repository / "pinned_parent").rmdir()
         with server_fixture.Server("--model-repository", str(repository), log_name="repository_none") as server, \
                 server.client() as client:
             self.assertTrue(client.is_model_ready(SCRIPTED, "4"))
             self.assertTrue(client.is_model_ready(TRACED, "1"))
+            self.assertTrue(client.is_model_ready("pinned", "1"))
+            self.assertFalse(client.is_model_ready("pinned", "2"))
             self.assertEqual({name: entry["state"] for name, entry in index_of(client).items()},
-                             {SCRIPTED: "READY", TRACED: "READY"})
+                             {SCRIPTED: "READY", TRACED: "READY", "pinned": "READY"})
             for call in (lambda: client.load_model(TRACED), lambda: client.unload_model(TRACED)):
                 code, message = status_of(call)
                 self.assertEqual(code, "StatusCode.FAILED_PRECONDITION", message)
