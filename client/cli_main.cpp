@@ -17,6 +17,7 @@
 #include <google/protobuf/text_format.h>
 #include <nlohmann/json.hpp>
 
+#include "address_flag.h"
 #include "graphserve/client/client.h"
 
 namespace {
@@ -326,8 +327,7 @@ int RunInfer(const ConnectionFlags& flags, const InferFlags& infer) {
 }
 
 void AddConnectionFlags(CLI::App* command, ConnectionFlags* flags) {
-  command->add_option("--address", flags->address, "Server address, host:port")
-      ->capture_default_str();
+  graphserve::AddAddressFlag(command, &flags->address);
   command->add_option("--timeout-ms", flags->timeout_ms, "Deadline of each RPC in ms; 0: none")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

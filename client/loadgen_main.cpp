@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "address_flag.h"
 #include "graphserve/client/client.h"
 #include "graphserve/client/load_runner.h"
 #include "graphserve/client/loadgen.h"
@@ -67,7 +68,7 @@ struct Flags {
 // Where the load goes, its pacing, its requests and how long it lasts.
 void AddLoadFlags(CLI::App& app, Flags* flags) {
   loadgen::LoadOptions& options = flags->options;
-  app.add_option("--address", flags->address, "Server address, host:port")->capture_default_str();
+  graphserve::AddAddressFlag(&app, &flags->address);
   app.add_option("--model", options.model, "Model to load")->required();
   CLI::Option* concurrency =
       app.add_option("--concurrency", options.concurrency,

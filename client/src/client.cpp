@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 #include <grpcpp/client_context.h>
@@ -28,7 +29,66 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Cli
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+// A port as typed: decimal digits only, 1..65535.
+bool ValidPort(const std::string& port) {
+  if (port.empty() || port.size() > 5) return false;
+  if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  const int number = std::stoi(port);
+  return number >= 1 && number <= 65535;
+}
+
 }  // namespace
+
+bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error) {
+  const std::string example = " (e.g. localhost:" + std::to_string(kDefaultGrpcPort) + ")";
+  if (address.rfind("unix:", 0) == 0) {
+    *normalized = address;
+    return true;
+  }
+  if (address.find("://") != std::string::npos) {
+    *error = "'" + address + "': drop the scheme; graphserve's gRPC address is HOST:PORT" + example;
+    return false;
+  }
+  std::string host;
+  std::string port;
+  bool port_given = false;  // a ':' after the host, even with nothing after it
+  if (!address.empty() && address[0] == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos) {
+      *error = "'" + address + "': an IPv6 address needs its closing ']'";
+      return false;
+    }
+    host = address.substr(0, close + 1);
+    const std::string rest = address.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') {
+      *error = "'" + address + "': expected ':PORT' after ']'";
+      return false;
+    }
+    port_given = !rest.empty();
+    if (port_given) port = rest.substr(1);
+  } else {
+    const size_t colon = address.find(':');
+    if (colon != std::string::npos && address.find(':', colon + 1) != std::string::npos) {
+      *error = "'" + address + "': put an IPv6 address in brackets, e.g. [::1]:" +
+               std::to_string(kDefaultGrpcPort);
+      return false;
+    }
+    host = address.substr(0, colon);
+    port_given = colon != std::string::npos;
+    if (port_given) port = address.substr(colon + 1);
+  }
+  if (host.empty() || host == "[]") {
+    *error = "'" + address + "': no host; use HOST:PORT" + example;
+    return false;
+  }
+  if (!port_given) port = std::to_string(kDefaultGrpcPort);
+  if (!ValidPort(port)) {
+    *error = "'" + address + "': the port must be a number from 1 to 65535";
+    return false;
+  }
+  *normalized = host + ":" + port;
+  return true;
+}
 
 InferenceClient::InferenceClient(const std::string& address, const ClientOptions& options)
     : address_(address),

@@ -295,5 +295,37 @@ TEST_F(InferenceClientTest, ResponsesLargerThanFourMebibytesArrive) {
   EXPECT_EQ(big.raw.size(), size_t{8} << 20);
 }
 
+// What a person types: a missing port gets graphserve's default, the rest passes as typed.
+TEST(ServerAddressTest, AcceptedAddressesAreWhatGrpcConnectsTo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"localhost", "localhost:8001"},       {"localhost:9000", "localhost:9000"},
+      {"10.0.0.7", "10.0.0.7:8001"},         {"[::1]", "[::1]:8001"},
+      {"[::1]:65535", "[::1]:65535"},        {"unix:/run/graphserve.sock", "unix:/run/graphserve.sock"}};
+  for (const auto& [typed, expected] : cases) {
+    std::string normalized;
+    std::string error;
+    EXPECT_TRUE(NormalizeServerAddress(typed, &normalized, &error)) << typed << ": " << error;
+    EXPECT_EQ(normalized, expected) << typed;
+  }
+}
+
+// Each mistake is refused with what to type instead, never turned into another address.
+TEST(ServerAddressTest, MistakesSayWhatToTypeInstead) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://localhost:8001", "drop the scheme"}, {"grpc://host", "drop the scheme"},
+      {"localhost:99999", "from 1 to 65535"},       {"localhost:0", "from 1 to 65535"},
+      {"localhost:", "from 1 to 65535"},            {"localhost:80a", "from 1 to 65535"},
+      {"::1", "in brackets"},                       {"[::1", "closing ']'"},
+      {"[::1]x", "':PORT' after ']'"},              {":8001", "no host"},
+      {"", "no host"}};
+  for (const auto& [typed, expected] : cases) {
+    std::string normalized = "unchanged";
+    std::string error;
+    EXPECT_FALSE(NormalizeServerAddress(typed, &normalized, &error)) << typed;
+    EXPECT_NE(error.find(expected), std::string::npos) << typed << ": " << error;
+    EXPECT_EQ(normalized, "unchanged") << typed;
+  }
+}
+
 }  // namespace
 }  // namespace graphserve

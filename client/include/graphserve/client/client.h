@@ -66,6 +66,15 @@ class InferenceClient {
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };
 
+// graphserve's default gRPC port, which an address without a port gets.
+inline constexpr int kDefaultGrpcPort = 8001;
+
+// Checks a server address as a person types it and writes the one gRPC connects to: "HOST:PORT",
+// "[IPv6]:PORT", or either without a port (`kDefaultGrpcPort` appended); "unix:PATH" passes as is.
+// On a mistake returns false with `error` saying what to type instead: a scheme ("http://..."), a
+// port that is not 1..65535, an IPv6 address without brackets, an empty host.
+bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error);
+
 // "UNAVAILABLE", "DEADLINE_EXCEEDED", ...: the canonical name of a gRPC status code.
 const char* StatusCodeName(grpc::StatusCode code);
 
