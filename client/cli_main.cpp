@@ -48,9 +48,8 @@ struct InferFlags {
 // How many leading values an output summary shows.
 constexpr size_t kFirstValues = 5;
 
-int Fail(const grpc::Status& status) {
-  std::cerr << graphserve::StatusCodeName(status.error_code()) << ": " << status.error_message()
-            << "\n";
+int Fail(const InferenceClient& client, const grpc::Status& status) {
+  std::cerr << graphserve::DescribeCallError(status, client.address()) << "\n";
   return kFailure;
 }
 
@@ -81,18 +80,19 @@ std::vector<int64_t> ToShape(const Repeated& dims) {
 
 int RunHealth(const ConnectionFlags& flags, double wait_s) {
   InferenceClient client = MakeClient(flags);
+  grpc::Status waited;
   if (wait_s > 0) {
-    const grpc::Status waited =
-        client.WaitForReady(std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
     // Not fatal by itself: the checks below report the state as it is now.
-    if (!waited.ok()) Fail(waited);
+    waited = client.WaitForReady(std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
   }
   bool live = false;
   grpc::Status status = client.ServerLive(&live);
-  if (!status.ok()) return Fail(status);
+  // Unreachable still: one message, not the wait's and then the same again.
+  if (!status.ok()) return Fail(client, status);
+  if (!waited.ok()) std::cerr << "not ready after --wait-s " << wait_s << " s\n";
   bool ready = false;
   status = client.ServerReady(&ready);
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) return Fail(client, status);
   std::cout << "live: " << (live ? "true" : "false") << "\nready: " << (ready ? "true" : "false")
             << "\n";
   return live && ready ? 0 : kFailure;
@@ -134,7 +134,7 @@ int RunMetadata(const ConnectionFlags& flags, const std::string& model, bool as_
   if (model.empty()) {
     inference::ServerMetadataResponse metadata;
     const grpc::Status status = client.ServerMetadata(&metadata);
-    if (!status.ok()) return Fail(status);
+    if (!status.ok()) return Fail(client, status);
     if (as_json) {
       const std::vector<std::string> extensions(metadata.extensions().begin(),
                                                 metadata.extensions().end());
@@ -151,7 +151,7 @@ int RunMetadata(const ConnectionFlags& flags, const std::string& model, bool as_
   }
   inference::ModelMetadataResponse metadata;
   const grpc::Status status = client.ModelMetadata(model, &metadata);
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) return Fail(client, status);
   if (as_json) {
     const std::vector<std::string> versions(metadata.versions().begin(), metadata.versions().end());
     std::cout << json{{"name", metadata.name()},
@@ -177,7 +177,7 @@ int RunConfig(const ConnectionFlags& flags, const std::string& model) {
   InferenceClient client = MakeClient(flags);
   inference::ModelConfigResponse response;
   const grpc::Status status = client.ModelConfig(model, &response);
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) return Fail(client, status);
   std::string text;
   if (!google::protobuf::TextFormat::PrintToString(response.config(), &text)) {
     std::cerr << "INTERNAL: the server's config cannot be printed as text\n";
@@ -268,25 +268,25 @@ int RunInfer(const ConnectionFlags& flags, const InferFlags& infer) {
   } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
     status = graphserve::MakeTokenRequest(spec, &request);
   }
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) return Fail(client, status);
 
   inference::ModelInferResponse response;
   const auto start = std::chrono::steady_clock::now();
   status = client.ModelInfer(request, &response);
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) return Fail(client, status);
 
   json outputs = json::array();
   std::string text;
   for (const auto& tensor : response.outputs()) {
     graphserve::OutputView output;
     status = graphserve::FindOutput(response, tensor.name(), &output);
-    if (!status.ok()) return Fail(status);
+    if (!status.ok()) return Fail(client, status);
     bool has_summary = false;
     Summary summary;
     status = SummarizeOutput(output, &has_summary, &summary);
-    if (!status.ok()) return Fail(status);
+    if (!status.ok()) return Fail(client, status);
 
     json entry = {{"name", tensor.name()}, {"datatype", tensor.datatype()}, {"shape", output.shape}};
     text += tensor.name() + " " + tensor.datatype() + " " + ShapeString(output.shape);

@@ -29,9 +29,8 @@ constexpr int kCannotRun = 2;
 
 constexpr int64_t kDefaultDurationS = 10;
 
-int CannotRun(const std::string& what, const grpc::Status& status) {
-  std::cerr << "graphserve-loadgen: " << what << ": "
-            << graphserve::StatusCodeName(status.error_code()) << ": " << status.error_message()
+int CannotRun(const std::string& what, const grpc::Status& status, const std::string& address) {
+  std::cerr << "graphserve-loadgen: " << what << ": " << graphserve::DescribeCallError(status, address)
             << "\n";
   return kCannotRun;
 }
@@ -143,14 +142,16 @@ int CreateRunner(graphserve::InferenceClient& client, const Flags& flags,
   grpc::Status status;
   if (flags.wait_s > 0) {
     status = client.WaitForReady(std::chrono::milliseconds(static_cast<int64_t>(flags.wait_s * 1000)));
-    if (!status.ok()) return CannotRun("server " + flags.address, status);
+    if (!status.ok()) return CannotRun("server " + flags.address, status, flags.address);
   }
   // The metadata decides the inputs to send and the shapes every answer must have.
   inference::ModelMetadataResponse metadata;
   status = client.ModelMetadata(flags.options.model, &metadata);
-  if (!status.ok()) return CannotRun("metadata of model '" + flags.options.model + "'", status);
+  if (!status.ok()) {
+    return CannotRun("metadata of model '" + flags.options.model + "'", status, flags.address);
+  }
   status = loadgen::LoadRunner::Create(flags.address, flags.options, metadata, runner);
-  if (!status.ok()) return CannotRun("options", status);
+  if (!status.ok()) return CannotRun("options", status, flags.address);
   return 0;
 }
 
@@ -195,7 +196,7 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : kCannotRun;
   }
   grpc::Status status = CompleteOptions(&flags);
-  if (!status.ok()) return CannotRun("--lengths", status);
+  if (!status.ok()) return CannotRun("--lengths", status, flags.address);
 
   graphserve::ClientOptions client_options;
   client_options.timeout_ms = flags.options.timeout_ms;
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
 
   loadgen::Report report;
   status = RunLoad(*runner, flags, &report);
-  if (!status.ok()) return CannotRun("run", status);
+  if (!status.ok()) return CannotRun("run", status, flags.address);
   if (const int failed = PrintReport(report, flags.json_path)) return failed;
   return loadgen::ErrorCount(report) == 0 && report.issued > 0 ? 0 : kRequestsFailed;
 }

@@ -39,6 +39,20 @@ bool ValidPort(const std::string& port) {
 
 }  // namespace
 
+std::string DescribeCallError(const grpc::Status& status, const std::string& address) {
+  const std::string& message = status.error_message();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // gRPC's wording of its transport errors (core's subchannel and resolver messages).
+    if (message.find("Connection refused") != std::string::npos) {
+      return "cannot reach graphserve at " + address + " (connection refused); is it running?";
+    }
+    if (message.find("DNS resolution failed") != std::string::npos) {
+      return "cannot reach graphserve at " + address + " (its host name does not resolve)";
+    }
+  }
+  return std::string(StatusCodeName(status.error_code())) + ": " + message;
+}
+
 bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error) {
   const std::string example = " (e.g. localhost:" + std::to_string(kDefaultGrpcPort) + ")";
   if (address.rfind("unix:", 0) == 0) {

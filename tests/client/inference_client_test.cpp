@@ -327,5 +327,21 @@ TEST(ServerAddressTest, MistakesSayWhatToTypeInstead) {
   }
 }
 
+// gRPC's own transport wording becomes a sentence naming the address; a server's answer is kept.
+TEST(DescribeCallErrorTest, RefusedConnectionNamesTheAddressAndAServerAnswerIsKept) {
+  ClientOptions options;
+  options.timeout_ms = 5000;
+  InferenceClient client("127.0.0.1:1", options);  // port 1: nothing listens there
+  bool live = false;
+  const grpc::Status refused = client.ServerLive(&live);
+  ASSERT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_EQ(DescribeCallError(refused, client.address()),
+            "cannot reach graphserve at 127.0.0.1:1 (connection refused); is it running?")
+      << refused.error_message();
+
+  const grpc::Status answered(grpc::StatusCode::NOT_FOUND, "model_name: unknown model 'x'");
+  EXPECT_EQ(DescribeCallError(answered, "localhost:8001"), "NOT_FOUND: model_name: unknown model 'x'");
+}
+
 }  // namespace
 }  // namespace graphserve

@@ -75,6 +75,11 @@ inline constexpr int kDefaultGrpcPort = 8001;
 // port that is not 1..65535, an IPv6 address without brackets, an empty host.
 bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error);
 
+// A failed call as a person can act on it: a server that refused the connection is "cannot reach
+// graphserve at ADDRESS (connection refused); is it running?", a host that does not resolve says
+// so; any other status is "CODE: message", the server's own words.
+std::string DescribeCallError(const grpc::Status& status, const std::string& address);
+
 // "UNAVAILABLE", "DEADLINE_EXCEEDED", ...: the canonical name of a gRPC status code.
 const char* StatusCodeName(grpc::StatusCode code);
 
