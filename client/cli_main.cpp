@@ -385,6 +385,20 @@ int main(int argc, char** argv) {
   infer->add_option("--id", infer_flags.request_id, "Request id, echoed by the server");
   infer->add_flag("--json", infer_flags.json, "Print JSON");
 
+  // CLI11 answers a mistyped subcommand with "A subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* subcommand : app.get_subcommands({})) {
+      known = known || subcommand->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + subcommand->get_name();
+    }
+    if (!known) {
+      std::cerr << "unknown subcommand '" << argv[1] << "' (one of: " << names << ")\n";
+      return kFailure;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -170,6 +170,27 @@ TEST_F(BuiltinEncoderTest, CliTalksToTheServer) {
   EXPECT_NE(output.find("NOT_FOUND"), std::string::npos) << output;
 }
 
+// Without a server: each mistake a person makes is named with what to do, once, and exits 1.
+TEST(CliErrorsTest, EachMistakeIsNamedWithWhatToDo) {
+  const std::string cli = std::string(GRAPHSERVE_CLI) + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"frobnicate", "unknown subcommand 'frobnicate' (one of: health, metadata, config, infer)"},
+      {"health --address http://localhost:8001", "drop the scheme"},
+      {"health --address localhost:99999", "the port must be a number from 1 to 65535"},
+      {"health --address 127.0.0.1:1",
+       "cannot reach graphserve at 127.0.0.1:1 (connection refused); is it running?\n"},
+      {"health --wait-s 0.5 --address 127.0.0.1:1",
+       "cannot reach graphserve at 127.0.0.1:1 (connection refused); is it running?\n"}};
+  for (const auto& [arguments, expected] : cases) {
+    const auto [code, output] = RunCommand(cli + arguments);
+    EXPECT_EQ(code, 1) << arguments << ": " << output;
+    const size_t found = output.find(expected);
+    EXPECT_NE(found, std::string::npos) << arguments << ": " << output;
+    // Printed once: health --wait-s used to print the wait's error, then the same again.
+    EXPECT_EQ(output.find(expected, found + 1), std::string::npos) << arguments << ": " << output;
+  }
+}
+
 TEST_F(BuiltinEncoderTest, StartupLogNamesVersionsDeviceAndBuckets) {
   const std::string log = server_->Log();
   EXPECT_NE(log.find("libtorch"), std::string::npos) << log;
