@@ -46,6 +46,12 @@ std::string DescribeCallError(const grpc::Status& status, const std::string& add
     if (message.find("Connection refused") != std::string::npos) {
       return "cannot reach graphserve at " + address + " (connection refused); is it running?";
     }
+    // An HTTP/1.x server where gRPC (HTTP/2) was expected: most often graphserve's metrics port.
+    if (message.find("http1.x server") != std::string::npos ||
+        message.find("Failed parsing HTTP/2") != std::string::npos) {
+      return address + " answers HTTP/1.x, not gRPC: is it graphserve's metrics port? The gRPC port is " +
+             std::to_string(kDefaultGrpcPort) + " unless --grpc-address says otherwise";
+    }
     if (message.find("DNS resolution failed") != std::string::npos) {
       return "cannot reach graphserve at " + address + " (its host name does not resolve)";
     }

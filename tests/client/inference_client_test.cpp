@@ -339,6 +339,13 @@ TEST(DescribeCallErrorTest, RefusedConnectionNamesTheAddressAndAServerAnswerIsKe
             "cannot reach graphserve at 127.0.0.1:1 (connection refused); is it running?")
       << refused.error_message();
 
+  // gRPC 1.51's words for an HTTP/1.x peer, e.g. the metrics endpoint.
+  const grpc::Status http1(grpc::StatusCode::UNAVAILABLE,
+                           "failed to connect to all addresses; last error: UNAVAILABLE: "
+                           "ipv4:127.0.0.1:8002: Trying to connect an http1.x server");
+  EXPECT_NE(DescribeCallError(http1, "localhost:8002").find("is it graphserve's metrics port?"),
+            std::string::npos);
+
   const grpc::Status answered(grpc::StatusCode::NOT_FOUND, "model_name: unknown model 'x'");
   EXPECT_EQ(DescribeCallError(answered, "localhost:8001"), "NOT_FOUND: model_name: unknown model 'x'");
 }

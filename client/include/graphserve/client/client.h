@@ -76,8 +76,9 @@ inline constexpr int kDefaultGrpcPort = 8001;
 bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error);
 
 // A failed call as a person can act on it: a server that refused the connection is "cannot reach
-// graphserve at ADDRESS (connection refused); is it running?", a host that does not resolve says
-// so; any other status is "CODE: message", the server's own words.
+// graphserve at ADDRESS (connection refused); is it running?", a host that does not resolve or an
+// HTTP/1.x server (the metrics port) says so; any other status is "CODE: message", the server's own
+// words.
 std::string DescribeCallError(const grpc::Status& status, const std::string& address);
 
 // "UNAVAILABLE", "DEADLINE_EXCEEDED", ...: the canonical name of a gRPC status code.
