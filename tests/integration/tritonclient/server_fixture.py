@@ -37,6 +37,21 @@ _PORT_LINE = {
 }
 
 
+def infer_inputs(named_arrays, datatype="INT64"):
+    """tritonclient InferInputs from (name, numpy array) pairs, in order."""
+    tensors = []
+    for name, array in named_arrays:
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
+
+
+def token_inputs(ids, mask, datatype="INT64"):
+    """input_ids and attention_mask, as the test models take them."""
+    return infer_inputs((("input_ids", ids), ("attention_mask", mask)), datatype)
+
+
 def scratch_dir(name):
     """An empty folder under the test output, for a repository a test writes."""
     path = OUTPUT / name

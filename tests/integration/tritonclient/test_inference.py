@@ -24,15 +24,6 @@ def token_batch(rows, length, seed):
     return ids, mask
 
 
-def inputs_for(ids, mask):
-    tensors = []
-    for name, array in (("input_ids", ids), ("attention_mask", mask)):
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT64")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
-
-
 class InferenceTest(server_fixture.ServerTestCase):
     @classmethod
     def setUpClass(cls):
@@ -62,7 +53,7 @@ class InferenceTest(server_fixture.ServerTestCase):
         for rows, length, seed in ((1, 5, 1), (3, 17, 2), (4, 32, 3)):
             ids, mask = token_batch(rows, length, seed)
             mask[0, length // 2:] = 0  # a padded row: the mask, not the server, decides
-            result = self.client.infer(MODEL, inputs_for(ids, mask), request_id=f"r{seed}")
+            result = self.client.infer(MODEL, server_fixture.token_inputs(ids, mask), request_id=f"r{seed}")
             hidden, pooled = self.expected(ids, mask)
             self.assertEqual(result.get_response().id, f"r{seed}")
             np.testing.assert_allclose(result.as_numpy("pooled"), pooled, rtol=1e-4, atol=1e-5)
@@ -70,7 +61,7 @@ class InferenceTest(server_fixture.ServerTestCase):
 
     def test_requested_output_only(self):
         ids, mask = token_batch(2, 9, 4)
-        result = self.client.infer(MODEL, inputs_for(ids, mask),
+        result = self.client.infer(MODEL, server_fixture.token_inputs(ids, mask),
                                    outputs=[grpcclient.InferRequestedOutput("pooled")])
         self.assertIsNone(result.as_numpy("hidden"))
         np.testing.assert_allclose(result.as_numpy("pooled"), self.expected(ids, mask)[1], rtol=1e-4, atol=1e-5)
@@ -92,7 +83,7 @@ class InferenceTest(server_fixture.ServerTestCase):
         answers = queue.Queue()
         batches = [token_batch(1 + i % 3, 3 + 2 * i, 100 + i) for i in range(12)]
         for i, (ids, mask) in enumerate(batches):
-            self.client.async_infer(MODEL, inputs_for(ids, mask),
+            self.client.async_infer(MODEL, server_fixture.token_inputs(ids, mask),
                                     callback=lambda result, error, i=i: answers.put((i, result, error)))
         for _ in batches:
             i, result, error = answers.get(timeout=60)
@@ -102,31 +93,31 @@ class InferenceTest(server_fixture.ServerTestCase):
 
     def test_unknown_model_is_not_found(self):
         ids, mask = token_batch(1, 4, 6)
-        self.assert_status(lambda: self.client.infer("no_such_model", inputs_for(ids, mask)), "NOT_FOUND",
+        self.assert_status(lambda: self.client.infer("no_such_model", server_fixture.token_inputs(ids, mask)), "NOT_FOUND",
                            "no_such_model")
         self.assert_status(lambda: self.client.get_model_metadata("no_such_model"), "NOT_FOUND")
 
     def test_bad_inputs_name_the_field(self):
         ids, mask = token_batch(1, 4, 7)
-        wrong_type = inputs_for(ids, mask)
+        wrong_type = server_fixture.token_inputs(ids, mask)
         wrong_type[0] = grpcclient.InferInput("input_ids", [1, 4], "INT32")
         wrong_type[0].set_data_from_numpy(ids.astype(np.int32))
         self.assert_status(lambda: self.client.infer(MODEL, wrong_type), "INVALID_ARGUMENT", "input_ids")
         too_long = token_batch(1, 33, 8)
-        self.assert_status(lambda: self.client.infer(MODEL, inputs_for(*too_long)), "INVALID_ARGUMENT",
+        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(*too_long)), "INVALID_ARGUMENT",
                            "max_sequence_length")
-        self.assert_status(lambda: self.client.infer(MODEL, inputs_for(ids, mask)[:1]), "INVALID_ARGUMENT",
+        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)[:1]), "INVALID_ARGUMENT",
                            "attention_mask")
 
     def test_unsupported_request_options_are_refused_by_name(self):
         ids, mask = token_batch(1, 4, 9)
-        self.assert_status(lambda: self.client.infer(MODEL, inputs_for(ids, mask), sequence_id=7),
+        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask), sequence_id=7),
                            "INVALID_ARGUMENT", "parameters['sequence_")
         self.assert_status(lambda: self.client.infer(
-            MODEL, inputs_for(ids, mask), outputs=[grpcclient.InferRequestedOutput("pooled", class_count=3)]),
+            MODEL, server_fixture.token_inputs(ids, mask), outputs=[grpcclient.InferRequestedOutput("pooled", class_count=3)]),
             "INVALID_ARGUMENT", "classification")
         # The server keeps serving after each refusal.
-        self.client.infer(MODEL, inputs_for(ids, mask))
+        self.client.infer(MODEL, server_fixture.token_inputs(ids, mask))
 
 
 if __name__ == "__main__":

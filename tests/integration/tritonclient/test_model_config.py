@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 import server_fixture
-from server_fixture import InferenceServerException, grpcclient
+from server_fixture import InferenceServerException
 from google.protobuf import unknown_fields
 
 MODEL = "tiny_triton"  # make_model_repository.py: Triton's config for tiny_scripted's model.pt
@@ -33,11 +33,8 @@ class ModelConfigTest(server_fixture.ServerTestCase):
             ids = generator.integers(1, 999, size=(rows, length), dtype=np.int64)
             mask = np.ones_like(ids)
             mask[-1, length // 2:] = 0
-            tensors = []
             # Triton's PyTorch backend binds INPUT__N to the forward's N-th argument: ids, then mask.
-            for name, array in (("INPUT__0", ids), ("INPUT__1", mask)):
-                tensors.append(grpcclient.InferInput(name, list(array.shape), "INT64"))
-                tensors[-1].set_data_from_numpy(array)
+            tensors = server_fixture.infer_inputs((("INPUT__0", ids), ("INPUT__1", mask)))
             result = self.client.infer(MODEL, tensors, model_version="1")
             self.assertEqual(result.get_response().model_version, "1")
             with torch.no_grad():

@@ -14,7 +14,7 @@ import unittest
 import numpy as np
 
 import server_fixture
-from server_fixture import InferenceServerException, grpcclient
+from server_fixture import InferenceServerException
 
 SCRIPTED = "tiny_scripted"  # Triton layout, versions 1 and 2
 TRACED = "tiny_traced"      # flat layout: version "1"
@@ -23,12 +23,7 @@ ENCODER = "encoder"         # slow enough to load that its LOADING state is seen
 
 def request_for(model, rows=1, length=6, seed=0):
     ids = np.random.default_rng(seed).integers(1, 999, size=(rows, length), dtype=np.int64)
-    tensors = []
-    for name, array in (("input_ids", ids), ("attention_mask", np.ones_like(ids))):
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT64")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
+    return server_fixture.token_inputs(ids, np.ones_like(ids))
 
 
 def status_of(call):

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 import server_fixture
-from server_fixture import grpcclient
 
 COUNTED = "tiny_scripted"  # only test_known_traffic_is_counted_exactly sends it requests
 SLOW = "slow"  # only test_deadline_passed_in_the_queue_is_deadline_exceeded sends it requests
@@ -46,12 +45,7 @@ instance_group { count: 1 kind: KIND_CPU }
 
 def inputs(rows, length):
     ids = np.arange(1, rows * length + 1, dtype=np.int64).reshape(rows, length) % 999
-    tensors = []
-    for name, array in (("input_ids", ids), ("attention_mask", np.ones_like(ids))):
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT64")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
+    return server_fixture.token_inputs(ids, np.ones_like(ids))
 
 
 def count(duration):

@@ -9,24 +9,15 @@ import unittest
 import numpy as np
 
 import server_fixture
-from server_fixture import InferenceServerException, grpcclient
+from server_fixture import InferenceServerException
 
 MODEL = "tiny_scripted"
-
-
-def inputs_for(ids, mask, datatype="INT64"):
-    tensors = []
-    for name, array in (("input_ids", ids), ("attention_mask", mask)):
-        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
 
 
 def token_inputs(rows, length, seed):
     generator = np.random.default_rng(seed)
     ids = generator.integers(1, 999, size=(rows, length), dtype=np.int64)
-    return inputs_for(ids, np.ones_like(ids))
+    return server_fixture.token_inputs(ids, np.ones_like(ids))
 
 
 class StreamingTest(server_fixture.ServerTestCase):
@@ -41,10 +32,10 @@ class StreamingTest(server_fixture.ServerTestCase):
         ids = np.arange(1, 5, dtype=np.int64).reshape(1, 4)
         too_long = np.ones((1, 33), dtype=np.int64)
         return [
-            (MODEL, inputs_for(ids.astype(np.int32), np.ones_like(ids, dtype=np.int32), "INT32"), "input_ids"),
-            ("no_such_model", inputs_for(ids, np.ones_like(ids)), "no_such_model"),
-            (MODEL, inputs_for(too_long, too_long), "max_sequence_length"),
-            (MODEL, inputs_for(ids, np.ones_like(ids))[:1], "attention_mask"),
+            (MODEL, server_fixture.token_inputs(ids.astype(np.int32), np.ones_like(ids, dtype=np.int32), "INT32"), "input_ids"),
+            ("no_such_model", server_fixture.token_inputs(ids, np.ones_like(ids)), "no_such_model"),
+            (MODEL, server_fixture.token_inputs(too_long, too_long), "max_sequence_length"),
+            (MODEL, server_fixture.token_inputs(ids, np.ones_like(ids))[:1], "attention_mask"),
         ]
 
     def unary_error(self, model, inputs):
@@ -99,7 +90,7 @@ class StreamingTest(server_fixture.ServerTestCase):
         self.client.stop_stream(cancel_requests=True)
         self.assertTrue(self.client.is_server_ready())
         ids, mask = np.full((1, 3), 7, dtype=np.int64), np.ones((1, 3), dtype=np.int64)
-        self.assertEqual(self.client.infer(MODEL, inputs_for(ids, mask)).as_numpy("pooled").shape, (1, 16))
+        self.assertEqual(self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)).as_numpy("pooled").shape, (1, 16))
 
 if __name__ == "__main__":
     unittest.main()
