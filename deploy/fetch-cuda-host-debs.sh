@@ -2,7 +2,8 @@
 # Run on a Debian 12 machine: downloads (does not install) the Debian packages a CUDA host needs that
 # neither its image nor PyPI provides, into DIR (default .debs/): gRPC C++ (with Abseil, RE2 and
 # c-ares, which gRPC's CMake config looks for), prometheus-cpp (with civetweb: its CMake config checks
-# that the library and the civetweb program exist), CLI11 and nlohmann-json. deploy/cuda-build.sh
+# that the library and the civetweb program exist), CLI11, nlohmann-json and libmicrohttpd (the REST
+# and /metrics ports; its GnuTLS dependency is the host's own). deploy/cuda-build.sh
 # unpacks them there into a private prefix.
 # libtorch is the host's own PyTorch wheel, and protobuf, spdlog and GoogleTest are the host's
 # packages (docs/gpu-host.md), so none of them is fetched.
@@ -15,6 +16,7 @@ packages=(
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   libcivetweb1 libcivetweb-dev civetweb
   libcli11-dev nlohmann-json3-dev
+  libmicrohttpd12 libmicrohttpd-dev
 )
 mkdir -p "$dir"
 cd "$dir"

@@ -1,0 +1,125 @@
+#pragma once
+// An HTTP/1.1 server on libmicrohttpd for graphserve's HTTP ports (the KServe v2 REST endpoint and
+// /metrics). libmicrohttpd parses HTTP (keep-alive, chunked bodies, Expect: 100-continue); this class
+// hands each complete request to a handler that may answer later from any thread: the connection is
+// suspended meanwhile, so no thread waits for inference and one thread serves many connections.
+//
+// Why libmicrohttpd: Debian packages it (C ABI, so it unpacks onto the CUDA host like gRPC), its
+// epoll thread pool keeps keep-alive connections cheap, and suspend/resume suits answers that come
+// from the batcher. civetweb (which prometheus-cpp brings) gives each connection a thread and starts
+// its threads with a fixed 100 KiB stack that glibc refuses once libtorch's static TLS is larger (see
+// metrics_endpoint.h); cpp-httplib also blocks a thread per request in flight.
+//
+// Thread safety: handlers run on the server's threads, several at once; HttpReply::Send may be called
+// from any thread. Lifetime: construct and destroy from one controlling thread; the destructor waits
+// for every reply still owed (so whatever answers them must finish first) and lets answers given
+// finish writing for up to kFlushTimeout.
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graphserve/engine/status.h"
+
+struct MHD_Daemon;
+
+namespace graphserve {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...; HEAD arrives as "HEAD" and its answer's body is dropped
+  std::string path;    // percent-decoded, without the query string
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  // A header's value (names compare case-insensitively); nullptr when absent.
+  const std::string* Header(const std::string& name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+class HttpServer;
+namespace http_internal {
+struct Exchange;
+struct Callbacks;
+}
+
+// The answer owed to one request; move-only. Send it exactly once, from any thread; the request
+// stays valid until then. Destroyed unsent, it answers 500, so that a connection is never left
+// hanging.
+class HttpReply {
+ public:
+  explicit HttpReply(http_internal::Exchange* exchange) : exchange_(exchange) {}
+  HttpReply(HttpReply&& other) noexcept : exchange_(std::exchange(other.exchange_, nullptr)) {}
+  HttpReply& operator=(HttpReply&&) = delete;
+  ~HttpReply();
+
+  void Send(HttpResponse response);
+
+ private:
+  http_internal::Exchange* exchange_;
+};
+
+struct HttpServerOptions {
+  // HOST:PORT (port 0 picks a free one); `flag` names it in errors ("--http-address").
+  std::string address;
+  std::string flag;
+  // Threads that run the event loops and the handlers (each serves many connections).
+  int thread_count = 4;
+  // Larger bodies are answered 413 without being read.
+  size_t max_body_bytes = 256u << 20;
+  // Connections open at once; more wait in the listen backlog.
+  int max_connections = 1024;
+  // An idle keep-alive connection (or a client that stalls mid-request) is closed after this.
+  std::chrono::seconds idle_timeout{60};
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<void(const HttpRequest& request, HttpReply reply)>;
+  // How long the destructor lets answers already given finish writing.
+  static constexpr std::chrono::seconds kFlushTimeout{10};
+
+  // Listens and serves; UNAVAILABLE naming the flag when it cannot listen.
+  static Status Start(const HttpServerOptions& options, Handler handler, std::unique_ptr<HttpServer>* server);
+  // Stops taking connections, waits for the replies still owed, then closes every connection.
+  ~HttpServer();
+
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  // Stops accepting connections; requests on open connections are still handled (e.g. while the
+  // server drains). Safe to call more than once.
+  void StopAccepting();
+
+ private:
+  friend struct http_internal::Exchange;
+  friend struct http_internal::Callbacks;
+  HttpServer(const HttpServerOptions& options, Handler handler, int listen_fd, int port);
+  // A request handed to the handler: its reply is owed until sent, its exchange open until
+  // libmicrohttpd completes it (answer written, or the client gone).
+  void ReplyOwed();
+  void ReplyDone();
+  void ExchangeClosed();
+
+  const HttpServerOptions options_;
+  const Handler handler_;
+  int listen_fd_;
+  const int port_;
+  MHD_Daemon* daemon_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int replies_owed_ = 0;    // guarded by mutex_
+  int exchanges_open_ = 0;  // guarded by mutex_
+};
+
+}  // namespace graphserve

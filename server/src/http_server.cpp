@@ -1,0 +1,241 @@
+#include "graphserve/server/http_server.h"
+
+#include <microhttpd.h>
+#include <spdlog/spdlog.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+#include "listen_socket.h"
+
+namespace graphserve {
+namespace http_internal {
+
+// One request on one connection, from its headers until libmicrohttpd reports it completed.
+struct Exchange {
+  enum class State { kReceiving, kHandling, kSuspended, kAnswered };
+
+  Exchange(HttpServer* owner, MHD_Connection* on) : server(owner), connection(on) {}
+
+  HttpServer* server;
+  MHD_Connection* connection;
+  HttpRequest request;
+  bool body_too_large = false;
+  bool handed_to_handler = false;
+  std::mutex mutex;
+  State state = State::kReceiving;  // guarded by mutex once the handler has the reply
+  HttpResponse response;            // written by Send before kAnswered, read after
+
+  void Send(HttpResponse answer) {
+    HttpServer* owner = server;
+    MHD_Connection* suspended = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      response = std::move(answer);
+      if (state == State::kSuspended) suspended = connection;
+      state = State::kAnswered;
+    }
+    // A suspended connection is not processed, so the exchange lives until this resume; after it,
+    // libmicrohttpd may complete and delete it at once.
+    if (suspended != nullptr) MHD_resume_connection(suspended);
+    owner->ReplyDone();
+  }
+};
+
+struct Callbacks {
+  static MHD_Result CollectHeader(void* headers, MHD_ValueKind, const char* key, const char* value) {
+    static_cast<std::vector<std::pair<std::string, std::string>>*>(headers)->emplace_back(
+        key, value == nullptr ? "" : value);
+    return MHD_YES;
+  }
+
+  static MHD_Result Queue(Exchange* exchange) {
+    HttpResponse& answer = exchange->response;
+    // The body lives in the exchange, which outlives the response: libmicrohttpd deletes the
+    // exchange (OnCompleted) only once the body is sent or the connection is gone.
+    MHD_Response* response =
+        MHD_create_response_from_buffer(answer.body.size(), answer.body.data(), MHD_RESPMEM_PERSISTENT);
+    if (response == nullptr) return MHD_NO;
+    if (!answer.content_type.empty()) {
+      MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, answer.content_type.c_str());
+    }
+    for (const auto& [name, value] : answer.headers) {
+      MHD_add_response_header(response, name.c_str(), value.c_str());
+    }
+    const MHD_Result queued = MHD_queue_response(exchange->connection, answer.status, response);
+    MHD_destroy_response(response);
+    return queued;
+  }
+
+  static MHD_Result Answer(Exchange* exchange, int status, const std::string& message) {
+    exchange->response.status = status;
+    exchange->response.content_type = "application/json";
+    exchange->response.body = "{\"error\":\"" + message + "\"}";
+    exchange->state = Exchange::State::kAnswered;
+    return Queue(exchange);
+  }
+
+  static MHD_Result OnRequest(void* self, MHD_Connection* connection, const char* url, const char* method,
+                              const char*, const char* upload_data, size_t* upload_data_size,
+                              void** context) {
+    auto* server = static_cast<HttpServer*>(self);
+    auto* exchange = static_cast<Exchange*>(*context);
+    if (exchange == nullptr) {  // the headers have arrived
+      exchange = new Exchange(server, connection);
+      *context = exchange;
+      exchange->request.method = method;
+      exchange->request.path = url;
+      MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request.headers);
+      const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_CONTENT_LENGTH);
+      if (length != nullptr && std::strtoull(length, nullptr, 10) > server->options_.max_body_bytes) {
+        // Answered before the body is read; libmicrohttpd then closes the connection.
+        return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));
+      }
+      if (length != nullptr) exchange->request.body.reserve(std::strtoull(length, nullptr, 10));
+      return MHD_YES;
+    }
+    if (*upload_data_size > 0) {  // a piece of the body
+      if (exchange->request.body.size() + *upload_data_size > server->options_.max_body_bytes) {
+        exchange->body_too_large = true;  // a chunked body: read to its end, then refused
+        exchange->request.body.clear();
+      } else if (!exchange->body_too_large) {
+        exchange->request.body.append(upload_data, *upload_data_size);
+      }
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    if (exchange->state == Exchange::State::kReceiving) {  // the whole request is in
+      if (exchange->body_too_large) return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));
+      exchange->state = Exchange::State::kHandling;
+      exchange->handed_to_handler = true;
+      server->ReplyOwed();
+      server->handler_(exchange->request, HttpReply(exchange));
+      std::lock_guard<std::mutex> lock(exchange->mutex);
+      if (exchange->state != Exchange::State::kAnswered) {
+        // Answered later, from another thread: the connection waits without holding a thread.
+        MHD_suspend_connection(connection);
+        exchange->state = Exchange::State::kSuspended;
+        return MHD_YES;
+      }
+    }
+    return Queue(exchange);  // answered, inline or after a resume
+  }
+
+  static void OnCompleted(void*, MHD_Connection*, void** context, MHD_RequestTerminationCode) {
+    auto* exchange = static_cast<Exchange*>(*context);
+    if (exchange == nullptr) return;
+    const bool handled = exchange->handed_to_handler;
+    HttpServer* server = exchange->server;
+    delete exchange;
+    *context = nullptr;
+    if (handled) server->ExchangeClosed();
+  }
+
+  static void Log(void*, const char* format, va_list arguments) {
+    char message[512];
+    std::vsnprintf(message, sizeof(message), format, arguments);
+    std::string text(message);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    spdlog::warn("http: {}", text);
+  }
+
+  static std::string TooLarge(const HttpServer& server) {
+    return "the request body is larger than the " + std::to_string(server.options_.max_body_bytes) +
+           " bytes graphserve accepts";
+  }
+};
+
+}  // namespace http_internal
+
+const std::string* HttpRequest::Header(const std::string& name) const {
+  for (const auto& [key, value] : headers) {
+    if (strcasecmp(key.c_str(), name.c_str()) == 0) return &value;
+  }
+  return nullptr;
+}
+
+HttpReply::~HttpReply() {
+  if (exchange_ != nullptr) {
+    HttpResponse response;
+    response.status = 500;
+    response.body = "{\"error\":\"the request was dropped without an answer\"}";
+    std::exchange(exchange_, nullptr)->Send(std::move(response));
+  }
+}
+
+void HttpReply::Send(HttpResponse response) {
+  if (exchange_ == nullptr) return;
+  std::exchange(exchange_, nullptr)->Send(std::move(response));
+}
+
+Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
+                         std::unique_ptr<HttpServer>* server) {
+  std::string error;
+  // Non-blocking: the pool's threads all accept on this socket.
+  const int listen_fd = ListenOn(options.address, SOMAXCONN, /*non_blocking=*/true, &error);
+  if (listen_fd < 0) return Unavailable(options.flag + ": cannot listen on " + options.address + ": " + error);
+  std::unique_ptr<HttpServer> started(
+      new HttpServer(options, std::move(handler), listen_fd, BoundPort(listen_fd)));
+  started->daemon_ = MHD_start_daemon(
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+      &http_internal::Callbacks::OnRequest, started.get(),
+      MHD_OPTION_LISTEN_SOCKET, listen_fd,
+      MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(std::max(options.thread_count, 1)),
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
+      MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout.count()),
+      MHD_OPTION_NOTIFY_COMPLETED, &http_internal::Callbacks::OnCompleted, nullptr,
+      MHD_OPTION_EXTERNAL_LOGGER, &http_internal::Callbacks::Log, nullptr,
+      MHD_OPTION_END);
+  if (started->daemon_ == nullptr) {
+    return Unavailable(options.flag + ": cannot start the HTTP server on " + options.address);
+  }
+  *server = std::move(started);
+  return Status::Ok();
+}
+
+HttpServer::HttpServer(const HttpServerOptions& options, Handler handler, int listen_fd, int port)
+    : options_(options), handler_(std::move(handler)), listen_fd_(listen_fd), port_(port) {}
+
+HttpServer::~HttpServer() {
+  StopAccepting();
+  if (daemon_ != nullptr) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    // libmicrohttpd must not be stopped with suspended connections.
+    changed_.wait(lock, [this] { return replies_owed_ == 0; });
+    // Answers given but not yet written out (a resumed connection, a large body) get a moment.
+    changed_.wait_for(lock, kFlushTimeout, [this] { return exchanges_open_ == 0; });
+    lock.unlock();
+    MHD_stop_daemon(daemon_);
+  }
+  if (listen_fd_ >= 0) close(listen_fd_);
+}
+
+void HttpServer::StopAccepting() {
+  if (daemon_ != nullptr) MHD_quiesce_daemon(daemon_);  // returns our listen_fd_, closed below
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    listen_fd_ = -1;
+  }
+}
+
+void HttpServer::ReplyOwed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++replies_owed_;
+  ++exchanges_open_;
+}
+
+void HttpServer::ReplyDone() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--replies_owed_ == 0) changed_.notify_all();
+}
+
+void HttpServer::ExchangeClosed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--exchanges_open_ == 0) changed_.notify_all();
+}
+
+}  // namespace graphserve
