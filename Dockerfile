@@ -2,7 +2,7 @@
 # pinned PyTorch wheel (deploy/toolchain.env) and the CUDA-graph executor compiled in:
 #   docker build -t graphserve:cuda .                        CUDA: Ubuntu 24.04 with the CUDA toolkit
 #   docker build --build-arg VARIANT=cpu -t graphserve:cpu . CPU: Debian 12 (CUDA's compiler from PyPI)
-#   docker run --gpus all -p 8001:8001 -p 8002:8002 graphserve:cuda
+#   docker run --gpus all -p 8000:8000 -p 8001:8001 -p 8002:8002 graphserve:cuda
 # Both build stages run the same install and build scripts as the README and CI (.ci/run), and each
 # runtime stage installs only the packages whose shared libraries the binaries load.
 # --build-arg PIP_INDEX_URL=... points pip at another index; empty uses pip's default.
@@ -49,8 +49,9 @@ RUN /usr/local/share/graphserve/install-deps.sh --runtime /usr/local/share/graph
 COPY --from=build /stage/ /
 RUN useradd --system --uid 10001 graphserve && mkdir -p /models && chown graphserve /models
 USER graphserve
-# gRPC (KServe v2, grpc.health.v1) and Prometheus /metrics: the server's default ports (server.h).
-EXPOSE 8001 8002
+# KServe v2 over HTTP/REST, gRPC (KServe v2, grpc.health.v1) and Prometheus /metrics: the server's
+# default ports (server.h), Triton's numbers.
+EXPOSE 8000 8001 8002
 VOLUME ["/models"]
 # ServerLive and ServerReady; the start period covers model warm-up and CUDA graph capture.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=300s \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Downloads, on a machine that reaches the package index (through its own pip configuration), the
 # Python wheels the tests need on a CUDA host that cannot download anything (docs/gpu-host.md):
-# torchvision for the fixed-shape tests' ResNet-18, Triton's gRPC client for the MiniLM check on the
-# GPU, and what they import that the host's Python lacks. deploy/cuda-build.sh installs them into a
+# torchvision for the fixed-shape tests' ResNet-18, Triton's gRPC and HTTP clients for the
+# tritonclient suites and the REST benchmark on the GPU, and what they import that the host's Python
+# lacks. deploy/cuda-build.sh installs them into a
 # private folder on PYTHONPATH, never into the host's Python.
 #
 #   deploy/fetch-cuda-host-wheels.sh [DIR (default .wheels)] [PYTHON_VERSION (default 3.12, the host's)]
@@ -24,5 +25,6 @@ tritonclient_pin() {
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
   -d "$dir" "torchvision==$GRAPHSERVE_TORCHVISION_VERSION" pillow \
   "$(tritonclient_pin)" "protobuf>=6.30,<7" python-rapidjson "ml-dtypes<=0.5.4" \
-  urllib3 packaging
+  urllib3 packaging \
+  geventhttpclient gevent greenlet zope.event zope.interface brotli certifi
 du -sh "$dir"

@@ -19,6 +19,13 @@ int main(int argc, char** argv) {
   CLI::App app{"graphserve: a KServe v2 inference server that replays CUDA graphs for variable shapes"};
   app.add_option("--grpc-address", options.grpc_address, "HOST:PORT of the gRPC endpoint")
       ->capture_default_str();
+  app.add_option("--http-address", options.http_address,
+                 "HOST:PORT of the KServe v2 HTTP/REST endpoint (as Triton's port 8000); '' for none")
+      ->capture_default_str();
+  app.add_option("--http-thread-count", options.http_thread_count,
+                 "threads of the REST endpoint (each serves many keep-alive connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--metrics-address", options.metrics_address, "HOST:PORT of the Prometheus /metrics endpoint")
       ->capture_default_str();
   app.add_option("--model-repository", options.repository.model_repository,

@@ -177,10 +177,11 @@ class Server:
     def __init__(self, args, repository, model, log_path):
         self.model = model
         self.grpc = f"127.0.0.1:{free_port()}"
+        self.http = f"127.0.0.1:{free_port()}"
         self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
         self.log_path = log_path
         command = [args.graphserve, "--model-repository", repository, "--device", args.device,
-                   "--grpc-address", self.grpc,
+                   "--grpc-address", self.grpc, "--http-address", self.http,
                    "--metrics-address", self.metrics_url[len("http://"):-len("/metrics")],
                    "--log-level", "info"]
         self.log_file = open(log_path, "w")

@@ -99,7 +99,8 @@ def check(args):
     log = open(out / "server.log", "w")
     server = subprocess.Popen([str(pathlib.Path(args.build_dir) / "server" / "graphserve"), "--model-repository",
                                str(repository), "--device", args.device, "--grpc-address", f"127.0.0.1:{grpc_port}",
-                               "--metrics-address", f"127.0.0.1:{metrics_port}"], stdout=log, stderr=log)
+                               "--metrics-address", f"127.0.0.1:{metrics_port}",
+                               "--http-address", f"127.0.0.1:{free_port()}"], stdout=log, stderr=log)
     try:
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         deadline = time.time() + 300

@@ -108,6 +108,12 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
                                                            inference::ServerMetadataResponse* response) {
   response->set_name(kServerName);
   response->set_version(GRAPHSERVE_VERSION);
+  // The KServe v2 / Triton extensions graphserve serves (on both bindings; binary_tensor_data is the
+  // REST binding's).
+  for (const char* extension : {"model_repository", "model_repository(unload_dependents)", "model_configuration",
+                                "statistics", "logging", "binary_tensor_data"}) {
+    response->add_extensions(extension);
+  }
   return FinishNow(context, grpc::Status::OK);
 }
 

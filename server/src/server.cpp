@@ -8,6 +8,7 @@
 #include "graphserve/server/inference_service.h"
 #include "graphserve/server/metrics.h"
 #include "graphserve/server/metrics_endpoint.h"
+#include "graphserve/server/rest_endpoint.h"
 
 namespace graphserve {
 namespace {
@@ -18,6 +19,9 @@ namespace {
 // restart a server that is still capturing its graphs.
 constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
 constexpr const char* kLivenessServiceName = "liveness";
+// The largest request or response, on either binding. Tensors of a 32×512×256 fp32 output are
+// 16 MiB; leave headroom over gRPC's 4 MiB default.
+constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 
 }  // namespace
 
@@ -56,9 +60,8 @@ Status GraphServer::Start(const ServerOptions& options) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(service_.get());
-  // Tensors of a 32×512×256 fp32 output are 16 MiB; leave headroom over gRPC's 4 MiB default.
-  builder.SetMaxReceiveMessageSize(256 * 1024 * 1024);
-  builder.SetMaxSendMessageSize(256 * 1024 * 1024);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_ || grpc_port_ == 0) {
     grpc_server_.reset();
@@ -68,6 +71,20 @@ Status GraphServer::Start(const ServerOptions& options) {
   SetReady(false);
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
+  if (!options.http_address.empty()) {
+    grpc::ChannelArguments channel_arguments;
+    channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    channel_arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+    RestEndpointOptions rest;
+    rest.address = options.http_address;
+    rest.thread_count = options.http_thread_count;
+    rest.max_body_bytes = kMaxMessageBytes;
+    status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments), metrics_.get(),
+                                 &rest_endpoint_);
+    if (!status.ok()) return status;
+    spdlog::info("REST endpoint listening on {} (port {}): KServe v2 over HTTP", options.http_address,
+                 rest_endpoint_->port());
+  }
 
   status = repository_->Start(options.repository);
   if (!status.ok()) return status;
@@ -75,6 +92,8 @@ Status GraphServer::Start(const ServerOptions& options) {
   spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
   return Status::Ok();
 }
+
+int GraphServer::http_port() const { return rest_endpoint_ ? rest_endpoint_->port() : 0; }
 
 void GraphServer::SetReady(bool ready) {
   service_->SetReady(ready);
@@ -89,14 +108,17 @@ void GraphServer::Shutdown() {
   // Before the RPCs drain: a load still queued is answered now instead of being run, and no load or
   // unload answers once the endpoint is gone.
   if (repository_) repository_->StopControl();
+  if (rest_endpoint_) rest_endpoint_->StopAccepting();
   if (grpc_server_) {
     spdlog::info("shutting down: draining in-flight requests (up to {} ms)", options_.drain_timeout.count());
     // New calls are refused at once; calls in flight finish as the schedulers answer them, and any
     // still open at the deadline are cancelled.
     grpc_server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
     grpc_server_->Wait();
-    grpc_server_.reset();
   }
+  // Once the gRPC calls it made are answered, and before the channel's server goes away.
+  rest_endpoint_.reset();
+  grpc_server_.reset();
   // Scrapes read the schedulers: stop serving them before the schedulers go away.
   metrics_endpoint_.reset();
   if (repository_) {

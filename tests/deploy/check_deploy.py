@@ -26,7 +26,7 @@ def read(path):
 
 
 def default_port(option):
-    """The port of ServerOptions' default for `option` (grpc_address or metrics_address)."""
+    """The port of ServerOptions' default for `option` (grpc_address, http_address or metrics_address)."""
     header = read("server/include/graphserve/server/server.h")
     match = re.search(option + r'\s*=\s*"[^":]*:(\d+)"', header)
     assert match, f"no default for {option} in server.h"
@@ -34,6 +34,7 @@ def default_port(option):
 
 
 GRPC_PORT = default_port("grpc_address")
+HTTP_PORT = default_port("http_address")
 METRICS_PORT = default_port("metrics_address")
 
 
@@ -128,7 +129,7 @@ class DockerfileTest(unittest.TestCase):
         runtime = self.text[self.text.index("AS runtime\n"):]
         self.assertRegex(runtime, r"(?m)^USER (?!root|0\b)\S+")
         self.assertEqual(sorted(map(int, re.search(r"(?m)^EXPOSE (.*)$", runtime).group(1).split())),
-                         sorted([GRPC_PORT, METRICS_PORT]))
+                         sorted([HTTP_PORT, GRPC_PORT, METRICS_PORT]))
         self.assertIn('VOLUME ["/models"]', runtime)
         self.assertIn("--model-repository /models", runtime)
         health = re.search(r"(?m)^HEALTHCHECK .*CMD (\[.*\])$", re.sub(r"\\\n", " ", runtime))
@@ -152,7 +153,7 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(set(variants), {"graphserve", "graphserve-cpu"})
         for name, service in variants.items():
             self.assertEqual(sorted(service["ports"]),
-                             sorted([f"{GRPC_PORT}:{GRPC_PORT}", f"{METRICS_PORT}:{METRICS_PORT}"]), name)
+                             sorted(f"{port}:{port}" for port in (HTTP_PORT, GRPC_PORT, METRICS_PORT)), name)
             for arg in service["command"]:
                 if arg.startswith("--"):
                     self.assertIn(arg, flags, f"{name}: graphserve has no {arg}")
@@ -224,7 +225,7 @@ class KubernetesTest(unittest.TestCase):
 
     def test_ports_flags_and_gpu(self):
         ports = {p["name"]: p["containerPort"] for p in self.container["ports"]}
-        self.assertEqual(ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT})
+        self.assertEqual(ports, {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT})
         flags = help_flags()
         for arg in self.container["args"]:
             if arg.startswith("--"):
@@ -260,7 +261,7 @@ class KubernetesTest(unittest.TestCase):
         for port in service["spec"]["ports"]:
             self.assertIn(port["targetPort"], container_ports)
             service_ports[port["name"]] = port["port"]
-        self.assertEqual(service_ports, {"grpc": GRPC_PORT, "metrics": METRICS_PORT})
+        self.assertEqual(service_ports, {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT})
         self.assertTrue(set(monitor["spec"]["selector"]["matchLabels"].items())
                         <= set(service["metadata"]["labels"].items()))
         endpoint = monitor["spec"]["endpoints"][0]

@@ -124,7 +124,7 @@ TEST(ContainerTest, JsonLogEscapesAStartupError) {
   const std::string repository = std::string(TEST_OUTPUT_DIR) + "/no \"such\"\trepo\\\nsitory";
   const std::string stdout_path = std::string(TEST_OUTPUT_DIR) + "/json_log_error.stdout";
   ChildProcess process({GRAPHSERVE_BINARY, "--grpc-address", "127.0.0.1:0", "--metrics-address",
-                        "127.0.0.1:0", "--model-repository", repository, "--log-format", "json"},
+                        "127.0.0.1:0", "--http-address", "127.0.0.1:0", "--model-repository", repository, "--log-format", "json"},
                        stdout_path, std::string(TEST_OUTPUT_DIR) + "/json_log_error.stderr");
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (process.Running() && std::chrono::steady_clock::now() < give_up) {

@@ -245,7 +245,8 @@ def main():
     log_file = open(log_path, "w")
     # CPU: the exported TorchScript was traced on the CPU (device constants are baked into a trace).
     server = subprocess.Popen([args.server, "--model-repository", args.repository, "--device", "cpu",
-                               "--grpc-address", grpc_address, "--metrics-address", metrics_address],
+                               "--grpc-address", grpc_address, "--metrics-address", metrics_address,
+                               "--http-address", f"127.0.0.1:{free_port()}"],
                               stdout=log_file, stderr=subprocess.STDOUT)
     try:
         # The reference is computed while the server warms up.

@@ -90,8 +90,10 @@ ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string>
                              const std::string& log_path, const std::string& stderr_path) {
   address_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   metrics_port_ = FreeLoopbackPort();
+  http_port_ = FreeLoopbackPort();
   std::vector<std::string> argv = {binary, "--grpc-address", address_, "--metrics-address",
-                                   "127.0.0.1:" + std::to_string(metrics_port_)};
+                                   "127.0.0.1:" + std::to_string(metrics_port_), "--http-address",
+                                   "127.0.0.1:" + std::to_string(http_port_)};
   argv.insert(argv.end(), args.begin(), args.end());
   process_ = std::make_unique<ChildProcess>(std::move(argv), log_path, stderr_path);
 }

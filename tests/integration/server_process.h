@@ -37,7 +37,7 @@ class ChildProcess {
 
 class ServerProcess {
  public:
-  // `args` are passed after --grpc-address/--metrics-address; the log goes to `log_path` (stderr to
+  // `args` are passed after --grpc-address/--metrics-address/--http-address; the log goes to `log_path` (stderr to
   // `stderr_path` when given).
   ServerProcess(const std::string& binary, std::vector<std::string> args, const std::string& log_path,
                 const std::string& stderr_path = "");
@@ -49,6 +49,7 @@ class ServerProcess {
 
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }
   std::string Log() const { return process_->Log(); }
   std::unique_ptr<inference::GRPCInferenceService::Stub> NewStub() const;
   std::shared_ptr<grpc::Channel> NewChannel() const;
@@ -56,6 +57,7 @@ class ServerProcess {
  private:
   std::string address_;
   int metrics_port_ = 0;
+  int http_port_ = 0;
   std::unique_ptr<ChildProcess> process_;
 };
 

@@ -34,6 +34,7 @@ DEVICE = os.environ.get("GRAPHSERVE_TEST_DEVICE", "cpu")
 _PORT_LINE = {
     "grpc": re.compile(r"gRPC endpoint listening on \S+ \(port (\d+)\)"),
     "metrics": re.compile(r"metrics endpoint listening on \S+ \(port (\d+)\)"),
+    "http": re.compile(r"REST endpoint listening on \S+ \(port (\d+)\)"),
 }
 
 
@@ -87,6 +88,7 @@ class Server:
         if not BINARY:
             raise RuntimeError("GRAPHSERVE_BINARY is not set (run through ctest)")
         self.args = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                     "--http-address", "127.0.0.1:0",
                      "--device", DEVICE, *args]
         self.log_path = OUTPUT / f"{log_name}.log"
         self.ready_timeout_s = ready_timeout_s
@@ -94,6 +96,7 @@ class Server:
         self.process = None
         self.grpc_port = None
         self.metrics_port = None
+        self.http_port = None
 
     @property
     def url(self):
@@ -103,8 +106,17 @@ class Server:
     def metrics_url(self):
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    @property
+    def http_url(self):
+        return f"127.0.0.1:{self.http_port}"
+
     def client(self, **kwargs):
         return grpcclient.InferenceServerClient(self.url, **kwargs)
+
+    def http_client(self, **kwargs):
+        """Triton's HTTP/REST client (tritonclient[http]) on the REST endpoint."""
+        import tritonclient.http as httpclient
+        return httpclient.InferenceServerClient(self.http_url, **kwargs)
 
     def log(self):
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -146,6 +158,7 @@ class Server:
             if all(ports.values()):
                 self.grpc_port = int(ports["grpc"].group(1))
                 self.metrics_port = int(ports["metrics"].group(1))
+                self.http_port = int(ports["http"].group(1))
                 return
             if self.process.poll() is not None:
                 self._fail(f"graphserve exited with {self.process.returncode} before listening")
@@ -183,6 +196,22 @@ class ServerTestCase(unittest.TestCase):
         cls.server = server
         cls.client = server.client()
         cls.addClassCleanup(cls.client.close)
+
+    @classmethod
+    def serve_model_copy(cls, model, log_name):
+        """Starts a server on a copy of the integration repository's `model` alone, and loads the
+        TorchScript file as `reference` for expected() to run in torch itself."""
+        import torch
+        model_dir = copy_model(model, scratch_dir(f"{log_name}_repository"))
+        cls.reference = torch.jit.load(str(model_dir / "model.pt"))
+        cls.start_server("--model-repository", str(model_dir.parent), log_name=log_name)
+
+    def expected(self, ids, mask):
+        """The reference's (hidden, pooled) for a token batch, as numpy arrays."""
+        import torch
+        with torch.no_grad():
+            hidden, pooled = self.reference(torch.from_numpy(ids), torch.from_numpy(mask))
+        return hidden.numpy(), pooled.numpy()
 
     def assert_status(self, call, code, *fragments):
         """call() raises InferenceServerException with gRPC status `code` and a message holding

@@ -7,7 +7,6 @@ import pathlib
 import unittest
 
 import numpy as np
-import torch
 
 import server_fixture
 from server_fixture import grpcclient
@@ -27,15 +26,7 @@ def token_batch(rows, length, seed):
 class InferenceTest(server_fixture.ServerTestCase):
     @classmethod
     def setUpClass(cls):
-        repository = server_fixture.scratch_dir("inference_repository")
-        model_dir = server_fixture.copy_model(MODEL, repository)
-        cls.reference = torch.jit.load(str(model_dir / "model.pt"))
-        cls.start_server("--model-repository", str(repository), log_name="inference")
-
-    def expected(self, ids, mask):
-        with torch.no_grad():
-            hidden, pooled = self.reference(torch.from_numpy(ids), torch.from_numpy(mask))
-        return hidden.numpy(), pooled.numpy()
+        cls.serve_model_copy(MODEL, log_name="inference")
 
     def test_health_and_metadata(self):
         self.assertTrue(self.client.is_server_live())

@@ -1,6 +1,7 @@
 #pragma once
-// A whole graphserve process minus its flags: the gRPC endpoint, the /metrics endpoint, the model
-// repository and their lifetime. Start brings both endpoints up at once (so liveness answers and
+// A whole graphserve process minus its flags: the gRPC endpoint, the REST endpoint (which calls the
+// gRPC service in-process), the /metrics endpoint, the model repository and their lifetime. Start
+// brings the endpoints up at once (so liveness answers and
 // Prometheus sees the target during warm-up), loads and warms up the models, exports their metrics,
 // then reports ready. Shutdown stops accepting, lets in-flight requests finish, stops serving /metrics,
 // and stops the schedulers.
@@ -21,10 +22,14 @@ namespace graphserve {
 
 class InferenceService;
 class MetricsEndpoint;
+class RestEndpoint;
 class ServerMetrics;
 
 struct ServerOptions {
   std::string grpc_address = "0.0.0.0:8001";
+  // The KServe v2 HTTP/REST endpoint; empty: none.
+  std::string http_address = "0.0.0.0:8000";
+  int http_thread_count = 8;
   // HTTP /metrics for Prometheus, apart from the gRPC port.
   std::string metrics_address = "0.0.0.0:8002";
   RepositoryOptions repository;
@@ -43,6 +48,8 @@ class GraphServer {
 
   // The port the gRPC endpoint is bound to (useful with port 0).
   int grpc_port() const { return grpc_port_; }
+  // The REST endpoint's port; 0 without one.
+  int http_port() const;
 
  private:
   // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
@@ -57,6 +64,8 @@ class GraphServer {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
+  // After grpc_server_: it calls the gRPC service through an in-process channel.
+  std::unique_ptr<RestEndpoint> rest_endpoint_;
 };
 
 }  // namespace graphserve

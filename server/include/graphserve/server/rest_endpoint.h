@@ -1,0 +1,64 @@
+#pragma once
+// The KServe v2 HTTP/REST endpoint (Triton's port-8000 API: health, metadata, config, infer with JSON
+// or binary tensors, statistics, repository index/load/unload, log settings). Each call is translated
+// (rest_codec.h) into the gRPC binding's request and handed to graphserve's own gRPC service through
+// an in-process channel, so both bindings share every handler, the batcher, metrics and statistics,
+// and gRPC's status codes map to HTTP ones in one place.
+//
+// Refused with 501 and the reason: request tracing and shared-memory tensors (graphserve has
+// neither). A client that disconnects while its request waits for
+// its batch is not noticed (libmicrohttpd does not watch suspended connections); the request runs
+// and its answer is dropped.
+// Thread safety: requests run on the HTTP server's threads and answer from gRPC's. Lifetime: create
+// and destroy from one controlling thread; destroy it before the gRPC server it calls is gone, or
+// after every call through the channel has finished (the destructor waits for answers owed).
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "graphserve/engine/status.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace graphserve {
+
+class HttpServer;
+class ServerMetrics;
+struct RestApi;
+
+struct RestEndpointOptions {
+  std::string address = "0.0.0.0:8000";
+  // Threads that parse and encode JSON and run the event loops.
+  int thread_count = 8;
+  // The largest request body (the gRPC port's largest message is the same).
+  size_t max_body_bytes = 256u << 20;
+};
+
+class RestEndpoint {
+ public:
+  // Listens on options.address (UNAVAILABLE naming --http-address when it cannot) and serves through
+  // `service`, an in-process channel to the gRPC service. `metrics` counts infer requests the REST
+  // layer refuses before they reach gRPC (malformed JSON, wrong data size); it must outlive the
+  // endpoint.
+  static Status Start(const RestEndpointOptions& options, std::shared_ptr<grpc::Channel> service,
+                      ServerMetrics* metrics, std::unique_ptr<RestEndpoint>* endpoint);
+  ~RestEndpoint();
+
+  RestEndpoint(const RestEndpoint&) = delete;
+  RestEndpoint& operator=(const RestEndpoint&) = delete;
+
+  int port() const;
+  // For a drain: stops taking connections, and requests still arriving on open ones are answered
+  // 503. Requests already handed to gRPC finish.
+  void StopAccepting();
+
+ private:
+  RestEndpoint(std::unique_ptr<RestApi> api, std::unique_ptr<HttpServer> server);
+
+  std::unique_ptr<RestApi> api_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+}  // namespace graphserve

@@ -1,0 +1,623 @@
+#include "graphserve/server/rest_codec.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "graphserve/engine/tensor.h"
+
+namespace graphserve {
+namespace {
+
+using nlohmann::json;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Bodies come from clients: a string that is not UTF-8 must not make the answer fail.
+std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string Quoted(const std::string& key) { return "['" + key + "']"; }
+
+Status ParseJson(std::string_view text, json* document) {
+  try {
+    *document = json::parse(text);
+  } catch (const json::parse_error& error) {
+    return InvalidArgument("body: not valid JSON (at byte " + std::to_string(error.byte) + ")");
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// JSON tensor data → raw little-endian bytes.
+
+template <typename T>
+void AppendRaw(T value, std::string* out) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out->append(bytes, sizeof(T));
+}
+
+template <typename T>
+bool AppendInteger(const json& value, std::string* out) {
+  if (!value.is_number_integer()) return false;
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) return false;
+    AppendRaw(static_cast<T>(v), out);
+    return true;
+  }
+  const int64_t v = value.get<int64_t>();
+  if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+      (v > 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
+    return false;
+  }
+  AppendRaw(static_cast<T>(v), out);
+  return true;
+}
+
+// Appends one JSON scalar as an element of `dtype`; false when it is of another kind or out of range
+// (never silently truncated).
+bool AppendElement(const json& value, DataType dtype, std::string* out) {
+  switch (dtype) {
+    case DataType::kBool:
+      if (!value.is_boolean()) return false;
+      out->push_back(value.get<bool>() ? 1 : 0);
+      return true;
+    case DataType::kUint8: return AppendInteger<uint8_t>(value, out);
+    case DataType::kInt8: return AppendInteger<int8_t>(value, out);
+    case DataType::kInt16: return AppendInteger<int16_t>(value, out);
+    case DataType::kInt32: return AppendInteger<int32_t>(value, out);
+    case DataType::kInt64: return AppendInteger<int64_t>(value, out);
+    case DataType::kFp32:
+      if (!value.is_number()) return false;
+      AppendRaw(static_cast<float>(value.get<double>()), out);
+      return true;
+    case DataType::kFp64:
+      if (!value.is_number()) return false;
+      AppendRaw(value.get<double>(), out);
+      return true;
+    case DataType::kFp16:
+    case DataType::kBf16:
+      return false;  // refused before the data is read
+  }
+  return false;
+}
+
+// Flattens `data` (nested arrays, row-major, or a flat array) into `out`, counting elements.
+Status AppendData(const json& data, DataType dtype, const std::string& field, int64_t* count,
+                  std::string* out) {
+  if (data.is_array()) {
+    for (const json& element : data) {
+      Status status = AppendData(element, dtype, field, count, out);
+      if (!status.ok()) return status;
+    }
+    return Status::Ok();
+  }
+  if (!AppendElement(data, dtype, out)) {
+    return InvalidArgument(field + ": element " + std::to_string(*count) + " (" + Dump(data) +
+                           ") is not a " + DataTypeName(dtype) + " value");
+  }
+  ++*count;
+  return Status::Ok();
+}
+
+// The product of `shape`'s dimensions, refusing negative dimensions and products no request could
+// carry (instead of overflowing).
+Status ShapeElements(const json& shape, const std::string& field, std::vector<int64_t>* dims,
+                     int64_t* elements) {
+  if (!shape.is_array()) return InvalidArgument(field + ": expected an array of dimensions");
+  constexpr int64_t kMaxElements = int64_t{1} << 40;
+  *elements = 1;
+  for (const json& dim : shape) {
+    if (!dim.is_number_integer() || (!dim.is_number_unsigned() && dim.get<int64_t>() < 0)) {
+      return InvalidArgument(field + ": dimensions must be non-negative integers, got " + Dump(dim));
+    }
+    const int64_t value = dim.is_number_unsigned() && dim.get<uint64_t>() > uint64_t(kMaxElements)
+                              ? kMaxElements + 1
+                              : dim.get<int64_t>();
+    dims->push_back(value);
+    if (value != 0 && *elements > kMaxElements / value) {
+      return InvalidArgument(field + ": " + Dump(shape) + " has too many elements");
+    }
+    *elements *= value;
+  }
+  return Status::Ok();
+}
+
+Status ToInferParameter(const json& value, const std::string& field, inference::InferParameter* out) {
+  if (value.is_boolean()) {
+    out->set_bool_param(value.get<bool>());
+  } else if (value.is_number_unsigned() &&
+             value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+    out->set_uint64_param(value.get<uint64_t>());
+  } else if (value.is_number_integer()) {
+    out->set_int64_param(value.get<int64_t>());
+  } else if (value.is_number_float()) {
+    out->set_double_param(value.get<double>());
+  } else if (value.is_string()) {
+    out->set_string_param(value.get<std::string>());
+  } else {
+    return InvalidArgument(field + ": expected a bool, a number or a string");
+  }
+  return Status::Ok();
+}
+
+// A JSON object's members, each handed to `member(key, value)`; any key not in `known` refused.
+template <typename Member>
+Status ForEachMember(const json& object, const std::string& field,
+                     std::initializer_list<const char*> known, Member member) {
+  if (!object.is_object()) return InvalidArgument(field + ": expected a JSON object");
+  for (const auto& [key, value] : object.items()) {
+    bool is_known = false;
+    for (const char* name : known) is_known = is_known || key == name;
+    if (!is_known) {
+      return InvalidArgument((field.empty() ? "" : field + ".") + key +
+                             ": not a field of the KServe v2 REST request");
+    }
+    Status status = member(key, value);
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
+Status ExpectString(const json& value, const std::string& field, std::string* out) {
+  if (!value.is_string()) return InvalidArgument(field + ": expected a string");
+  *out = value.get<std::string>();
+  return Status::Ok();
+}
+
+Status ParseInput(const json& input, const std::string& field, std::string_view binary,
+                  size_t* binary_offset, inference::ModelInferRequest* request) {
+  inference::ModelInferRequest::InferInputTensor* tensor = request->add_inputs();
+  const json* data = nullptr;
+  const json* shape = nullptr;
+  std::optional<int64_t> binary_size;
+  Status status = ForEachMember(
+      input, field, {"name", "datatype", "shape", "parameters", "data"},
+      [&](const std::string& key, const json& value) -> Status {
+        if (key == "name") return ExpectString(value, field + ".name", tensor->mutable_name());
+        if (key == "datatype") return ExpectString(value, field + ".datatype", tensor->mutable_datatype());
+        if (key == "shape") {
+          shape = &value;
+          return Status::Ok();
+        }
+        if (key == "data") {
+          data = &value;
+          return Status::Ok();
+        }
+        if (!value.is_object()) return InvalidArgument(field + ".parameters: expected a JSON object");
+        for (const auto& [name, parameter] : value.items()) {
+          const std::string parameter_field = field + ".parameters" + Quoted(name);
+          if (name == "binary_data_size") {
+            if (!parameter.is_number_integer() || parameter.get<int64_t>() < 0) {
+              return InvalidArgument(parameter_field + ": expected a byte count");
+            }
+            binary_size = parameter.get<int64_t>();
+            continue;
+          }
+          Status parameter_status =
+              ToInferParameter(parameter, parameter_field, &(*tensor->mutable_parameters())[name]);
+          if (!parameter_status.ok()) return parameter_status;
+        }
+        return Status::Ok();
+      });
+  if (!status.ok()) return status;
+  if (tensor->name().empty()) return InvalidArgument(field + ".name: required");
+  if (shape == nullptr) return InvalidArgument(field + ".shape: required");
+  std::vector<int64_t> dims;
+  int64_t elements = 0;
+  status = ShapeElements(*shape, field + ".shape", &dims, &elements);
+  if (!status.ok()) return status;
+  tensor->mutable_shape()->Add(dims.begin(), dims.end());
+  const std::optional<DataType> dtype = DataTypeFromName(tensor->datatype());
+  if (!dtype) {
+    return InvalidArgument(field + ".datatype: '" + tensor->datatype() + "' is not a datatype graphserve serves");
+  }
+  std::string* raw = request->add_raw_input_contents();
+  if (binary_size) {
+    if (data != nullptr) {
+      return InvalidArgument(field + ": has both data and parameters['binary_data_size']; send one");
+    }
+    const int64_t expected = elements * static_cast<int64_t>(ElementSize(*dtype));
+    if (*binary_size != expected) {
+      return InvalidArgument(field + ".parameters['binary_data_size']: " + std::to_string(*binary_size) +
+                             " bytes, but shape " + ShapeToString(dims) + " of " + tensor->datatype() +
+                             " is " + std::to_string(expected));
+    }
+    if (*binary_offset + size_t(expected) > binary.size()) {
+      return InvalidArgument(field + ".parameters['binary_data_size']: " + std::to_string(expected) +
+                             " bytes, but only " + std::to_string(binary.size() - *binary_offset) +
+                             " bytes of binary data are left after the JSON header");
+    }
+    raw->assign(binary.substr(*binary_offset, size_t(expected)));
+    *binary_offset += size_t(expected);
+    return Status::Ok();
+  }
+  if (data == nullptr) {
+    return InvalidArgument(field + ".data: required (or parameters['binary_data_size'] with the binary "
+                           "data extension)");
+  }
+  if (*dtype == DataType::kFp16 || *dtype == DataType::kBf16) {
+    return InvalidArgument(field + ".data: " + tensor->datatype() +
+                           " tensors have no JSON form; send them as binary data");
+  }
+  int64_t count = 0;
+  raw->reserve(size_t(std::min<int64_t>(elements, 1 << 24)) * ElementSize(*dtype));
+  status = AppendData(*data, *dtype, field + ".data", &count, raw);
+  if (!status.ok()) return status;
+  if (count != elements) {
+    return InvalidArgument(field + ".data: " + std::to_string(count) + " values, but shape " +
+                           ShapeToString(dims) + " has " + std::to_string(elements));
+  }
+  return Status::Ok();
+}
+
+Status ParseOutput(const json& requested, const std::string& field, inference::ModelInferRequest* request,
+                   RestOutputFormat* format) {
+  auto* output = request->add_outputs();
+  std::optional<bool> binary;
+  Status status = ForEachMember(
+      requested, field, {"name", "parameters"}, [&](const std::string& key, const json& value) -> Status {
+        if (key == "name") return ExpectString(value, field + ".name", output->mutable_name());
+        if (!value.is_object()) return InvalidArgument(field + ".parameters: expected a JSON object");
+        for (const auto& [name, parameter] : value.items()) {
+          const std::string parameter_field = field + ".parameters" + Quoted(name);
+          if (name == "binary_data") {
+            if (!parameter.is_boolean()) return InvalidArgument(parameter_field + ": expected true or false");
+            binary = parameter.get<bool>();
+            continue;
+          }
+          Status parameter_status =
+              ToInferParameter(parameter, parameter_field, &(*output->mutable_parameters())[name]);
+          if (!parameter_status.ok()) return parameter_status;
+        }
+        return Status::Ok();
+      });
+  // After the loop: the object's name may come after its parameters.
+  if (binary) format->binary_by_output.emplace_back(output->name(), *binary);
+  return status;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Raw output bytes → a flat JSON array.
+
+template <typename T>
+T ReadRaw(const char* at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));
+  return value;
+}
+
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = uint32_t(half & 0x8000) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1f;
+  const uint32_t mantissa = half & 0x3ff;
+  if (exponent == 0) {  // zero or subnormal: mantissa × 2^-24
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  const uint32_t bits = exponent == 0x1f ? (sign | 0x7f800000u | (mantissa << 13))
+                                         : (sign | ((exponent + 112) << 23) | (mantissa << 13));
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+float Bf16ToFloat(uint16_t bf16) {
+  const uint32_t bits = uint32_t(bf16) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+json DataArray(DataType dtype, const std::string& raw) {
+  json values = json::array();
+  const size_t size = ElementSize(dtype);
+  values.get_ref<json::array_t&>().reserve(raw.size() / size);
+  for (size_t at = 0; at + size <= raw.size(); at += size) {
+    const char* p = raw.data() + at;
+    switch (dtype) {
+      case DataType::kBool: values.push_back(*p != 0); break;
+      case DataType::kUint8: values.push_back(ReadRaw<uint8_t>(p)); break;
+      case DataType::kInt8: values.push_back(ReadRaw<int8_t>(p)); break;
+      case DataType::kInt16: values.push_back(ReadRaw<int16_t>(p)); break;
+      case DataType::kInt32: values.push_back(ReadRaw<int32_t>(p)); break;
+      case DataType::kInt64: values.push_back(ReadRaw<int64_t>(p)); break;
+      case DataType::kFp16: values.push_back(HalfToFloat(ReadRaw<uint16_t>(p))); break;
+      case DataType::kBf16: values.push_back(Bf16ToFloat(ReadRaw<uint16_t>(p))); break;
+      case DataType::kFp32: values.push_back(ReadRaw<float>(p)); break;
+      case DataType::kFp64: values.push_back(ReadRaw<double>(p)); break;
+    }
+  }
+  return values;
+}
+
+json InferParameterJson(const inference::InferParameter& parameter) {
+  switch (parameter.parameter_choice_case()) {
+    case inference::InferParameter::kBoolParam: return parameter.bool_param();
+    case inference::InferParameter::kInt64Param: return parameter.int64_param();
+    case inference::InferParameter::kStringParam: return parameter.string_param();
+    case inference::InferParameter::kDoubleParam: return parameter.double_param();
+    case inference::InferParameter::kUint64Param: return parameter.uint64_param();
+    case inference::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Protobuf → JSON by reflection.
+
+json MessageJson(const Message& message);
+
+json FieldJson(const Message& message, const Reflection& reflection, const FieldDescriptor& field, int index) {
+  const bool repeated = index >= 0;
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return repeated ? reflection.GetRepeatedInt32(message, &field, index) : reflection.GetInt32(message, &field);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return repeated ? reflection.GetRepeatedInt64(message, &field, index) : reflection.GetInt64(message, &field);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return repeated ? reflection.GetRepeatedUInt32(message, &field, index) : reflection.GetUInt32(message, &field);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return repeated ? reflection.GetRepeatedUInt64(message, &field, index) : reflection.GetUInt64(message, &field);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return repeated ? reflection.GetRepeatedDouble(message, &field, index) : reflection.GetDouble(message, &field);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return repeated ? reflection.GetRepeatedFloat(message, &field, index) : reflection.GetFloat(message, &field);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return repeated ? reflection.GetRepeatedBool(message, &field, index) : reflection.GetBool(message, &field);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return (repeated ? reflection.GetRepeatedEnum(message, &field, index) : reflection.GetEnum(message, &field))
+          ->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return repeated ? reflection.GetRepeatedString(message, &field, index) : reflection.GetString(message, &field);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return MessageJson(repeated ? reflection.GetRepeatedMessage(message, &field, index)
+                                  : reflection.GetMessage(message, &field));
+  }
+  return nullptr;
+}
+
+json MessageJson(const Message& message) {
+  const Reflection& reflection = *message.GetReflection();
+  const google::protobuf::Descriptor& descriptor = *message.GetDescriptor();
+  json object = json::object();
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor.field(i);
+    if (field.is_map()) {
+      json map = json::object();
+      const FieldDescriptor& key = *field.message_type()->map_key();
+      const FieldDescriptor& value = *field.message_type()->map_value();
+      for (int entry = 0; entry < reflection.FieldSize(message, &field); ++entry) {
+        const Message& pair = reflection.GetRepeatedMessage(message, &field, entry);
+        const json key_json = FieldJson(pair, *pair.GetReflection(), key, -1);
+        map[key_json.is_string() ? key_json.get<std::string>() : key_json.dump()] =
+            FieldJson(pair, *pair.GetReflection(), value, -1);
+      }
+      object[field.name()] = std::move(map);
+    } else if (field.is_repeated()) {
+      json values = json::array();
+      for (int index = 0; index < reflection.FieldSize(message, &field); ++index) {
+        values.push_back(FieldJson(message, reflection, field, index));
+      }
+      object[field.name()] = std::move(values);
+    } else if (field.cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE && !field.containing_oneof()) {
+      object[field.name()] = FieldJson(message, reflection, field, -1);
+    } else if (reflection.HasField(message, &field)) {  // a set sub-message or oneof member only
+      object[field.name()] = FieldJson(message, reflection, field, -1);
+    }
+  }
+  return object;
+}
+
+}  // namespace
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kInternal: return 500;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kDeadlineExceeded: return 504;
+    default: return 400;
+  }
+}
+
+std::string ErrorBody(const std::string& message) { return Dump(json{{"error", message}}); }
+
+bool RestOutputFormat::IsBinary(const std::string& output) const {
+  for (const auto& [name, binary] : binary_by_output) {
+    if (name == output) return binary;
+  }
+  return binary_by_default;
+}
+
+Status ParseRestInferRequest(std::string_view body, std::optional<size_t> json_length,
+                             const std::string& model, const std::string& version,
+                             inference::ModelInferRequest* request, RestOutputFormat* format) {
+  const size_t header_size = json_length.value_or(body.size());
+  if (header_size > body.size()) {
+    return InvalidArgument("Inference-Header-Content-Length: " + std::to_string(header_size) +
+                           " is more than the body's " + std::to_string(body.size()) + " bytes");
+  }
+  json document;
+  Status status = ParseJson(body.substr(0, header_size), &document);
+  if (!status.ok()) return status;
+  request->set_model_name(model);
+  request->set_model_version(version);
+  const std::string_view binary = body.substr(header_size);
+  size_t binary_offset = 0;
+  status = ForEachMember(
+      document, "body", {"id", "parameters", "inputs", "outputs"},
+      [&](const std::string& key, const json& value) -> Status {
+        if (key == "id") return ExpectString(value, "id", request->mutable_id());
+        if (key == "parameters") {
+          if (!value.is_object()) return InvalidArgument("parameters: expected a JSON object");
+          for (const auto& [name, parameter] : value.items()) {
+            if (name == "binary_data_output") {
+              if (!parameter.is_boolean()) {
+                return InvalidArgument("parameters['binary_data_output']: expected true or false");
+              }
+              format->binary_by_default = parameter.get<bool>();
+              continue;
+            }
+            Status parameter_status = ToInferParameter(parameter, "parameters" + Quoted(name),
+                                                       &(*request->mutable_parameters())[name]);
+            if (!parameter_status.ok()) return parameter_status;
+          }
+          return Status::Ok();
+        }
+        if (!value.is_array()) return InvalidArgument(key + ": expected an array");
+        for (size_t i = 0; i < value.size(); ++i) {
+          const std::string field = key + "[" + std::to_string(i) + "]";
+          Status item_status;
+          if (key == "inputs") {
+            item_status = ParseInput(value[i], field, binary, &binary_offset, request);
+          } else {
+            item_status = ParseOutput(value[i], field, request, format);
+          }
+          if (!item_status.ok()) return item_status;
+        }
+        return Status::Ok();
+      });
+  if (!status.ok()) return status;
+  if (binary_offset != binary.size()) {
+    return InvalidArgument("body: " + std::to_string(binary.size()) +
+                           " bytes follow the JSON header, but the inputs' binary_data_size add up to " +
+                           std::to_string(binary_offset));
+  }
+  return Status::Ok();
+}
+
+RestInferBody EncodeRestInferResponse(const inference::ModelInferResponse& response,
+                                      const RestOutputFormat& format) {
+  json header = {{"model_name", response.model_name()}, {"model_version", response.model_version()}};
+  if (!response.id().empty()) header["id"] = response.id();
+  if (!response.parameters().empty()) {
+    json parameters = json::object();
+    for (const auto& [name, parameter] : response.parameters()) parameters[name] = InferParameterJson(parameter);
+    header["parameters"] = std::move(parameters);
+  }
+  json outputs = json::array();
+  std::string binary;
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& tensor = response.outputs(i);
+    const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
+    json output = {{"name", tensor.name()}, {"datatype", tensor.datatype()}, {"shape", tensor.shape()}};
+    const std::optional<DataType> dtype = DataTypeFromName(tensor.datatype());
+    if (format.IsBinary(tensor.name()) || !dtype) {
+      output["parameters"] = {{"binary_data_size", raw.size()}};
+      binary += raw;
+    } else {
+      output["data"] = DataArray(*dtype, raw);
+    }
+    outputs.push_back(std::move(output));
+  }
+  header["outputs"] = std::move(outputs);
+  RestInferBody encoded;
+  encoded.body = Dump(header);
+  if (std::any_of(response.outputs().begin(), response.outputs().end(),
+                  [&](const auto& tensor) { return format.IsBinary(tensor.name()); })) {
+    encoded.json_length = encoded.body.size();
+    encoded.body += binary;
+  }
+  return encoded;
+}
+
+std::string ProtoToRestJson(const google::protobuf::Message& message) { return Dump(MessageJson(message)); }
+
+// A request body that must be empty or a JSON object of the fields `known`.
+Status ParseBodyObject(std::string_view body, std::initializer_list<const char*> known, json* document) {
+  if (body.empty()) {
+    *document = json::object();
+    return Status::Ok();
+  }
+  Status status = ParseJson(body, document);
+  if (!status.ok()) return status;
+  return ForEachMember(*document, "body", known, [](const std::string&, const json&) { return Status::Ok(); });
+}
+
+Status ParseRepositoryIndexRequest(std::string_view body, inference::RepositoryIndexRequest* request) {
+  json document;
+  Status status = ParseBodyObject(body, {"ready"}, &document);
+  if (!status.ok()) return status;
+  if (document.contains("ready")) {
+    if (!document["ready"].is_boolean()) return InvalidArgument("ready: expected true or false");
+    request->set_ready(document["ready"].get<bool>());
+  }
+  return Status::Ok();
+}
+
+std::string RepositoryIndexJson(const inference::RepositoryIndexResponse& response) {
+  return Dump(MessageJson(response)["models"]);
+}
+
+Status ParseLogSettingsRequest(std::string_view body, inference::LogSettingsRequest* request) {
+  json document = json::object();  // every key is a setting's name
+  if (!body.empty()) {
+    Status status = ParseJson(body, &document);
+    if (!status.ok()) return status;
+    if (!document.is_object()) return InvalidArgument("body: expected a JSON object");
+  }
+  for (const auto& [name, value] : document.items()) {
+    inference::LogSettingsRequest::SettingValue& setting = (*request->mutable_settings())[name];
+    if (value.is_boolean()) {
+      setting.set_bool_param(value.get<bool>());
+    } else if (value.is_number_unsigned() && value.get<uint64_t>() <= std::numeric_limits<uint32_t>::max()) {
+      setting.set_uint32_param(value.get<uint32_t>());
+    } else if (value.is_string()) {
+      setting.set_string_param(value.get<std::string>());
+    } else {
+      return InvalidArgument(name + ": expected a bool, an unsigned integer or a string");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string LogSettingsJson(const inference::LogSettingsResponse& response) {
+  json settings = json::object();
+  for (const auto& [name, value] : response.settings()) {
+    switch (value.parameter_choice_case()) {
+      case inference::LogSettingsResponse::SettingValue::kBoolParam: settings[name] = value.bool_param(); break;
+      case inference::LogSettingsResponse::SettingValue::kUint32Param: settings[name] = value.uint32_param(); break;
+      case inference::LogSettingsResponse::SettingValue::kStringParam: settings[name] = value.string_param(); break;
+      case inference::LogSettingsResponse::SettingValue::PARAMETER_CHOICE_NOT_SET: break;
+    }
+  }
+  return Dump(settings);
+}
+
+Status ParseRepositoryParameters(
+    std::string_view body,
+    google::protobuf::Map<std::string, inference::ModelRepositoryParameter>* parameters) {
+  json document;
+  Status status = ParseBodyObject(body, {"parameters"}, &document);
+  if (!status.ok() || !document.contains("parameters")) return status;
+  const json& value = document["parameters"];
+  if (!value.is_object()) return InvalidArgument("parameters: expected a JSON object");
+  for (const auto& [name, parameter] : value.items()) {
+    inference::ModelRepositoryParameter& out = (*parameters)[name];
+    if (parameter.is_boolean()) {
+      out.set_bool_param(parameter.get<bool>());
+    } else if (parameter.is_number_integer()) {
+      out.set_int64_param(parameter.get<int64_t>());
+    } else if (parameter.is_string()) {
+      out.set_string_param(parameter.get<std::string>());
+    } else {
+      return InvalidArgument("parameters" + Quoted(name) + ": expected a bool, an integer or a string");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace graphserve

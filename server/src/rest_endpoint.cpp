@@ -1,0 +1,390 @@
+#include "graphserve/server/rest_endpoint.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graphserve/server/http_server.h"
+#include "graphserve/server/metrics.h"
+#include "graphserve/server/rest_codec.h"
+#include "grpc_service.grpc.pb.h"
+
+namespace graphserve {
+namespace {
+
+using Stub = inference::GRPCInferenceService::Stub;
+
+HttpResponse Json(std::string body) {
+  HttpResponse response;
+  response.body = std::move(body);
+  return response;
+}
+
+HttpResponse Error(int http_status, const std::string& message) {
+  HttpResponse response;
+  response.status = http_status;
+  response.body = ErrorBody(message);
+  return response;
+}
+
+HttpResponse Error(const Status& status) { return Error(HttpStatusFor(status.code()), status.message()); }
+
+// Health answers carry no body: 200 when true, 400 otherwise (as Triton).
+HttpResponse Health(bool healthy) {
+  HttpResponse response;
+  response.status = healthy ? 200 : 400;
+  response.content_type.clear();
+  return response;
+}
+
+// One gRPC call made for an HTTP request; deletes itself once answered.
+template <typename Request, typename Response>
+struct Rpc {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+  HttpReply reply;
+  std::function<HttpResponse(const Response&)> encode;
+
+  explicit Rpc(HttpReply http_reply) : reply(std::move(http_reply)) {}
+
+  void Done(const grpc::Status& status) {
+    if (status.ok()) {
+      reply.Send(encode(response));
+    } else {
+      reply.Send(Error(HttpStatusFor(static_cast<StatusCode>(status.error_code())), status.error_message()));
+    }
+    delete this;
+  }
+};
+
+// "/v2/models/m/versions/3/infer" → {"v2", "models", "m", "versions", "3", "infer"}.
+std::vector<std::string_view> PathSegments(std::string_view path) {
+  std::vector<std::string_view> segments;
+  size_t start = 0;
+  while (start < path.size()) {
+    const size_t slash = path.find('/', start);
+    const size_t end = slash == std::string_view::npos ? path.size() : slash;
+    if (end > start) segments.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return segments;
+}
+
+// Strict: a header value that is not a plain byte count is refused rather than read as 0.
+std::optional<size_t> ParseByteCount(const std::string& text) {
+  if (text.empty() || text.size() > 15 || text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return static_cast<size_t>(std::stoull(text));
+}
+
+}  // namespace
+
+// The routes: each checks the method, builds the gRPC request, and says how to answer its response.
+struct RestApi {
+  std::unique_ptr<Stub> stub;
+  ServerMetrics* metrics;
+  std::atomic<bool> stopping{false};
+
+  template <typename Request, typename Response, typename Invoke>
+  void Call(HttpReply reply, Request request, Invoke invoke, std::function<HttpResponse(const Response&)> encode) {
+    auto* rpc = new Rpc<Request, Response>(std::move(reply));
+    rpc->request = std::move(request);
+    rpc->encode = std::move(encode);
+    invoke(stub->async(), &rpc->context, &rpc->request, &rpc->response,
+           [rpc](grpc::Status status) { rpc->Done(status); });
+  }
+
+  void Handle(const HttpRequest& http, HttpReply reply) {
+    if (stopping.load()) {
+      reply.Send(Error(503, "the server is shutting down"));
+      return;
+    }
+    const std::vector<std::string_view> path = PathSegments(http.path);
+    if (path.empty() || path[0] != "v2") {
+      reply.Send(Error(404, "unknown path '" + http.path + "': graphserve serves the KServe v2 API under /v2"));
+      return;
+    }
+    const std::string method = http.method == "HEAD" ? "GET" : http.method;
+    // /v2 and /v2/health/...
+    if (path.size() == 1) return Get(method, http, std::move(reply), &RestApi::ServerMetadata);
+    if (path[1] == "health" && path.size() == 3 && (path[2] == "live" || path[2] == "ready")) {
+      const bool live = path[2] == "live";
+      return Get(method, http, std::move(reply), live ? &RestApi::ServerLive : &RestApi::ServerReady);
+    }
+    if (path[1] == "trace" || (path[1] == "models" && path.back() == "setting")) {
+      reply.Send(Error(501, "request tracing is not supported by graphserve"));
+      return;
+    }
+    if (path[1] == "models" && path.size() == 3 && path[2] == "stats") {
+      return Get(method, http, std::move(reply), &RestApi::Statistics);
+    }
+    if (path[1] == "models" && path.size() >= 3) return ModelRoute(method, http, path, std::move(reply));
+    if (path[1] == "repository") return RepositoryRoute(method, http, path, std::move(reply));
+    if (path[1] == "logging" && path.size() == 2) return LogSettings(method, http, std::move(reply));
+    if (path[1] == "systemsharedmemory" || path[1] == "cudasharedmemory") {
+      reply.Send(Error(501, "graphserve does not support shared-memory tensors; send tensors in the request"));
+      return;
+    }
+    reply.Send(Error(404, "unknown path '" + http.path + "'"));
+  }
+
+  // The model a /v2/models/NAME[/versions/N][/ACTION] path names, and its action ("" for metadata).
+  struct ModelPath {
+    std::string name;
+    std::string version;
+    std::string action;
+  };
+
+  static std::optional<ModelPath> ParseModelPath(const std::vector<std::string_view>& path) {
+    ModelPath model{std::string(path[2]), "", ""};
+    size_t next = 3;
+    if (path.size() > next + 1 && path[next] == "versions") {
+      model.version = std::string(path[next + 1]);
+      next += 2;
+    }
+    if (path.size() == next + 1) model.action = std::string(path[next]);
+    if (path.size() > next + 1) return std::nullopt;
+    return model;
+  }
+
+  using Route = void (RestApi::*)(const HttpRequest&, const ModelPath&, HttpReply);
+
+  void ModelRoute(const std::string& method, const HttpRequest& http, const std::vector<std::string_view>& path,
+                  HttpReply reply) {
+    const std::optional<ModelPath> model = ParseModelPath(path);
+    struct Action {
+      const char* name;
+      const char* method;
+      Route route;
+    };
+    static const Action kActions[] = {
+        {"", "GET", &RestApi::ModelMetadata},   {"ready", "GET", &RestApi::ModelReady},
+        {"config", "GET", &RestApi::ModelConfig}, {"stats", "GET", &RestApi::ModelStatistics},
+        {"infer", "POST", &RestApi::Infer},
+    };
+    if (model) {
+      for (const Action& action : kActions) {
+        if (model->action != action.name) continue;
+        if (method != action.method) return MethodNotAllowed(action.method, std::move(reply));
+        return (this->*action.route)(http, *model, std::move(reply));
+      }
+    }
+    reply.Send(Error(404, "unknown path '" + http.path + "'"));
+  }
+
+  void RepositoryRoute(const std::string& method, const HttpRequest& http,
+                       const std::vector<std::string_view>& path, HttpReply reply) {
+    const bool index = path.size() == 3 && path[2] == "index";
+    const bool load = path.size() == 5 && path[2] == "models" && (path[4] == "load" || path[4] == "unload");
+    if (!index && !load) return reply.Send(Error(404, "unknown path '" + http.path + "'"));
+    if (method != "POST") return MethodNotAllowed("POST", std::move(reply));
+    if (index) return RepositoryIndex(http, std::move(reply));
+    RepositoryLoad(http, std::string(path[3]), path[4] == "load", std::move(reply));
+  }
+
+  static void MethodNotAllowed(const char* allowed, HttpReply reply) {
+    HttpResponse response = Error(405, std::string("this path takes ") + allowed);
+    response.headers = {{"Allow", allowed}};
+    reply.Send(std::move(response));
+  }
+
+  void Get(const std::string& method, const HttpRequest& http, HttpReply reply,
+           void (RestApi::*route)(const HttpRequest&, HttpReply)) {
+    if (method != "GET") return MethodNotAllowed("GET", std::move(reply));
+    (this->*route)(http, std::move(reply));
+  }
+
+  // ------------------------------------------------------------------------------------------------
+  // Server-wide routes.
+
+  void ServerLive(const HttpRequest&, HttpReply reply) {
+    Call<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+        std::move(reply), {}, [](auto* async, auto... args) { async->ServerLive(args...); },
+        [](const inference::ServerLiveResponse& response) { return Health(response.live()); });
+  }
+
+  void ServerReady(const HttpRequest&, HttpReply reply) {
+    Call<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+        std::move(reply), {}, [](auto* async, auto... args) { async->ServerReady(args...); },
+        [](const inference::ServerReadyResponse& response) { return Health(response.ready()); });
+  }
+
+  void ServerMetadata(const HttpRequest&, HttpReply reply) {
+    Call<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+        std::move(reply), {}, [](auto* async, auto... args) { async->ServerMetadata(args...); },
+        [](const inference::ServerMetadataResponse& response) { return Json(ProtoToRestJson(response)); });
+  }
+
+  void Statistics(const HttpRequest& http, HttpReply reply) { ModelStatistics(http, ModelPath{}, std::move(reply)); }
+
+  // ------------------------------------------------------------------------------------------------
+  // Per-model routes.
+
+  void ModelMetadata(const HttpRequest&, const ModelPath& model, HttpReply reply) {
+    inference::ModelMetadataRequest request;
+    request.set_name(model.name);
+    request.set_version(model.version);
+    Call<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelMetadata(args...); },
+        [](const inference::ModelMetadataResponse& response) { return Json(ProtoToRestJson(response)); });
+  }
+
+  void ModelReady(const HttpRequest&, const ModelPath& model, HttpReply reply) {
+    inference::ModelReadyRequest request;
+    request.set_name(model.name);
+    request.set_version(model.version);
+    Call<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelReady(args...); },
+        [](const inference::ModelReadyResponse& response) { return Health(response.ready()); });
+  }
+
+  void ModelConfig(const HttpRequest&, const ModelPath& model, HttpReply reply) {
+    inference::ModelConfigRequest request;
+    request.set_name(model.name);
+    request.set_version(model.version);
+    // Triton answers the config itself, not wrapped in the gRPC response's `config` field.
+    Call<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelConfig(args...); },
+        [](const inference::ModelConfigResponse& response) { return Json(ProtoToRestJson(response.config())); });
+  }
+
+  void ModelStatistics(const HttpRequest&, const ModelPath& model, HttpReply reply) {
+    inference::ModelStatisticsRequest request;
+    request.set_name(model.name);
+    request.set_version(model.version);
+    Call<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelStatistics(args...); },
+        [](const inference::ModelStatisticsResponse& response) { return Json(ProtoToRestJson(response)); });
+  }
+
+  void Infer(const HttpRequest& http, const ModelPath& model, HttpReply reply) {
+    // Counted as gRPC counts the refusals it makes, so that /metrics sees every infer request.
+    const auto refuse = [&](const Status& status, int http_status) {
+      ModelRequestMetrics* model_metrics = metrics->ForModel(model.name);
+      if (model_metrics != nullptr) {
+        model_metrics->Refused(status.code());
+      } else {
+        metrics->CountUnroutedRequest(status.code());
+      }
+      reply.Send(Error(http_status, status.message()));
+    };
+    const std::string* encoding = http.Header("Content-Encoding");
+    if (encoding != nullptr && *encoding != "identity") {
+      return refuse(InvalidArgument("Content-Encoding: '" + *encoding +
+                                    "' is not supported by graphserve; send the body uncompressed"),
+                    415);
+    }
+    inference::ModelInferRequest request;
+    RestOutputFormat format;
+    std::optional<size_t> json_length;
+    Status status = HeaderLength(http, &json_length);
+    if (status.ok()) status = ParseRestInferRequest(http.body, json_length, model.name, model.version, &request, &format);
+    if (!status.ok()) return refuse(status, HttpStatusFor(status.code()));
+    Call<inference::ModelInferRequest, inference::ModelInferResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelInfer(args...); },
+        [format](const inference::ModelInferResponse& response) {
+          RestInferBody encoded = EncodeRestInferResponse(response, format);
+          HttpResponse answer = Json(std::move(encoded.body));
+          if (encoded.json_length) {
+            answer.content_type = "application/octet-stream";
+            answer.headers = {{"Inference-Header-Content-Length", std::to_string(*encoded.json_length)}};
+          }
+          return answer;
+        });
+  }
+
+  static Status HeaderLength(const HttpRequest& http, std::optional<size_t>* json_length) {
+    const std::string* header = http.Header("Inference-Header-Content-Length");
+    if (header == nullptr) return Status::Ok();
+    *json_length = ParseByteCount(*header);
+    if (!*json_length) return InvalidArgument("Inference-Header-Content-Length: '" + *header + "' is not a byte count");
+    return Status::Ok();
+  }
+
+  void LogSettings(const std::string& method, const HttpRequest& http, HttpReply reply) {
+    if (method != "GET" && method != "POST") return MethodNotAllowed("GET, POST", std::move(reply));
+    inference::LogSettingsRequest request;
+    const Status status = ParseLogSettingsRequest(method == "POST" ? http.body : "", &request);
+    if (!status.ok()) return reply.Send(Error(status));
+    Call<inference::LogSettingsRequest, inference::LogSettingsResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->LogSettings(args...); },
+        [](const inference::LogSettingsResponse& response) { return Json(LogSettingsJson(response)); });
+  }
+
+  // ------------------------------------------------------------------------------------------------
+  // Repository routes.
+
+  void RepositoryIndex(const HttpRequest& http, HttpReply reply) {
+    inference::RepositoryIndexRequest request;
+    const Status status = ParseRepositoryIndexRequest(http.body, &request);
+    if (!status.ok()) return reply.Send(Error(status));
+    Call<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->RepositoryIndex(args...); },
+        [](const inference::RepositoryIndexResponse& response) { return Json(RepositoryIndexJson(response)); });
+  }
+
+  void RepositoryLoad(const HttpRequest& http, const std::string& name, bool load, HttpReply reply) {
+    const auto empty = [](const auto&) {
+      HttpResponse response;
+      response.content_type.clear();
+      return response;
+    };
+    if (load) {
+      inference::RepositoryModelLoadRequest request;
+      request.set_model_name(name);
+      const Status status = ParseRepositoryParameters(http.body, request.mutable_parameters());
+      if (!status.ok()) return reply.Send(Error(status));
+      return Call<inference::RepositoryModelLoadRequest, inference::RepositoryModelLoadResponse>(
+          std::move(reply), std::move(request),
+          [](auto* async, auto... args) { async->RepositoryModelLoad(args...); }, empty);
+    }
+    inference::RepositoryModelUnloadRequest request;
+    request.set_model_name(name);
+    const Status status = ParseRepositoryParameters(http.body, request.mutable_parameters());
+    if (!status.ok()) return reply.Send(Error(status));
+    Call<inference::RepositoryModelUnloadRequest, inference::RepositoryModelUnloadResponse>(
+        std::move(reply), std::move(request),
+        [](auto* async, auto... args) { async->RepositoryModelUnload(args...); }, empty);
+  }
+};
+
+Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<grpc::Channel> service,
+                           ServerMetrics* metrics, std::unique_ptr<RestEndpoint>* endpoint) {
+  auto api = std::make_unique<RestApi>();
+  api->stub = inference::GRPCInferenceService::NewStub(std::move(service));
+  api->metrics = metrics;
+  HttpServerOptions http;
+  http.address = options.address;
+  http.flag = "--http-address";
+  http.thread_count = options.thread_count;
+  http.max_body_bytes = options.max_body_bytes;
+  std::unique_ptr<HttpServer> server;
+  RestApi* routes = api.get();
+  const Status status = HttpServer::Start(
+      http, [routes](const HttpRequest& request, HttpReply reply) { routes->Handle(request, std::move(reply)); },
+      &server);
+  if (!status.ok()) return status;
+  endpoint->reset(new RestEndpoint(std::move(api), std::move(server)));
+  return Status::Ok();
+}
+
+RestEndpoint::RestEndpoint(std::unique_ptr<RestApi> api, std::unique_ptr<HttpServer> server)
+    : api_(std::move(api)), server_(std::move(server)) {}
+
+// server_ first: it waits for the answers owed, which go through api_.
+RestEndpoint::~RestEndpoint() { server_.reset(); }
+
+int RestEndpoint::port() const { return server_->port(); }
+
+void RestEndpoint::StopAccepting() {
+  api_->stopping.store(true);
+  server_->StopAccepting();
+}
+
+}  // namespace graphserve

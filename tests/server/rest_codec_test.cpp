@@ -1,0 +1,278 @@
+// The REST binding's translation to and from the gRPC messages: JSON tensors (nested or flat), the
+// binary tensor data extension, parameters passed on for gRPC to judge, every refusal naming its
+// field, and protobuf → JSON with 64-bit integers as numbers.
+#include "graphserve/server/rest_codec.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "model_config.pb.h"
+
+namespace graphserve {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+std::string Raw(const std::vector<T>& values) {
+  std::string bytes(values.size() * sizeof(T), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+Status Parse(const std::string& body, inference::ModelInferRequest* request, RestOutputFormat* format,
+             std::optional<size_t> json_length = std::nullopt) {
+  return ParseRestInferRequest(body, json_length, "m", "2", request, format);
+}
+
+// The refusal's message for `body`; fails the test when it is accepted or not INVALID_ARGUMENT.
+std::string Refusal(const std::string& body, std::optional<size_t> json_length = std::nullopt) {
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  const Status status = Parse(body, &request, &format, json_length);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << body;
+  return status.message();
+}
+
+TEST(RestCodecTest, JsonTensorsNestedOrFlatBecomeRawInputs) {
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  const Status status = Parse(R"({"id": "r1", "inputs": [
+      {"name": "ids", "datatype": "INT64", "shape": [2, 2], "data": [[1, 2], [3, -4]]},
+      {"name": "x", "datatype": "FP32", "shape": [3], "data": [0.5, 1, -2.25]},
+      {"name": "b", "datatype": "BOOL", "shape": [2], "data": [true, false]},
+      {"name": "u", "datatype": "UINT8", "shape": [1, 2], "data": [0, 255]}]})",
+                              &request, &format);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(request.model_name(), "m");
+  EXPECT_EQ(request.model_version(), "2");
+  EXPECT_EQ(request.id(), "r1");
+  ASSERT_EQ(request.inputs_size(), 4);
+  ASSERT_EQ(request.raw_input_contents_size(), 4);
+  EXPECT_EQ(request.inputs(0).name(), "ids");
+  EXPECT_EQ(request.inputs(0).datatype(), "INT64");
+  EXPECT_EQ(std::vector<int64_t>(request.inputs(0).shape().begin(), request.inputs(0).shape().end()),
+            (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(request.raw_input_contents(0), Raw<int64_t>({1, 2, 3, -4}));
+  EXPECT_EQ(request.raw_input_contents(1), Raw<float>({0.5f, 1.0f, -2.25f}));
+  EXPECT_EQ(request.raw_input_contents(2), std::string("\x01\x00", 2));
+  EXPECT_EQ(request.raw_input_contents(3), std::string("\x00\xff", 2));
+  EXPECT_FALSE(format.binary_by_default);
+}
+
+TEST(RestCodecTest, BinaryInputsAreTakenInOrderAfterTheHeader) {
+  const std::string header = R"({"inputs": [
+      {"name": "a", "datatype": "INT32", "shape": [2], "parameters": {"binary_data_size": 8}},
+      {"name": "j", "datatype": "INT32", "shape": [1], "data": [7]},
+      {"name": "c", "datatype": "FP16", "shape": [1, 1], "parameters": {"binary_data_size": 2}}]})";
+  const std::string body = header + Raw<int32_t>({5, 6}) + std::string("\x00\x3c", 2);
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  const Status status = Parse(body, &request, &format, header.size());
+  ASSERT_TRUE(status.ok()) << status.message();
+  ASSERT_EQ(request.raw_input_contents_size(), 3);
+  EXPECT_EQ(request.raw_input_contents(0), Raw<int32_t>({5, 6}));
+  EXPECT_EQ(request.raw_input_contents(1), Raw<int32_t>({7}));
+  EXPECT_EQ(request.raw_input_contents(2), std::string("\x00\x3c", 2));
+  // binary_data_size is the extension's, not a parameter for the gRPC handler to refuse.
+  EXPECT_TRUE(request.inputs(0).parameters().empty());
+}
+
+TEST(RestCodecTest, ParametersGraphserveDoesNotConsumeArePassedOnForGrpcToJudge) {
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  const Status status = Parse(R"({
+      "parameters": {"binary_data_output": true, "priority": 3, "timeout": 5000, "tag": "x", "w": 0.5},
+      "inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [1], "parameters": {"k": false}}],
+      "outputs": [{"name": "o1", "parameters": {"binary_data": false, "classification": 2}}, {"name": "o2"}]})",
+                              &request, &format);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(request.parameters().count("binary_data_output"), 0u);
+  EXPECT_EQ(request.parameters().at("priority").int64_param(), 3);
+  EXPECT_EQ(request.parameters().at("timeout").int64_param(), 5000);
+  EXPECT_EQ(request.parameters().at("tag").string_param(), "x");
+  EXPECT_EQ(request.parameters().at("w").double_param(), 0.5);
+  EXPECT_FALSE(request.inputs(0).parameters().at("k").bool_param());
+  ASSERT_EQ(request.outputs_size(), 2);
+  EXPECT_EQ(request.outputs(0).parameters().count("binary_data"), 0u);
+  EXPECT_EQ(request.outputs(0).parameters().at("classification").int64_param(), 2);
+  // o1 chose JSON; o2 follows binary_data_output.
+  EXPECT_FALSE(format.IsBinary("o1"));
+  EXPECT_TRUE(format.IsBinary("o2"));
+}
+
+TEST(RestCodecTest, EveryMalformedRequestIsRefusedNamingTheField) {
+  EXPECT_EQ(Refusal("{\"inputs\": [}"), "body: not valid JSON (at byte 13)");
+  EXPECT_EQ(Refusal("[1]"), "body: expected a JSON object");
+  EXPECT_EQ(Refusal(R"({"input": []})"), "body.input: not a field of the KServe v2 REST request");
+  EXPECT_EQ(Refusal(R"({"inputs": {}})"), "inputs: expected an array");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [2], "data": [1]}]})"),
+            "inputs[0].data: 1 values, but shape [2] has 2");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": ["1"]}]})"),
+            "inputs[0].data: element 0 (\"1\") is not a INT64 value");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "UINT8", "shape": [1], "data": [256]}]})"),
+            "inputs[0].data: element 0 (256) is not a UINT8 value");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT32", "shape": [1], "data": [1.5]}]})"),
+            "inputs[0].data: element 0 (1.5) is not a INT32 value");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [-1], "data": []}]})"),
+            "inputs[0].shape: dimensions must be non-negative integers, got -1");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1048576, 1048576, 4], "data": []}]})"),
+            "inputs[0].shape: [1048576,1048576,4] has too many elements");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"datatype": "INT64", "shape": [1], "data": [1]}]})"), "inputs[0].name: required");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "data": [1]}]})"), "inputs[0].shape: required");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "BYTES", "shape": [1], "data": ["x"]}]})"),
+            "inputs[0].datatype: 'BYTES' is not a datatype graphserve serves");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "FP16", "shape": [1], "data": [1.0]}]})"),
+            "inputs[0].data: FP16 tensors have no JSON form; send them as binary data");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1]}]})"),
+            "inputs[0].data: required (or parameters['binary_data_size'] with the binary data extension)");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "dims": [1]}]})"),
+            "inputs[0].dims: not a field of the KServe v2 REST request");
+  EXPECT_EQ(Refusal(R"({"parameters": {"binary_data_output": 1}})"),
+            "parameters['binary_data_output']: expected true or false");
+  EXPECT_EQ(Refusal(R"({"parameters": {"p": [1]}})"), "parameters['p']: expected a bool, a number or a string");
+  EXPECT_EQ(Refusal(R"({"outputs": [{"name": "o", "parameters": {"binary_data": "yes"}}]})"),
+            "outputs[0].parameters['binary_data']: expected true or false");
+
+  // The binary data extension: sizes must agree with the shapes and with the body.
+  const std::string header =
+      R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [2], "parameters": {"binary_data_size": 16}}]})";
+  EXPECT_EQ(Refusal(header + std::string(8, '\0'), header.size()),
+            "inputs[0].parameters['binary_data_size']: 16 bytes, but only 8 bytes of binary data are left "
+            "after the JSON header");
+  EXPECT_EQ(Refusal(header + std::string(20, '\0'), header.size()),
+            "body: 20 bytes follow the JSON header, but the inputs' binary_data_size add up to 16");
+  EXPECT_EQ(Refusal(header, header.size() + 1),
+            "Inference-Header-Content-Length: " + std::to_string(header.size() + 1) + " is more than the body's " +
+                std::to_string(header.size()) + " bytes");
+  const std::string wrong_size =
+      R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [2], "parameters": {"binary_data_size": 12}}]})";
+  EXPECT_EQ(Refusal(wrong_size + std::string(12, '\0'), wrong_size.size()),
+            "inputs[0].parameters['binary_data_size']: 12 bytes, but shape [2] of INT64 is 16");
+  const std::string both =
+      R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [1], "parameters": {"binary_data_size": 8}}]})";
+  EXPECT_EQ(Refusal(both + std::string(8, '\0'), both.size()),
+            "inputs[0]: has both data and parameters['binary_data_size']; send one");
+}
+
+inference::ModelInferResponse TwoOutputs() {
+  inference::ModelInferResponse response;
+  response.set_model_name("m");
+  response.set_model_version("3");
+  response.set_id("r9");
+  auto* first = response.add_outputs();
+  first->set_name("f");
+  first->set_datatype("FP32");
+  first->add_shape(1);
+  first->add_shape(2);
+  response.add_raw_output_contents(Raw<float>({1.5f, -2.0f}));
+  auto* second = response.add_outputs();
+  second->set_name("h");
+  second->set_datatype("FP16");
+  second->add_shape(2);
+  response.add_raw_output_contents(std::string("\x00\x3c\x00\xc0", 4));  // 1.0, -2.0
+  return response;
+}
+
+TEST(RestCodecTest, OutputsAnswerAsJsonDataUnlessAskedForBinary) {
+  const RestInferBody encoded = EncodeRestInferResponse(TwoOutputs(), RestOutputFormat{});
+  EXPECT_FALSE(encoded.json_length.has_value());
+  const json body = json::parse(encoded.body);
+  EXPECT_EQ(body["model_name"], "m");
+  EXPECT_EQ(body["model_version"], "3");
+  EXPECT_EQ(body["id"], "r9");
+  EXPECT_EQ(body["outputs"][0]["name"], "f");
+  EXPECT_EQ(body["outputs"][0]["shape"], json::array({1, 2}));
+  EXPECT_EQ(body["outputs"][0]["data"], json::array({1.5, -2.0}));
+  // FP16 has no JSON type of its own: its values as numbers.
+  EXPECT_EQ(body["outputs"][1]["data"], json::array({1.0, -2.0}));
+}
+
+TEST(RestCodecTest, BinaryOutputsFollowTheHeaderInOutputOrder) {
+  RestOutputFormat format;
+  format.binary_by_default = true;
+  format.binary_by_output = {{"h", false}};
+  const RestInferBody encoded = EncodeRestInferResponse(TwoOutputs(), format);
+  ASSERT_TRUE(encoded.json_length.has_value());
+  const json header = json::parse(encoded.body.substr(0, *encoded.json_length));
+  EXPECT_EQ(header["outputs"][0]["parameters"]["binary_data_size"], 8);
+  EXPECT_FALSE(header["outputs"][0].contains("data"));
+  EXPECT_EQ(header["outputs"][1]["data"], json::array({1.0, -2.0}));
+  EXPECT_EQ(encoded.body.substr(*encoded.json_length), Raw<float>({1.5f, -2.0f}));
+}
+
+TEST(RestCodecTest, ProtobufJsonHasNumbersForInt64AndNamesForEnums) {
+  inference::ModelMetadataResponse metadata;
+  metadata.set_name("m");
+  metadata.add_versions("1");
+  auto* input = metadata.add_inputs();
+  input->set_name("ids");
+  input->set_datatype("INT64");
+  input->add_shape(-1);
+  input->add_shape(128);
+  const json metadata_json = json::parse(ProtoToRestJson(metadata));
+  EXPECT_EQ(metadata_json["inputs"][0]["shape"], json::array({-1, 128}));
+  EXPECT_EQ(metadata_json["versions"], json::array({"1"}));
+
+  inference::ModelConfig config;
+  config.set_name("m");
+  config.set_max_batch_size(8);
+  auto* tensor = config.add_input();
+  tensor->set_name("ids");
+  tensor->set_data_type(inference::TYPE_INT64);
+  tensor->add_dims(-1);
+  (*config.mutable_parameters())["k"].set_string_value("v");
+  const json config_json = json::parse(ProtoToRestJson(config));
+  EXPECT_EQ(config_json["max_batch_size"], 8);
+  EXPECT_EQ(config_json["input"][0]["data_type"], "TYPE_INT64");
+  EXPECT_EQ(config_json["input"][0]["dims"], json::array({-1}));
+  EXPECT_EQ(config_json["parameters"]["k"]["string_value"], "v");
+  // Unset sub-messages stay out; scalars are always present, as Triton prints configs.
+  EXPECT_FALSE(config_json.contains("dynamic_batching"));
+  EXPECT_EQ(config_json["platform"], "");
+
+  inference::RepositoryIndexResponse index;
+  auto* model = index.add_models();
+  model->set_name("m");
+  model->set_state("READY");
+  EXPECT_EQ(json::parse(RepositoryIndexJson(index)),
+            json::parse(R"([{"name": "m", "version": "", "state": "READY", "reason": ""}])"));
+}
+
+TEST(RestCodecTest, HttpStatusesFollowTriton) {
+  EXPECT_EQ(HttpStatusFor(StatusCode::kOk), 200);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kUnimplemented), 501);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kInternal), 500);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kCancelled), 400);
+  EXPECT_EQ(json::parse(ErrorBody("a \"quoted\" name")), json({{"error", "a \"quoted\" name"}}));
+}
+
+TEST(RestCodecTest, RepositoryBodiesAreReadOrRefused) {
+  inference::RepositoryIndexRequest index;
+  EXPECT_TRUE(ParseRepositoryIndexRequest("", &index).ok());
+  EXPECT_FALSE(index.ready());
+  EXPECT_TRUE(ParseRepositoryIndexRequest(R"({"ready": true})", &index).ok());
+  EXPECT_TRUE(index.ready());
+  EXPECT_EQ(ParseRepositoryIndexRequest(R"({"ready": 1})", &index).message(), "ready: expected true or false");
+  EXPECT_EQ(ParseRepositoryIndexRequest(R"({"repository": "x"})", &index).message(),
+            "body.repository: not a field of the KServe v2 REST request");
+
+  inference::RepositoryModelLoadRequest load;
+  ASSERT_TRUE(ParseRepositoryParameters(R"({"parameters": {"config": "{}", "n": 2, "b": true}})",
+                                        load.mutable_parameters())
+                  .ok());
+  EXPECT_EQ(load.parameters().at("config").string_param(), "{}");
+  EXPECT_EQ(load.parameters().at("n").int64_param(), 2);
+  EXPECT_TRUE(load.parameters().at("b").bool_param());
+}
+
+}  // namespace
+}  // namespace graphserve
