@@ -109,6 +109,9 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   app.add_option("--threads", options.polling_threads, "Threads polling the completion queue")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--http-address", options.http_address,
+                 "Send the infer calls over the KServe v2 REST binding to this HOST:PORT (binary tensors; "
+                 "closed loop); --address still answers readiness and metadata");
   app.add_option("--connections", options.connections, "HTTP/2 connections to spread calls over")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

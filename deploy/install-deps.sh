@@ -26,7 +26,7 @@ build_packages=(
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev
-  libmicrohttpd-dev
+  libmicrohttpd-dev libcurl4-openssl-dev
   python3 python3-venv
 )
 case "$ID:$VERSION_ID" in

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/completion_queue.h>
@@ -19,6 +20,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/async_unary_call.h>
 #include <grpcpp/support/channel_arguments.h>
+
+#include "rest_transport.h"
 
 namespace graphserve::loadgen {
 
@@ -45,6 +48,9 @@ struct Call {
   // The request sent: LoadRun's cached one for this length, or owned_request.
   const inference::ModelInferRequest* request = nullptr;
   std::unique_ptr<inference::ModelInferRequest> owned_request;
+  // REST only: the request as the binding's body (shared by the calls of one length).
+  std::shared_ptr<const std::string> rest_body;
+  size_t rest_json_length = 0;
   Stub* stub = nullptr;
   // Latency is measured from here: the send (closed loop) or the due time (open loop), so that an
   // issuing thread running late adds to the latency rather than hiding it.
@@ -61,7 +67,14 @@ class LoadRun {
           const inference::ModelMetadataResponse& metadata,
           const std::vector<std::unique_ptr<Stub>>& stubs)
       : model_(model), options_(options), metadata_(metadata), stubs_(stubs),
-        length_rng_(options.seed) {}
+        length_rng_(options.seed) {
+    if (!options.http_address.empty()) {
+      rest_path_ = "/v2/models/" + model + "/infer";
+      rest_ = std::make_unique<RestTransport>(
+          "http://" + options.http_address, options.timeout_ms, options.polling_threads,
+          [this](void* tag, RestTransport::Answer&& answer) { CompleteRest(static_cast<Call*>(tag), std::move(answer)); });
+    }
+  }
 
   // Sends the whole load and returns once every call has been answered and every thread joined.
   void Execute(const std::function<void(const Progress&)>& progress, int64_t interval_ms) {
@@ -87,6 +100,7 @@ class LoadRun {
     progress_wake_.notify_all();
     if (reporter.joinable()) reporter.join();
     // Nothing is outstanding and nothing more is sent: the queue drains at once.
+    rest_.reset();
     queue_.Shutdown();
     for (std::thread& poller : pollers) poller.join();
   }
@@ -153,6 +167,7 @@ class LoadRun {
     const auto cached = requests_.find(length);
     if (cached != requests_.end()) {
       made->request = cached->second.get();
+      if (rest_) std::tie(made->rest_body, made->rest_json_length) = rest_bodies_.at(length);
     } else {
       RequestSpec spec;
       spec.model = model_;
@@ -177,12 +192,16 @@ class LoadRun {
         return;
       }
       made->request = request.get();
+      if (rest_) {
+        made->rest_body = std::make_shared<const std::string>(RestInferBody(*request, &made->rest_json_length));
+      }
       // Kept for every later call of this length while the cache has room (a call serialises its
       // request when it starts, so one message can serve them all); otherwise the call owns it.
       const int64_t bytes = static_cast<int64_t>(request->ByteSizeLong());
       if (cached_bytes_ + bytes <= options_.request_cache_bytes) {
         cached_bytes_ += bytes;
         requests_.emplace(length, std::move(request));
+        if (rest_) rest_bodies_[length] = {made->rest_body, made->rest_json_length};
       } else {
         made->owned_request = std::move(request);
       }
@@ -197,6 +216,10 @@ class LoadRun {
 
   // Starts `call` on the completion queue; done outside mutex_, since it serialises the request.
   void Send(Call* call) {
+    if (rest_) {
+      rest_->Send(call, rest_path_, call->rest_body, call->rest_json_length);
+      return;
+    }
     if (options_.timeout_ms > 0) {
       call->context.set_deadline(std::chrono::system_clock::now() +
                                  std::chrono::milliseconds(options_.timeout_ms));
@@ -241,6 +264,17 @@ class LoadRun {
       }
       if (call != nullptr) Send(call);
     }
+  }
+
+  // A REST answer, as the gRPC status and response the gRPC path would have seen.
+  void CompleteRest(Call* call, RestTransport::Answer&& answer) {
+    if (answer.http_status == 0) {
+      call->status = grpc::Status(answer.timed_out ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::UNAVAILABLE,
+                                  answer.transport_error);
+    } else {
+      call->status = ParseRestInferAnswer(answer.http_status, answer.body, answer.json_length, &call->response);
+    }
+    Complete(call);
   }
 
   void Poll() {
@@ -319,6 +353,9 @@ class LoadRun {
   const inference::ModelMetadataResponse& metadata_;
   const std::vector<std::unique_ptr<Stub>>& stubs_;
   grpc::CompletionQueue queue_;
+  // REST runs only: the transport (its threads call CompleteRest) and the infer path.
+  std::string rest_path_;
+  std::unique_ptr<RestTransport> rest_;
   // Set before any other thread starts, read-only afterwards.
   Clock::time_point start_;
   Clock::time_point warmup_end_;
@@ -331,6 +368,8 @@ class LoadRun {
   // Requests by length, kept for the run (calls point at them), up to request_cache_bytes in all.
   // Guarded by mutex_.
   std::map<int64_t, std::unique_ptr<inference::ModelInferRequest>> requests_;
+  // REST runs: the body of each request in requests_. Guarded by mutex_.
+  std::map<int64_t, std::pair<std::shared_ptr<const std::string>, size_t>> rest_bodies_;
   int64_t cached_bytes_ = 0;    // guarded by mutex_
   size_t next_stub_ = 0;        // guarded by mutex_
   bool issuing_done_ = false;   // guarded by mutex_
@@ -375,6 +414,12 @@ grpc::Status ValidateOptions(const LoadOptions& options) {
   if (options.request_cache_bytes < 0) return Invalid("request_cache_bytes must be 0 or more");
   if (options.polling_threads < 1 || options.polling_threads > kMaxThreads) {
     return Invalid("--threads must be in [1, " + std::to_string(kMaxThreads) + "]");
+  }
+  if (!options.http_address.empty() && options.concurrency == 0) {
+    return Invalid("--http-address: REST load runs in a closed loop only; use --concurrency");
+  }
+  if (!options.http_address.empty() && options.encoding != InputEncoding::kRaw) {
+    return Invalid("--contents typed: the REST binding sends binary tensors; use --contents raw");
   }
   if (options.connections < 1 || options.connections > kMaxThreads) {
     return Invalid("--connections must be in [1, " + std::to_string(kMaxThreads) + "]");
@@ -451,7 +496,8 @@ grpc::Status LoadRunner::Run(Report* report, const std::function<void(const Prog
   run.Execute(progress, progress_interval_ms);
 
   *report = Report();
-  report->address = address_;
+  // Where the measured calls went: the REST address for a REST run.
+  report->address = options_.http_address.empty() ? address_ : "http://" + options_.http_address;
   report->model = model;
   report->mode = options_.concurrency > 0 ? "closed" : "open";
   report->concurrency = options_.concurrency;

@@ -85,6 +85,29 @@ TEST_F(LoadgenIntegrationTest, ClosedLoopOfEightCallersGetsEveryAnswerRight) {
   EXPECT_NE(run.output.find("200 issued, 200 ok, 0 errors"), std::string::npos) << run.output;
 }
 
+// The same closed loop over the REST binding: every answer, converted back, passes the same checks,
+// and the server's refusals come back with their codes.
+TEST_F(LoadgenIntegrationTest, RestBindingCarriesTheSameLoadAndErrors) {
+  const std::string http = "127.0.0.1:" + std::to_string(server_->http_port());
+  const ToolRun run = Run("--http-address " + http +
+                              " --model encoder --concurrency 8 --requests 100 --rows 2 "
+                              "--lengths uniform:8-64 --warmup-s 0.5 --threads 2 --outputs pooler_output",
+                          "loadgen_rest.json");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ExpectConsistent(run.report);
+  EXPECT_EQ(run.report["address"], "http://" + http);
+  EXPECT_EQ(run.report["ok"], 100);
+  EXPECT_EQ(run.report["error_count"], 0) << run.report["error_examples"];
+
+  const ToolRun rejected = Run("--http-address " + http +
+                                   " --model tiny_traced --concurrency 2 --requests 10 --lengths fixed:65 --warmup-s 0",
+                               "loadgen_rest_rejected.json");
+  EXPECT_EQ(rejected.exit_code, 1) << rejected.output;
+  EXPECT_EQ(rejected.report["errors"]["INVALID_ARGUMENT"], 10) << rejected.report.dump(2);
+  EXPECT_NE(rejected.report["error_examples"]["INVALID_ARGUMENT"].get<std::string>().find("max_sequence_length"),
+            std::string::npos);
+}
+
 TEST_F(LoadgenIntegrationTest, OpenLoopForTwoSecondsAtAModestRate) {
   const ToolRun run = Run(
       "--model tiny_traced --rate 40 --duration-s 2 --lengths lognormal:24,0.8,8-64 "

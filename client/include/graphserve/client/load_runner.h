@@ -1,7 +1,8 @@
 // LoadRunner: drives ModelInfer load against one model of a KServe v2 gRPC server and reports what it
 // measured. Calls go through gRPC's asynchronous API: a completion queue served by a few polling
 // threads carries every outstanding call, so neither a high rate nor a high concurrency needs an OS
-// thread per call.
+// thread per call. With LoadOptions::http_address the same calls go over the REST binding instead
+// (rest_transport.h), with the same traffic, checks and report.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,9 @@ struct LoadOptions {
   // Open loop: an arrival that finds this many calls outstanding is not sent and counts as the error
   // kNotSent, so that an overloaded server cannot exhaust the client's memory.
   int64_t max_in_flight = 4096;
-  // Threads polling the completion queue, and HTTP/2 connections the calls are spread over.
+  // Threads polling the completion queue (REST: running libcurl's event loops), and HTTP/2
+  // connections the calls are spread over (gRPC only; REST opens one keep-alive connection per call
+  // in flight).
   int64_t polling_threads = 1;
   int64_t connections = 1;
   // The request built for a length is kept for later calls of that length while all those kept hold
@@ -52,6 +55,9 @@ struct LoadOptions {
   // Seeds the lengths, the arrivals and the token ids.
   uint64_t seed = 0;
   InputEncoding encoding = InputEncoding::kRaw;
+  // Non-empty: the infer calls go to this HOST:PORT over the KServe v2 HTTP/REST binding (binary
+  // tensors) instead of gRPC; metadata still comes from the gRPC address. Closed loop only.
+  std::string http_address;
   // Outputs to ask for (KServe's `outputs` field); empty asks for all. An embedding service that
   // needs only the pooled vector saves the server and the network the per-token output.
   std::vector<std::string> outputs;
