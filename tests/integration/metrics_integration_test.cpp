@@ -99,6 +99,11 @@ std::set<std::string> FamiliesIn(const std::string& expr,
   return families;
 }
 
+nlohmann::json Variables(const nlohmann::json& dashboard) {
+  const nlohmann::json templating = dashboard.value("templating", nlohmann::json::object());
+  return templating.value("list", nlohmann::json::array());
+}
+
 struct DashboardQuery {
   std::string panel;
   std::string expr;
@@ -270,15 +275,71 @@ TEST_F(LiveMetricsTest, DashboardNamesOnlyMetricsGraphserveExports) {
   EXPECT_NE(text.find("by (model, reason)"), std::string::npos) << "no fallback reasons panel";
   EXPECT_NE(text.find("by (model, bucket)"), std::string::npos) << "no per-bucket replays panel";
 
-  // Every panel reads the provisioned datasource.
-  std::smatch uid;
+}
+
+// The dashboard is both provisioned (deploy/grafana/provisioning, which Grafana loads as is) and
+// imported into other Grafanas (which replace each __inputs placeholder by the datasource picked).
+// So every query reads the datasource variable; the variable's saved value is the import placeholder,
+// which import replaces and which a provisioned copy, finding no such uid, resolves by its text: the
+// provisioned datasource's name.
+TEST_F(LiveMetricsTest, DashboardReadsTheDatasourceVariable) {
+  const nlohmann::json dashboard = nlohmann::json::parse(ReadText(kDashboard));
+  std::smatch name;
   const std::string datasources = ReadText(kDatasources);
-  ASSERT_TRUE(std::regex_search(datasources, uid, std::regex("uid:\\s*(\\S+)")));
+  ASSERT_TRUE(std::regex_search(datasources, name, std::regex("-\\s*name:\\s*(\\S+)")));
+
+  nlohmann::json variable;
+  for (const auto& v : Variables(dashboard)) {
+    if (v.value("type", "") == "datasource") variable = v;
+  }
+  ASSERT_TRUE(variable.is_object()) << "no datasource variable";
+  EXPECT_EQ(variable.value("query", ""), "prometheus");
+  const nlohmann::json current = variable.value("current", nlohmann::json::object());
+  EXPECT_EQ(current.value("text", ""), name[1].str())
+      << "a provisioned copy finds its datasource by this text";
+  ASSERT_EQ(dashboard.value("__inputs", nlohmann::json::array()).size(), 1u);
+  const nlohmann::json& input = dashboard["__inputs"][0];
+  EXPECT_EQ(input.value("type", ""), "datasource");
+  EXPECT_EQ(input.value("pluginId", ""), "prometheus");
+  const std::string placeholder = "${" + input.value("name", "") + "}";
+  EXPECT_EQ(current.value("value", ""), placeholder) << "import would not set the variable";
+
+  // The placeholder nowhere else: a provisioned copy would query a datasource of that uid.
+  nlohmann::json rest = dashboard;
+  rest.erase("__inputs");
+  for (auto& v : rest["templating"]["list"]) {
+    if (v.value("type", "") == "datasource") v.erase("current");
+  }
+  EXPECT_EQ(rest.dump().find("${DS_"), std::string::npos);
+
+  const nlohmann::json reference = {{"type", "prometheus"},
+                                    {"uid", "${" + variable.value("name", "") + "}"}};
+  std::vector<std::pair<std::string, nlohmann::json>> users;
   for (const auto& panel : dashboard["panels"]) {
-    EXPECT_EQ(panel["datasource"].value("uid", ""), uid[1].str()) << panel.value("title", "");
-    for (const auto& target : panel["targets"]) {
-      EXPECT_EQ(target["datasource"].value("uid", ""), uid[1].str()) << panel.value("title", "");
+    if (panel.value("type", "") == "row") continue;
+    users.emplace_back(panel.value("title", ""), panel.value("datasource", nlohmann::json()));
+    for (const auto& target : panel.value("targets", nlohmann::json::array())) {
+      users.emplace_back(panel.value("title", "") + "/" + target.value("refId", ""),
+                         target.value("datasource", nlohmann::json()));
     }
+  }
+  for (const auto& v : Variables(dashboard)) {
+    if (v.value("type", "") == "query") users.emplace_back("$" + v.value("name", ""), v["datasource"]);
+  }
+  for (const auto& annotation : dashboard["annotations"]["list"]) {
+    users.emplace_back(annotation.value("name", ""), annotation.value("datasource", nlohmann::json()));
+  }
+  for (const auto& [user, datasource] : users) EXPECT_EQ(datasource, reference) << user;
+
+  // Import lists what the dashboard needs; every panel type is among it.
+  std::set<std::string> required;
+  for (const auto& requirement : dashboard.value("__requires", nlohmann::json::array())) {
+    required.insert(requirement.value("type", "") + "/" + requirement.value("id", ""));
+  }
+  EXPECT_EQ(required.count("datasource/prometheus"), 1u);
+  for (const auto& panel : dashboard["panels"]) {
+    if (panel.value("type", "") == "row") continue;
+    EXPECT_EQ(required.count("panel/" + panel.value("type", "")), 1u) << panel.value("title", "");
   }
 }
 
