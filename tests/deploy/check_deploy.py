@@ -7,6 +7,7 @@ metric names metrics.cpp registers.
 Environment: SOURCE_DIR (the repository), GRAPHSERVE (the built binary), PROMTOOL.
 Run with /usr/bin/python3 (Debian's python3-yaml). Arguments select unittest classes.
 """
+import json
 import os
 import pathlib
 import re
@@ -210,6 +211,31 @@ class ComposeTest(unittest.TestCase):
             (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"][0]
         self.assertEqual(datasource["url"], "http://prometheus:9090")
         self.assertIn("9090:9090", self.services["prometheus"]["ports"])
+
+
+class GrafanaDashboardTest(unittest.TestCase):
+    """The dashboard's grid: Grafana loads overlapping or out-of-grid panels without a word and
+    rearranges them, so a layout mistake shows only on screen."""
+
+    def setUp(self):
+        self.panels = json.loads(read("deploy/grafana/dashboards/graphserve.json"))["panels"]
+
+    def test_panels_tile_the_grid_without_overlap(self):
+        ids = [panel["id"] for panel in self.panels]
+        self.assertEqual(len(ids), len(set(ids)), "panel ids repeat")
+        owner = {}
+        for panel in self.panels:
+            grid = panel["gridPos"]
+            self.assertTrue(grid["w"] > 0 and grid["h"] > 0 and grid["x"] >= 0 and grid["y"] >= 0,
+                            panel["title"])
+            self.assertLessEqual(grid["x"] + grid["w"], 24, f"{panel['title']} is wider than the grid")
+            if panel["type"] == "row":
+                self.assertEqual((grid["x"], grid["w"], grid["h"]), (0, 24, 1), panel["title"])
+            for x in range(grid["x"], grid["x"] + grid["w"]):
+                for y in range(grid["y"], grid["y"] + grid["h"]):
+                    if (x, y) in owner:
+                        self.fail(f"{panel['title']} overlaps {owner[(x, y)]}")
+                    owner[(x, y)] = panel["title"]
 
 
 class KubernetesTest(unittest.TestCase):

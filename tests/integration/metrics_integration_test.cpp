@@ -1,7 +1,8 @@
 // Black-box tests of graphserve's /metrics with the real Prometheus tools: the counts of a live scrape
 // against the requests sent, `promtool check metrics` on that scrape and `promtool check config` on
 // deploy/prometheus.yml, the Grafana dashboard's PromQL against the names graphserve exports, and a
-// real Prometheus server scraping a running graphserve and answering queries about it.
+// real Prometheus server scraping a running graphserve, evaluating deploy/prometheus-alerts.yml and
+// answering every query of the dashboard about it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -44,6 +45,7 @@ const std::string kDashboard = std::string(SOURCE_DIR) + "/deploy/grafana/dashbo
 const std::string kDatasources =
     std::string(SOURCE_DIR) + "/deploy/grafana/provisioning/datasources/prometheus.yml";
 const std::string kPrometheusConfig = std::string(SOURCE_DIR) + "/deploy/prometheus.yml";
+const std::string kAlerts = std::string(SOURCE_DIR) + "/deploy/prometheus-alerts.yml";
 
 std::string ReadText(const std::string& path) {
   std::ifstream file(path);
@@ -99,32 +101,70 @@ std::set<std::string> FamiliesIn(const std::string& expr,
   return families;
 }
 
+// The dashboard's template variables.
+nlohmann::json Variables(const nlohmann::json& dashboard) {
+  const nlohmann::json templating = dashboard.value("templating", nlohmann::json::object());
+  return templating.value("list", nlohmann::json::array());
+}
+
 struct DashboardQuery {
-  std::string panel;
-  std::string expr;
+  enum Kind { kPanel, kVariable, kAnnotation };
+  Kind kind;
+  std::string name;         // "PANEL TITLE/REFID", "$VARIABLE" or the annotation's name
+  std::string expr;         // PromQL; label_values(SELECTOR, LABEL) for a variable
+  std::string description;  // the panel's
 };
 
-// Every PromQL expression of the dashboard: panel targets and query variables.
+// Every query of the dashboard: panel targets, query variables and annotations.
 std::vector<DashboardQuery> DashboardQueries(const nlohmann::json& dashboard) {
   std::vector<DashboardQuery> queries;
   for (const auto& panel : dashboard.value("panels", nlohmann::json::array())) {
     for (const auto& target : panel.value("targets", nlohmann::json::array())) {
-      if (target.contains("expr")) queries.push_back({panel.value("title", ""), target["expr"]});
+      if (!target.contains("expr")) continue;
+      queries.push_back({DashboardQuery::kPanel,
+                         panel.value("title", "") + "/" + target.value("refId", ""), target["expr"],
+                         panel.value("description", "")});
     }
   }
-  for (const auto& variable : dashboard["templating"].value("list", nlohmann::json::array())) {
+  for (const auto& variable : Variables(dashboard)) {
     if (variable.value("type", "") != "query") continue;
     const auto& query = variable["query"];
-    queries.push_back({"$" + variable.value("name", ""),
-                       query.is_object() ? query.value("query", "") : query.get<std::string>()});
+    queries.push_back({DashboardQuery::kVariable, "$" + variable.value("name", ""),
+                       query.is_object() ? query.value("query", "") : query.get<std::string>(), ""});
+  }
+  const nlohmann::json annotations = dashboard.value("annotations", nlohmann::json::object());
+  for (const auto& annotation : annotations.value("list", nlohmann::json::array())) {
+    // A top-level expr is how the file writes it; Grafana moves it into target when it saves.
+    const std::string expr = annotation.contains("expr")
+                                 ? annotation.value("expr", "")
+                                 : annotation.value("target", nlohmann::json::object()).value("expr", "");
+    if (expr.empty()) continue;
+    queries.push_back({DashboardQuery::kAnnotation, annotation.value("name", ""), expr, ""});
   }
   return queries;
 }
 
-// A dashboard expression as Grafana sends it: the all-models value and a fixed rate window.
-std::string AsGrafanaSendsIt(std::string expr) {
+// What Grafana puts in place of a variable at its saved default: a variable set to All its allValue,
+// any other its current value.
+std::string DefaultValue(const nlohmann::json& variable) {
+  const nlohmann::json current = variable.value("current", nlohmann::json::object());
+  nlohmann::json value = current.value("value", nlohmann::json(""));
+  if (value.is_array()) value = value.empty() ? nlohmann::json("") : value[0];
+  const std::string text = value.get<std::string>();
+  return text == "$__all" ? variable.value("allValue", "") : text;
+}
+
+// A dashboard expression as Grafana sends it: every variable at its default ($model and $instance at
+// All, $job at the compose stack's job) and a fixed rate window.
+std::string AsGrafanaSendsIt(std::string expr, const nlohmann::json& dashboard) {
   expr = std::regex_replace(expr, std::regex("\\$__rate_interval"), "1m");
-  return std::regex_replace(expr, std::regex("\\$model"), ".+");
+  for (const auto& variable : Variables(dashboard)) {
+    const std::regex reference("\\$\\{?" + variable.value("name", "") + "\\}?(?![A-Za-z0-9_])");
+    // "$$" in a replacement stands for a literal "$".
+    const std::string value = std::regex_replace(DefaultValue(variable), std::regex("\\$"), "$$$$");
+    expr = std::regex_replace(expr, reference, value);
+  }
+  return expr;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -244,21 +284,52 @@ TEST_F(LiveMetricsTest, DashboardNamesOnlyMetricsGraphserveExports) {
   std::set<std::string> referenced;
   for (const DashboardQuery& query : queries) {
     const std::set<std::string> families = FamiliesIn(query.expr, live.types());
-    EXPECT_FALSE(families.empty()) << query.panel << ": " << query.expr;
+    // Otherwise the series Prometheus makes itself: a target's up, the alert rules' ALERTS.
+    if (families.empty()) {
+      EXPECT_TRUE(std::regex_search(query.expr, std::regex("\\b(up|ALERTS)\\{")))
+          << query.name << " names no metric: " << query.expr;
+    }
     for (const std::string& family : families) {
       EXPECT_EQ(live.types().count(family), 1u)
-          << "panel '" << query.panel << "' names " << family << ", which graphserve does not export";
+          << "'" << query.name << "' names " << family << ", which graphserve does not export";
       referenced.insert(family);
     }
   }
-  // The panels the issue asks for: replay vs eager and the fallback reasons, latency quantiles, queue
-  // depth, batch fill, padding waste, per-bucket replays, GPU memory.
+  // The panels the issues ask for: replay vs eager and the fallback reasons, latency quantiles, queue
+  // depth, batch fill, real tokens and padding waste, per-bucket replays, GPU memory, build info,
+  // graph capture time and pool memory.
   for (const char* family :
        {"graphserve_graph_replays_total", "graphserve_eager_executions_total",
         "graphserve_batches_total", "graphserve_request_duration_seconds", "graphserve_queue_depth",
         "graphserve_batch_rows_total", "graphserve_real_elements_total",
-        "graphserve_padded_elements_total", "graphserve_gpu_memory_allocated_bytes"}) {
+        "graphserve_padded_elements_total", "graphserve_gpu_memory_allocated_bytes",
+        "graphserve_gpu_memory_reserved_bytes", "graphserve_build_info",
+        "graphserve_graph_capture_seconds", "graphserve_graph_pool_bytes"}) {
     EXPECT_EQ(referenced.count(family), 1u) << "no panel shows " << family;
+  }
+  const std::set<std::string> gpu_memory = {"graphserve_gpu_memory_allocated_bytes",
+                                            "graphserve_gpu_memory_reserved_bytes"};
+  for (const auto& panel : dashboard["panels"]) {
+    std::set<std::string> families;
+    for (const auto& target : panel.value("targets", nlohmann::json::array())) {
+      const std::set<std::string> named = FamiliesIn(target.value("expr", ""), live.types());
+      families.insert(named.begin(), named.end());
+    }
+    // Values set once per model load read best as numbers than as flat lines.
+    for (const char* constant : {"graphserve_build_info", "graphserve_graph_capture_seconds",
+                                 "graphserve_graph_pool_bytes"}) {
+      if (families.count(constant) > 0) {
+        EXPECT_EQ(panel.value("type", ""), "stat") << panel.value("title", "") << " shows " << constant;
+      }
+    }
+    // GPU memory is per device, shared by the models there: no per-model series beside it.
+    bool shows_gpu_memory = false;
+    for (const std::string& family : families) shows_gpu_memory |= gpu_memory.count(family) > 0;
+    if (shows_gpu_memory) {
+      for (const std::string& family : families) {
+        EXPECT_EQ(gpu_memory.count(family), 1u) << panel.value("title", "") << " mixes in " << family;
+      }
+    }
   }
   const std::string text = dashboard.dump();
   for (const char* quantile : {"0.5", "0.95", "0.99"}) {
@@ -269,16 +340,73 @@ TEST_F(LiveMetricsTest, DashboardNamesOnlyMetricsGraphserveExports) {
   }
   EXPECT_NE(text.find("by (model, reason)"), std::string::npos) << "no fallback reasons panel";
   EXPECT_NE(text.find("by (model, bucket)"), std::string::npos) << "no per-bucket replays panel";
+}
 
-  // Every panel reads the provisioned datasource.
-  std::smatch uid;
+// The dashboard is both provisioned (deploy/grafana/provisioning, which Grafana loads as is) and
+// imported into other Grafanas (which replace each __inputs placeholder by the datasource picked).
+// So every query reads the datasource variable; the variable's saved value is the import placeholder,
+// which import replaces and which a provisioned copy, finding no such uid, resolves by its text: the
+// provisioned datasource's name.
+TEST_F(LiveMetricsTest, DashboardReadsTheDatasourceVariable) {
+  const nlohmann::json dashboard = nlohmann::json::parse(ReadText(kDashboard));
+  std::smatch name;
   const std::string datasources = ReadText(kDatasources);
-  ASSERT_TRUE(std::regex_search(datasources, uid, std::regex("uid:\\s*(\\S+)")));
+  ASSERT_TRUE(std::regex_search(datasources, name, std::regex("-\\s*name:\\s*(\\S+)")));
+
+  nlohmann::json variable;
+  for (const auto& v : Variables(dashboard)) {
+    if (v.value("type", "") == "datasource") variable = v;
+  }
+  ASSERT_TRUE(variable.is_object()) << "no datasource variable";
+  EXPECT_EQ(variable.value("query", ""), "prometheus");
+  const nlohmann::json current = variable.value("current", nlohmann::json::object());
+  EXPECT_EQ(current.value("text", ""), name[1].str())
+      << "a provisioned copy finds its datasource by this text";
+  ASSERT_EQ(dashboard.value("__inputs", nlohmann::json::array()).size(), 1u);
+  const nlohmann::json& input = dashboard["__inputs"][0];
+  EXPECT_EQ(input.value("type", ""), "datasource");
+  EXPECT_EQ(input.value("pluginId", ""), "prometheus");
+  const std::string placeholder = "${" + input.value("name", "") + "}";
+  EXPECT_EQ(current.value("value", ""), placeholder) << "import would not set the variable";
+
+  // The placeholder nowhere else: a provisioned copy would query a datasource of that uid.
+  nlohmann::json rest = dashboard;
+  rest.erase("__inputs");
+  for (auto& v : rest["templating"]["list"]) {
+    if (v.value("type", "") == "datasource") v.erase("current");
+  }
+  EXPECT_EQ(rest.dump().find("${DS_"), std::string::npos);
+
+  const nlohmann::json reference = {{"type", "prometheus"},
+                                    {"uid", "${" + variable.value("name", "") + "}"}};
+  std::vector<std::pair<std::string, nlohmann::json>> users;
   for (const auto& panel : dashboard["panels"]) {
-    EXPECT_EQ(panel["datasource"].value("uid", ""), uid[1].str()) << panel.value("title", "");
-    for (const auto& target : panel["targets"]) {
-      EXPECT_EQ(target["datasource"].value("uid", ""), uid[1].str()) << panel.value("title", "");
+    if (panel.value("type", "") == "row") continue;
+    users.emplace_back(panel.value("title", ""), panel.value("datasource", nlohmann::json()));
+    for (const auto& target : panel.value("targets", nlohmann::json::array())) {
+      users.emplace_back(panel.value("title", "") + "/" + target.value("refId", ""),
+                         target.value("datasource", nlohmann::json()));
     }
+  }
+  for (const auto& v : Variables(dashboard)) {
+    if (v.value("type", "") != "query") continue;
+    users.emplace_back("$" + v.value("name", ""), v.value("datasource", nlohmann::json()));
+  }
+  const nlohmann::json annotations = dashboard.value("annotations", nlohmann::json::object());
+  for (const auto& annotation : annotations.value("list", nlohmann::json::array())) {
+    users.emplace_back(annotation.value("name", ""), annotation.value("datasource", nlohmann::json()));
+  }
+  for (const auto& [user, datasource] : users) EXPECT_EQ(datasource, reference) << user;
+
+  // Import lists what the dashboard needs; every panel type is among it.
+  std::set<std::string> required;
+  for (const auto& requirement : dashboard.value("__requires", nlohmann::json::array())) {
+    required.insert(requirement.value("type", "") + "/" + requirement.value("id", ""));
+  }
+  EXPECT_EQ(required.count("datasource/prometheus"), 1u);
+  for (const auto& panel : dashboard["panels"]) {
+    if (panel.value("type", "") == "row") continue;
+    EXPECT_EQ(required.count("panel/" + panel.value("type", "")), 1u) << panel.value("title", "");
   }
 }
 
@@ -294,7 +422,6 @@ TEST_F(LiveMetricsTest, PromtoolAcceptsTheDeployedPrometheusConfig) {
 // ---------------------------------------------------------------------------------------------------
 // A real Prometheus scraping a real graphserve.
 
-// A child process with its output in a log; SIGKILLed if still running at destruction.
 // Polls `condition` every 250 ms until it holds or `timeout` passes.
 template <typename Condition>
 bool Eventually(seconds timeout, Condition condition) {
@@ -306,98 +433,269 @@ bool Eventually(seconds timeout, Condition condition) {
   return condition();
 }
 
+// A Prometheus HTTP API answer (`target` is the path and query string): status "success" or "error",
+// and data.
+nlohmann::json PromApi(int port, const std::string& target) {
+  const HttpResponse response = HttpGet(port, target);
+  if (response.status == 0) return {{"status", "no answer"}};
+  nlohmann::json answer = nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  return answer.is_object() ? answer : nlohmann::json{{"status", "not JSON: " + response.body}};
+}
+
 // Prometheus's answer to an instant query: status "success" or "error", and the vector result.
 nlohmann::json PromQuery(int port, const std::string& expr) {
-  const HttpResponse response = HttpGet(port, "/api/v1/query?query=" + UrlEncode(expr));
-  if (response.status == 0) return {{"status", "no answer"}};
-  return nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  return PromApi(port, "/api/v1/query?query=" + UrlEncode(expr));
+}
+
+// The data of a successful answer (a query's result, a label's values); empty when it failed.
+nlohmann::json Data(const nlohmann::json& answer) {
+  if (answer.value("status", "") != "success") return nlohmann::json::array();
+  const nlohmann::json& data = answer["data"];
+  return data.is_object() && data.contains("result") ? data["result"] : data;
+}
+
+// The values a query variable lists: label_values(SELECTOR, LABEL) asked as Grafana asks it, through
+// the label values endpoint.
+nlohmann::json LabelValues(int port, const std::string& query) {
+  std::smatch match;
+  if (!std::regex_match(query, match, std::regex(R"(label_values\((.+),\s*(\w+)\))"))) {
+    return {{"status", "not label_values(SELECTOR, LABEL)"}};
+  }
+  return PromApi(port, "/api/v1/label/" + match[2].str() + "/values?match%5B%5D=" +
+                           UrlEncode(match[1].str()));
 }
 
 // The value of a query whose result is one sample, or nullopt.
 std::optional<double> PromValue(int port, const std::string& expr) {
-  const nlohmann::json answer = PromQuery(port, expr);
-  if (answer.value("status", "") != "success") return std::nullopt;
-  const auto& result = answer["data"]["result"];
-  if (!result.is_array() || result.size() != 1) return std::nullopt;
+  const nlohmann::json result = Data(PromQuery(port, expr));
+  if (result.size() != 1) return std::nullopt;
   return std::stod(result[0]["value"][1].get<std::string>());
 }
 
-TEST(PrometheusServerTest, PrometheusScrapesRequestAndBatchCounts) {
-  SKIP_WITHOUT(PROMETHEUS);
-  ServerProcess server(GRAPHSERVE_BINARY, {"--device", "cpu"},
-                       std::string(TEST_OUTPUT_DIR) + "/prometheus_graphserve.log");
-  ASSERT_TRUE(server.WaitUntilReady(kStartTimeout)) << server.Log();
+// Whether a query result holds a series with all of `labels`.
+bool HasSeries(const nlohmann::json& result, const Labels& labels) {
+  for (const auto& series : result) {
+    bool all = true;
+    const nlohmann::json metric = series.value("metric", nlohmann::json::object());
+    for (const auto& [name, value] : labels) all = all && metric.value(name, "") == value;
+    if (all) return true;
+  }
+  return false;
+}
 
-  std::string dir = std::string(TEST_OUTPUT_DIR) + "/prometheus-XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  const std::string config = dir + "/prometheus.yml";
-  std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                        << "scrape_configs:\n  - job_name: graphserve\n    static_configs:\n"
-                        << "      - targets: ['127.0.0.1:" << server.metrics_port() << "']\n";
-  const int port = FreeLoopbackPort();
-  ChildProcess prometheus({PROMETHEUS, "--config.file=" + config, "--storage.tsdb.path=" + dir + "/data",
-                           "--web.listen-address=127.0.0.1:" + std::to_string(port)},
-                          dir + "/prometheus.log");
-  ASSERT_TRUE(Eventually(seconds(60), [&] { return HttpGet(port, "/-/ready").status == 200; }))
-      << prometheus.Log();
-  // Zeros scraped before the traffic, so that rate() sees the increase.
-  const std::string success =
-      "sum(graphserve_requests_total{job=\"graphserve\",model=\"encoder\",code=\"success\"})";
-  ASSERT_TRUE(Eventually(seconds(60), [&] { return PromValue(port, success) == 0.0; }))
-      << prometheus.Log();
+// A real Prometheus scraping, every second, a real graphserve (job graphserve, as deploy/prometheus.yml
+// names it) and a second target where nothing listens: a replica that is down. It evaluates
+// deploy/prometheus-alerts.yml. Started once for the suite; each test sends its own traffic.
+class PrometheusServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!Found(PROMETHEUS)) return;
+    server_ = new ServerProcess(GRAPHSERVE_BINARY, {"--device", "cpu"},
+                                std::string(TEST_OUTPUT_DIR) + "/prometheus_graphserve.log");
+    ASSERT_TRUE(server_->WaitUntilReady(kStartTimeout)) << server_->Log();
 
-  auto stub = server.NewStub();
-  std::mt19937 random(5);
-  constexpr int kRequests = 10;
-  for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(
-        Infer(stub.get(), TokenRequest("encoder", RandomTokens(random, 1 + i % 2, 4 + 9 * i))).ok());
+    dir_ = std::string(TEST_OUTPUT_DIR) + "/prometheus-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_.data()), nullptr);
+    down_target_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+    const std::string config = dir_ + "/prometheus.yml";
+    std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                          << "rule_files: ['" << kAlerts << "']\n"
+                          << "scrape_configs:\n  - job_name: graphserve\n    static_configs:\n"
+                          << "      - targets: ['127.0.0.1:" << server_->metrics_port() << "', '"
+                          << down_target_ << "']\n";
+    port_ = FreeLoopbackPort();
+    prometheus_ = new ChildProcess({PROMETHEUS, "--config.file=" + config,
+                                    "--storage.tsdb.path=" + dir_ + "/data",
+                                    "--web.listen-address=127.0.0.1:" + std::to_string(port_)},
+                                   dir_ + "/prometheus.log");
+    ASSERT_TRUE(Eventually(seconds(60), [] { return HttpGet(port_, "/-/ready").status == 200; }))
+        << prometheus_->Log();
+    // Zeros scraped before any traffic, so that rate() sees the increase.
+    ASSERT_TRUE(Eventually(seconds(60), [] { return PromValue(port_, kSuccess) == 0.0; }))
+        << prometheus_->Log();
+    ready_ = true;
+  }
+  static void TearDownTestSuite() {
+    if (prometheus_ != nullptr) {
+      EXPECT_EQ(prometheus_->Stop(SIGTERM, seconds(30)), 0) << prometheus_->Log();
+    }
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Stop(SIGTERM, seconds(60)), 0) << server_->Log();
+    }
+    delete prometheus_;
+    delete server_;
+    prometheus_ = nullptr;
+    server_ = nullptr;
+    // Prometheus's database and log stay behind only when something failed.
+    if (!dir_.empty() && !::testing::UnitTest::GetInstance()->Failed()) {
+      std::filesystem::remove_all(dir_);
+    }
+  }
+  void SetUp() override {
+    SKIP_WITHOUT(PROMETHEUS);
+    ASSERT_TRUE(ready_) << "the suite's graphserve or Prometheus did not start";
   }
 
+  // Sends `count` requests of 1-2 rows and growing lengths to the built-in encoder.
+  static void SendRequests(int count) {
+    auto stub = server_->NewStub();
+    std::mt19937 random(5);
+    for (int i = 0; i < count; ++i) {
+      ASSERT_TRUE(
+          Infer(stub.get(), TokenRequest("encoder", RandomTokens(random, 1 + i % 2, 4 + 9 * i))).ok());
+    }
+  }
+
+  static inline const std::string kSuccess =
+      "sum(graphserve_requests_total{job=\"graphserve\",model=\"encoder\",code=\"success\"})";
+  static inline ServerProcess* server_ = nullptr;
+  static inline ChildProcess* prometheus_ = nullptr;
+  static inline int port_ = 0;
+  static inline std::string dir_;
+  static inline std::string down_target_;
+  static inline bool ready_ = false;
+};
+
+TEST_F(PrometheusServerTest, PrometheusScrapesRequestAndBatchCounts) {
+  const std::string durations = "sum(graphserve_request_duration_seconds_count{model=\"encoder\"})";
   const std::string batches = "sum(graphserve_batches_total{model=\"encoder\"})";
+  const double success_before = PromValue(port_, kSuccess).value_or(-1);
+  const double durations_before = PromValue(port_, durations).value_or(-1);
+  const double batches_before = PromValue(port_, batches).value_or(-1);
+  constexpr int kRequests = 10;
+  SendRequests(kRequests);
+
   const std::string replays_and_eager =
       "sum(graphserve_eager_executions_total{model=\"encoder\"}) + "
       "(sum(graphserve_graph_replays_total{model=\"encoder\"}) or vector(0))";
   auto counted = [&] {
-    return PromValue(port, success) == double(kRequests) && PromValue(port, batches).value_or(0) > 0;
+    return PromValue(port_, kSuccess) == success_before + kRequests &&
+           PromValue(port_, batches).value_or(0) > batches_before;
   };
-  EXPECT_TRUE(Eventually(seconds(60), counted)) << "success: " << PromQuery(port, success).dump()
-                                                << "\nbatches: " << PromQuery(port, batches).dump();
+  EXPECT_TRUE(Eventually(seconds(60), counted)) << "success: " << PromQuery(port_, kSuccess).dump()
+                                                << "\nbatches: " << PromQuery(port_, batches).dump();
   // The requests are all answered, so the counts no longer move between these queries.
-  const std::optional<double> batch_count = PromValue(port, batches);
+  const std::optional<double> batch_count = PromValue(port_, batches);
   ASSERT_TRUE(batch_count.has_value());
-  EXPECT_GE(*batch_count, 1.0);
-  EXPECT_LE(*batch_count, double(kRequests));
-  EXPECT_EQ(PromValue(port, replays_and_eager), batch_count);
+  EXPECT_GE(*batch_count - batches_before, 1.0);
+  EXPECT_LE(*batch_count - batches_before, double(kRequests));
+  EXPECT_EQ(PromValue(port_, replays_and_eager), batch_count);
   EXPECT_EQ(
-      PromValue(port, "sum(graphserve_eager_executions_total{model=\"encoder\",reason=\"no_cuda\"})"),
+      PromValue(port_, "sum(graphserve_eager_executions_total{model=\"encoder\",reason=\"no_cuda\"})"),
       batch_count);
-  EXPECT_EQ(PromValue(port, "sum(graphserve_request_duration_seconds_count{model=\"encoder\"})"),
-            double(kRequests));
+  EXPECT_EQ(PromValue(port_, durations), durations_before + kRequests);
+}
 
-  // Every dashboard query is valid PromQL, and those naming a family with samples here show data.
+// The GPU-only queries: a CPU server exports no graph buckets and no CUDA device memory. Their panels'
+// descriptions say "GPU only"; every other query must show data here.
+const std::set<std::string> kGpuOnlyQueries = {
+    "Graph replays by bucket/A",
+    "GPU memory per device/A",
+    "GPU memory per device/B",
+};
+
+TEST_F(PrometheusServerTest, EveryDashboardQueryReturnsData) {
+  // Traffic for the panels, and a call for a model that does not exist: counted with model="".
+  const std::string unrouted =
+      "sum(graphserve_requests_total{job=\"graphserve\",model=\"\",code=\"not_found\"})";
+  const double unrouted_before = PromValue(port_, unrouted).value_or(0);
+  const double success_before = PromValue(port_, kSuccess).value_or(-1);
+  constexpr int kRequests = 4;
+  SendRequests(kRequests);
+  auto stub = server_->NewStub();
+  ASSERT_EQ(Infer(stub.get(), TokenRequest("no_such_model", {{1, 2, 3}})).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(Eventually(seconds(60), [&] {
+    return PromValue(port_, kSuccess) == success_before + kRequests &&
+           PromValue(port_, unrouted) == unrouted_before + 1;
+  })) << PromQuery(port_, unrouted).dump();
+
+  // Each query with the variables at their defaults, as Grafana sends it when the dashboard opens.
+  // A series appearing takes a second scrape to have a rate, hence the wait for data.
   const nlohmann::json dashboard = nlohmann::json::parse(ReadText(kDashboard));
-  const Exposition live(Scrape(server));
+  std::set<std::string> gpu_only_seen;
+  bool unrouted_shown = false;
   for (const DashboardQuery& query : DashboardQueries(dashboard)) {
-    if (query.panel.rfind("$", 0) == 0) continue;  // a Grafana variable, not PromQL
-    const nlohmann::json answer = PromQuery(port, AsGrafanaSendsIt(query.expr));
-    if (answer.value("status", "") != "success") {
-      ADD_FAILURE() << query.panel << ": " << answer.dump();
+    const std::string expr = AsGrafanaSendsIt(query.expr, dashboard);
+    if (query.kind == DashboardQuery::kVariable) {
+      nlohmann::json answer;
+      EXPECT_TRUE(Eventually(seconds(30), [&] {
+        answer = LabelValues(port_, expr);
+        return !Data(answer).empty();
+      })) << query.name << " lists nothing: " << expr << "\n" << answer.dump();
       continue;
     }
-    bool has_samples = false;
-    for (const std::string& family : FamiliesIn(query.expr, live.types())) {
-      has_samples = has_samples || !live.Find(family).empty() || !live.Find(family + "_count").empty();
+    if (query.kind != DashboardQuery::kPanel) continue;  // the alert annotation: its own test
+    const bool gpu_only = kGpuOnlyQueries.count(query.name) > 0;
+    EXPECT_EQ(gpu_only, query.description.find("GPU only") != std::string::npos)
+        << query.name << ": in kGpuOnlyQueries exactly when its panel's description says GPU only";
+    if (gpu_only) {
+      gpu_only_seen.insert(query.name);
+      const nlohmann::json answer = PromQuery(port_, expr);
+      EXPECT_EQ(answer.value("status", ""), "success") << query.name << ": " << answer.dump();
+      EXPECT_TRUE(Data(answer).empty()) << query.name << " has data on a CPU server: not GPU only";
+      continue;
     }
-    if (has_samples) {
-      EXPECT_FALSE(answer["data"]["result"].empty()) << query.panel << ": " << query.expr;
+    nlohmann::json answer;
+    EXPECT_TRUE(Eventually(seconds(30), [&] {
+      answer = PromQuery(port_, expr);
+      return !Data(answer).empty();
+    })) << query.name << " shows no data: " << expr << "\n" << answer.dump();
+    unrouted_shown = unrouted_shown || HasSeries(Data(answer), {{"code", "not_found"}});
+  }
+  EXPECT_EQ(gpu_only_seen, kGpuOnlyQueries) << "a GPU-only query listed here is not in the dashboard";
+  EXPECT_TRUE(unrouted_shown) << "no panel shows the call for an unknown model (model=\"\")";
+}
+
+TEST_F(PrometheusServerTest, AlertAnnotationShowsTheDeployedAlerts) {
+  // Prometheus loaded every rule of deploy/prometheus-alerts.yml.
+  std::set<std::string> in_file;
+  const std::string alerts = ReadText(kAlerts);
+  const std::regex kAlert("- alert: (\\w+)");
+  for (auto it = std::sregex_iterator(alerts.begin(), alerts.end(), kAlert);
+       it != std::sregex_iterator(); ++it) {
+    in_file.insert((*it)[1].str());
+  }
+  ASSERT_FALSE(in_file.empty());
+  std::set<std::string> loaded;
+  const nlohmann::json rules = Data(PromApi(port_, "/api/v1/rules"));
+  ASSERT_TRUE(rules.is_object()) << PromApi(port_, "/api/v1/rules").dump();
+  for (const auto& group : rules.value("groups", nlohmann::json::array())) {
+    for (const auto& rule : group.value("rules", nlohmann::json::array())) {
+      loaded.insert(rule.value("name", ""));
+      EXPECT_NE(rule.value("health", ""), "err") << rule.dump();
     }
   }
+  EXPECT_EQ(loaded, in_file);
 
-  EXPECT_EQ(prometheus.Stop(SIGTERM, seconds(30)), 0) << prometheus.Log();
-  EXPECT_EQ(server.Stop(SIGTERM, seconds(60)), 0) << server.Log();
-  // Prometheus's database and log stay behind only when something failed.
-  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
+  const nlohmann::json dashboard = nlohmann::json::parse(ReadText(kDashboard));
+  int annotations = 0;
+  for (const DashboardQuery& query : DashboardQueries(dashboard)) {
+    if (query.kind != DashboardQuery::kAnnotation) continue;
+    ++annotations;
+    const std::string expr = AsGrafanaSendsIt(query.expr, dashboard);
+    const nlohmann::json answer = PromQuery(port_, expr);
+    EXPECT_EQ(answer.value("status", ""), "success") << query.name << ": " << answer.dump();
+    // It takes in every rule of the file...
+    std::smatch names;
+    ASSERT_TRUE(std::regex_search(expr, names, std::regex("alertname=~\"([^\"]+)\"")))
+        << query.name << " selects alerts by no alertname regex: " << expr;
+    for (const std::string& alert : in_file) {
+      EXPECT_TRUE(std::regex_match(alert, std::regex(names[1].str())))
+          << query.name << " leaves out " << alert;
+    }
+    // ...and finds a real one: the target where nothing listens raises GraphserveDown, pending for its
+    // `for:` minute and then firing; asked for pending alerts too, the query finds it.
+    const std::string raised = std::regex_replace(expr, std::regex("alertstate=\"firing\""),
+                                                  "alertstate=~\"firing|pending\"");
+    ASSERT_NE(raised, expr) << query.name << " does not select firing alerts";
+    nlohmann::json found;
+    EXPECT_TRUE(Eventually(seconds(60), [&] {
+      found = Data(PromQuery(port_, raised));
+      return HasSeries(found, {{"alertname", "GraphserveDown"}, {"instance", down_target_}});
+    })) << raised << "\n" << found.dump();
+  }
+  EXPECT_GE(annotations, 1) << "no alert annotation";
 }
 
 }  // namespace
