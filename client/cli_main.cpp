@@ -260,12 +260,15 @@ int RunInfer(const ConnectionFlags& flags, const InferFlags& infer) {
   spec.outputs = infer.outputs;
 
   // The metadata says which inputs to fill; a server without ModelMetadata gets the encoder's inputs.
+  // So does a model the server does not know: the request is sent anyway, so that what the user
+  // sees is the server's answer to the infer call itself.
   inference::ModelInferRequest request;
   inference::ModelMetadataResponse metadata;
   grpc::Status status = client.ModelMetadata(infer.model, &metadata);
   if (status.ok()) {
     status = graphserve::MakeRequestFromMetadata(metadata, spec, &request);
-  } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+  } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+             status.error_code() == grpc::StatusCode::NOT_FOUND) {
     status = graphserve::MakeTokenRequest(spec, &request);
   }
   if (!status.ok()) return Fail(client, status);

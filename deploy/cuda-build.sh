@@ -2,7 +2,7 @@
 # One command that builds graphserve and runs every test on a CUDA host whose image already has the
 # pinned PyTorch wheel (deploy/toolchain.env) for python3, the CUDA toolkit, protobuf, spdlog and
 # GoogleTest (docs/gpu-host.md). The rest, which has no wheel (gRPC, prometheus-cpp, CLI11,
-# nlohmann-json), comes as Debian packages that deploy/fetch-cuda-host-debs.sh downloaded, unpacked
+# nlohmann-json, libmicrohttpd, libcurl's headers), comes as Debian packages that deploy/fetch-cuda-host-debs.sh downloaded, unpacked
 # into a private prefix: nothing is installed system-wide.
 #
 #   deploy/cuda-build.sh [--debs DIR] [--prefix DIR] [--build-dir DIR] [--no-test] [-- ctest args]
@@ -49,6 +49,11 @@ if compgen -G "$wheels/*.whl" >/dev/null && [[ ! -f $python_dir/.unpacked ]]; th
 fi
 [[ -d $python_dir ]] && export PYTHONPATH=$python_dir${PYTHONPATH:+:$PYTHONPATH}
 libdir=$prefix/usr/lib/x86_64-linux-gnu
+# libcurl's development package brings headers and a libcurl.so link to a library it does not
+# bring: point that link at the host's own libcurl (the ABI is stable across curl releases).
+if [[ -L $libdir/libcurl.so && ! -e $libdir/libcurl.so && -e /usr/lib/x86_64-linux-gnu/libcurl.so.4 ]]; then
+  ln -sf /usr/lib/x86_64-linux-gnu/libcurl.so.4 "$libdir/libcurl.so"
+fi
 # RE2's pkg-config file names -L/usr/lib/...; the linker must search the prefix too.
 export LIBRARY_PATH=$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

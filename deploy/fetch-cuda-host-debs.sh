@@ -3,7 +3,8 @@
 # neither its image nor PyPI provides, into DIR (default .debs/): gRPC C++ (with Abseil, RE2 and
 # c-ares, which gRPC's CMake config looks for), prometheus-cpp (with civetweb: its CMake config checks
 # that the library and the civetweb program exist), CLI11, nlohmann-json and libmicrohttpd (the REST
-# and /metrics ports; its GnuTLS dependency is the host's own). deploy/cuda-build.sh
+# and /metrics ports; its GnuTLS dependency is the host's own) and libcurl's headers (the load
+# generator's REST transport; the library is the host's). deploy/cuda-build.sh
 # unpacks them there into a private prefix.
 # libtorch is the host's own PyTorch wheel, and protobuf, spdlog and GoogleTest are the host's
 # packages (docs/gpu-host.md), so none of them is fetched.
@@ -17,6 +18,7 @@ packages=(
   libcivetweb1 libcivetweb-dev civetweb
   libcli11-dev nlohmann-json3-dev
   libmicrohttpd12 libmicrohttpd-dev
+  libcurl4-openssl-dev
 )
 mkdir -p "$dir"
 cd "$dir"

@@ -324,7 +324,8 @@ def metric_delta(before, after, replay_us):
 
 # ---- load ---------------------------------------------------------------------------------------
 
-def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None):
+def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None, protocol="grpc"):
+    """One closed-loop run; protocol "http" sends the infer calls to the REST port instead."""
     command = [args.loadgen, "--address", server.grpc, "--model", server.model,
                "--concurrency", str(concurrency), "--lengths", lengths or args.lengths, "--rows", "1",
                "--duration-s", str(duration_s or args.duration_s), "--warmup-s", str(args.warmup_s),
@@ -332,6 +333,8 @@ def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=N
                "--wait-s", "30", "--no-progress", "--json", json_path]
     if args.outputs:
         command += ["--outputs", args.outputs]
+    if protocol == "http":
+        command += ["--http-address", server.http]
     # A closed loop ends after its duration plus the answers still in flight; far beyond that
     # something hangs, and the run must not eat the whole session.
     limit_s = (duration_s or args.duration_s) + args.warmup_s + 120

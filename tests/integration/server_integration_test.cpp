@@ -165,9 +165,12 @@ TEST_F(BuiltinEncoderTest, CliTalksToTheServer) {
   EXPECT_EQ(code, 0) << output;
   EXPECT_TRUE(std::regex_search(output, std::regex(R"("shape":\s*\[\s*2,\s*9,\s*256\s*\])"))) << output;
   EXPECT_NE(output.find("cli-1"), std::string::npos) << output;
+  // The infer call itself is sent: the answer shown is ModelInfer's (naming model_name), not the
+  // metadata call's.
   std::tie(code, output) = RunCommand(cli + "infer --model nonexistent" + address);
   EXPECT_EQ(code, 1) << output;
   EXPECT_NE(output.find("NOT_FOUND"), std::string::npos) << output;
+  EXPECT_NE(output.find("model_name: unknown model 'nonexistent'"), std::string::npos) << output;
 }
 
 // Without a server: each mistake a person makes is named with what to do, once, and exits 1.

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The REST endpoint's throughput beside gRPC's: one graphserve (the default config: graph buckets
+and the size-binned batcher), the same graphserve-loadgen traffic (closed loop, one row per request,
+the skewed length mix, the same seed) sent over each binding in turn at each concurrency, both
+bindings measured in one run. Writes OUT/rest_vs_grpc.md and OUT/rest_vs_grpc.json.
+
+  python3 deploy/bench/rest_vs_grpc.py --build-dir build-cuda --out OUT [--model bert_base_bf16]
+      [--concurrency 1,8,64,256] [--outputs pooler_output]
+
+Reuses deploy/bench/e2e_benchmark.py (model export, repository, server, loadgen, /metrics).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_benchmark as e2e  # noqa: E402
+
+PROTOCOLS = ("grpc", "http")
+
+
+def main():
+    cpus = os.cpu_count() or 4
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default=os.path.join(e2e.REPO, "build"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="bert_base_bf16")
+    parser.add_argument("--bert-repo")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--concurrency", default="1,8,64,256")
+    parser.add_argument("--duration-s", type=float, default=4)
+    parser.add_argument("--warmup-s", type=float, default=1)
+    parser.add_argument("--outputs", default="pooler_output",
+                        help="outputs asked for (default: the pooled vector, an embedding service's answer)")
+    parser.add_argument("--lengths", default="skewed")
+    parser.add_argument("--loadgen-threads", type=int, default=max(1, min(4, cpus // 4)))
+    parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
+    parser.add_argument("--start-timeout-s", type=float, default=240)
+    args = parser.parse_args()
+    # What e2e_benchmark's helpers read.
+    args.instance_devices = ""
+    args.max_batch_size = None
+    args.max_sequence_length = None
+    args.concurrency = sorted({int(c) for c in e2e.csv(args.concurrency)})
+    args.out = os.path.abspath(args.out)
+    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
+    build = os.path.abspath(args.build_dir)
+    args.graphserve = os.path.join(build, "server", "graphserve")
+    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
+    for sub in ("raw", "logs"):
+        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
+
+    base, weights = e2e.base_model(args, args.model)
+    repository = e2e.write_repository(args, args.model, "a", base, weights)
+    server = e2e.Server(args, repository, args.model, os.path.join(args.out, "logs", "server.log"))
+    runs = []
+    try:
+        server.wait_ready(args.start_timeout_s)
+        for concurrency in args.concurrency:
+            for protocol in PROTOCOLS:
+                before = server.scrape()
+                report = e2e.run_loadgen(args, server, concurrency,
+                                         os.path.join(args.out, "raw", f"{protocol}_c{concurrency}.json"),
+                                         protocol=protocol)
+                delta = e2e.metric_delta(before, server.scrape(), None)
+                runs.append({"protocol": protocol, "concurrency": concurrency, "loadgen": report, "metrics": delta})
+                lat = report["latency_ms"]
+                e2e.log(f"{protocol:<4} c={concurrency:<4} {report['requests_per_s']:>9,.0f} req/s "
+                        f"{report['tokens_per_s']:>11,.0f} tok/s  p50 {e2e.fmt(lat['p50'])} p99 {e2e.fmt(lat['p99'])} ms  "
+                        f"rows/batch {e2e.fmt(delta['rows_per_batch'], 1)}  errors {report['error_count']}")
+    finally:
+        server.stop()
+
+    with open(os.path.join(args.out, "rest_vs_grpc.json"), "w") as f:
+        json.dump({"settings": vars(args), "runs": runs}, f, indent=1)
+    lines = [f"# REST against gRPC: {args.model} on `{args.device}`, {time.strftime('%Y-%m-%d')}", "",
+             f"One server, default config; `graphserve-loadgen` closed loop, lengths `{args.lengths}`, one row "
+             f"per request, outputs `{args.outputs or 'all'}`, {args.duration_s} s per run after {args.warmup_s} s "
+             f"warm-up, loadgen threads {args.loadgen_threads} (gRPC connections {args.connections}; REST: one "
+             "keep-alive connection per caller).", "",
+             "| concurrency | binding | requests/s | real tokens/s | p50 ms | p99 ms | rows/batch | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        r, m = run["loadgen"], run["metrics"]
+        lines.append(f"| {run['concurrency']} | {run['protocol']} | {r['requests_per_s']:,.0f} | "
+                     f"{r['tokens_per_s']:,.0f} | {e2e.fmt(r['latency_ms']['p50'])} | {e2e.fmt(r['latency_ms']['p99'])} | "
+                     f"{e2e.fmt(m['rows_per_batch'], 1)} | {r['error_count']} |")
+    lines.append("")
+    for concurrency in args.concurrency:
+        by = {run["protocol"]: run["loadgen"] for run in runs if run["concurrency"] == concurrency}
+        if by["grpc"]["requests_per_s"] > 0:
+            lines.append(f"- c = {concurrency}: REST at {by['http']['requests_per_s'] / by['grpc']['requests_per_s']:.2f}× "
+                         "gRPC's requests/s")
+    with open(os.path.join(args.out, "rest_vs_grpc.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    e2e.log("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
