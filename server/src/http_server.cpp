@@ -24,16 +24,17 @@ struct Exchange {
   MHD_Connection* connection;
   HttpRequest request;
   bool body_too_large = false;
-  bool handed_to_handler = false;
-  std::mutex mutex;
-  State state = State::kReceiving;  // guarded by mutex once the handler has the reply
-  HttpResponse response;            // written by Send before kAnswered, read after
+  bool handed_to_handler = false;  // the libmicrohttpd thread's own
+  Mutex mutex;
+  State state GUARDED_BY(mutex) = State::kReceiving;
+  // Written by Send before the state turns kAnswered, read (by Queue) only after.
+  HttpResponse response;
 
   void Send(HttpResponse answer) {
     HttpServer* owner = server;
     MHD_Connection* suspended = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      MutexLock lock(&mutex);
       response = std::move(answer);
       if (state == State::kSuspended) suspended = connection;
       state = State::kAnswered;
@@ -74,8 +75,16 @@ struct Callbacks {
     exchange->response.status = status;
     exchange->response.content_type = "application/json";
     exchange->response.body = "{\"error\":\"" + message + "\"}";
-    exchange->state = Exchange::State::kAnswered;
+    {
+      MutexLock lock(&exchange->mutex);
+      exchange->state = Exchange::State::kAnswered;
+    }
     return Queue(exchange);
+  }
+
+  static Exchange::State StateOf(Exchange* exchange) {
+    MutexLock lock(&exchange->mutex);
+    return exchange->state;
   }
 
   static MHD_Result OnRequest(void* self, MHD_Connection* connection, const char* url, const char* method,
@@ -108,13 +117,16 @@ struct Callbacks {
       *upload_data_size = 0;
       return MHD_YES;
     }
-    if (exchange->state == Exchange::State::kReceiving) {  // the whole request is in
+    if (StateOf(exchange) == Exchange::State::kReceiving) {  // the whole request is in
       if (exchange->body_too_large) return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));
-      exchange->state = Exchange::State::kHandling;
+      {
+        MutexLock lock(&exchange->mutex);
+        exchange->state = Exchange::State::kHandling;
+      }
       exchange->handed_to_handler = true;
       server->ReplyOwed();
       server->handler_(exchange->request, HttpReply(exchange));
-      std::lock_guard<std::mutex> lock(exchange->mutex);
+      MutexLock lock(&exchange->mutex);
       if (exchange->state != Exchange::State::kAnswered) {
         // Answered later, from another thread: the connection waits without holding a thread.
         MHD_suspend_connection(connection);
@@ -203,12 +215,14 @@ HttpServer::HttpServer(const HttpServerOptions& options, Handler handler, int li
 HttpServer::~HttpServer() {
   StopAccepting();
   if (daemon_ != nullptr) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     // libmicrohttpd must not be stopped with suspended connections.
-    changed_.wait(lock, [this] { return replies_owed_ == 0; });
+    while (replies_owed_ > 0) lock.Wait(changed_);
     // Answers given but not yet written out (a resumed connection, a large body) get a moment.
-    changed_.wait_for(lock, kFlushTimeout, [this] { return exchanges_open_ == 0; });
-    lock.unlock();
+    const auto give_up = std::chrono::steady_clock::now() + kFlushTimeout;
+    while (exchanges_open_ > 0 && changed_.wait_until(lock.native(), give_up) == std::cv_status::no_timeout) {
+    }
+    lock.Unlock();
     MHD_stop_daemon(daemon_);
   }
   if (listen_fd_ >= 0) close(listen_fd_);
@@ -223,18 +237,18 @@ void HttpServer::StopAccepting() {
 }
 
 void HttpServer::ReplyOwed() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ++replies_owed_;
   ++exchanges_open_;
 }
 
 void HttpServer::ReplyDone() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (--replies_owed_ == 0) changed_.notify_all();
 }
 
 void HttpServer::ExchangeClosed() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (--exchanges_open_ == 0) changed_.notify_all();
 }
 

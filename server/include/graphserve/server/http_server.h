@@ -18,12 +18,12 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "graphserve/engine/status.h"
+#include "graphserve/server/thread_annotations.h"
 
 struct MHD_Daemon;
 
@@ -107,19 +107,19 @@ class HttpServer {
   HttpServer(const HttpServerOptions& options, Handler handler, int listen_fd, int port);
   // A request handed to the handler: its reply is owed until sent, its exchange open until
   // libmicrohttpd completes it (answer written, or the client gone).
-  void ReplyOwed();
-  void ReplyDone();
-  void ExchangeClosed();
+  void ReplyOwed() EXCLUDES(mutex_);
+  void ReplyDone() EXCLUDES(mutex_);
+  void ExchangeClosed() EXCLUDES(mutex_);
 
   const HttpServerOptions options_;
   const Handler handler_;
   int listen_fd_;
   const int port_;
   MHD_Daemon* daemon_ = nullptr;
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable changed_;
-  int replies_owed_ = 0;    // guarded by mutex_
-  int exchanges_open_ = 0;  // guarded by mutex_
+  int replies_owed_ GUARDED_BY(mutex_) = 0;
+  int exchanges_open_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace graphserve
