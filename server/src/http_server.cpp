@@ -195,12 +195,13 @@ Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
   started->daemon_ = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
       &http_internal::Callbacks::OnRequest, started.get(),
+      // First, so that libmicrohttpd's messages about the options after it reach the log too.
+      MHD_OPTION_EXTERNAL_LOGGER, &http_internal::Callbacks::Log, nullptr,
       MHD_OPTION_LISTEN_SOCKET, listen_fd,
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(std::max(options.thread_count, 1)),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout.count()),
       MHD_OPTION_NOTIFY_COMPLETED, &http_internal::Callbacks::OnCompleted, nullptr,
-      MHD_OPTION_EXTERNAL_LOGGER, &http_internal::Callbacks::Log, nullptr,
       MHD_OPTION_END);
   if (started->daemon_ == nullptr) {
     return Unavailable(options.flag + ": cannot start the HTTP server on " + options.address);
