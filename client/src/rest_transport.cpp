@@ -159,12 +159,18 @@ class RestTransport::Loop {
     return size * count;
   }
 
-  static size_t Header(char* data, size_t size, size_t count, void* transfer) {
-    static constexpr char kName[] = "Inference-Header-Content-Length:";
+  static size_t Header(char* data, size_t size, size_t count, void* opaque) {
+    static constexpr char kJsonLength[] = "Inference-Header-Content-Length:";
+    static constexpr char kBodyLength[] = "Content-Length:";
+    auto* transfer = static_cast<Transfer*>(opaque);
     const size_t length = size * count;
-    if (length > sizeof(kName) && strncasecmp(data, kName, sizeof(kName) - 1) == 0) {
-      static_cast<Transfer*>(transfer)->answer.json_length =
-          std::stoull(std::string(data + sizeof(kName) - 1, length - (sizeof(kName) - 1)));
+    const auto value = [&](size_t name_size) {
+      return std::stoull(std::string(data + name_size - 1, length - (name_size - 1)));
+    };
+    if (length > sizeof(kJsonLength) && strncasecmp(data, kJsonLength, sizeof(kJsonLength) - 1) == 0) {
+      transfer->answer.json_length = value(sizeof(kJsonLength));
+    } else if (length > sizeof(kBodyLength) && strncasecmp(data, kBodyLength, sizeof(kBodyLength) - 1) == 0) {
+      transfer->answer.body.reserve(value(sizeof(kBodyLength)));  // large answers arrive in one buffer
     }
     return length;
   }

@@ -509,15 +509,18 @@ RestInferBody EncodeRestInferResponse(const inference::ModelInferResponse& respo
     header["parameters"] = std::move(parameters);
   }
   json outputs = json::array();
-  std::string binary;
+  std::vector<const std::string*> binary;  // appended after the header, in output order
+  size_t binary_size = 0;
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& tensor = response.outputs(i);
-    const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
+    static const std::string kNone;
+    const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : kNone;
     json output = {{"name", tensor.name()}, {"datatype", tensor.datatype()}, {"shape", tensor.shape()}};
     const std::optional<DataType> dtype = DataTypeFromName(tensor.datatype());
     if (format.IsBinary(tensor.name()) || !dtype) {
       output["parameters"] = {{"binary_data_size", raw.size()}};
-      binary += raw;
+      binary.push_back(&raw);
+      binary_size += raw.size();
     } else {
       output["data"] = DataArray(*dtype, raw);
     }
@@ -526,10 +529,11 @@ RestInferBody EncodeRestInferResponse(const inference::ModelInferResponse& respo
   header["outputs"] = std::move(outputs);
   RestInferBody encoded;
   encoded.body = Dump(header);
-  if (std::any_of(response.outputs().begin(), response.outputs().end(),
-                  [&](const auto& tensor) { return format.IsBinary(tensor.name()); })) {
+  if (!binary.empty()) {
+    // One copy of each output, straight after the header (large outputs make copies the cost).
     encoded.json_length = encoded.body.size();
-    encoded.body += binary;
+    encoded.body.reserve(encoded.body.size() + binary_size);
+    for (const std::string* raw : binary) encoded.body += *raw;
   }
   return encoded;
 }
