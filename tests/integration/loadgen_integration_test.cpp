@@ -23,7 +23,7 @@ class LoadgenIntegrationTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new ServerProcess(GRAPHSERVE_BINARY,
-                                {"--model-repository", MODEL_REPOSITORY, "--device", "cpu"},
+                                {"--model-repository", MODEL_REPOSITORY, "--device", TestDevice()},
                                 std::string(TEST_OUTPUT_DIR) + "/loadgen_server.log");
     ASSERT_TRUE(server_->WaitUntilReady(kStartTimeout)) << server_->Log();
   }

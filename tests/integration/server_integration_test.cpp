@@ -212,8 +212,7 @@ struct RepositorySuite {
   static std::vector<std::string> Flags() {
     // GRAPHSERVE_TEST_DEVICE=cuda runs this suite on a GPU (with GRAPHSERVE_TEST_INSTANCE_DEVICES
     // for make_model_repository, on several); CI runs it on the CPU.
-    const char* device = std::getenv("GRAPHSERVE_TEST_DEVICE");
-    return {"--device", device != nullptr ? device : "cpu", "--model-repository", MODEL_REPOSITORY,
+    return {"--device", TestDevice(), "--model-repository", MODEL_REPOSITORY,
             "--log-level", "debug"};
   }
 };

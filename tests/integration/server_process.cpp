@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -120,6 +121,11 @@ std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(256 * 1024 * 1024);
   return grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), arguments);
+}
+
+std::string TestDevice() {
+  const char* device = std::getenv("GRAPHSERVE_TEST_DEVICE");
+  return device != nullptr ? device : "cpu";
 }
 
 }  // namespace graphserve::testing

@@ -64,4 +64,8 @@ class ServerProcess {
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreeLoopbackPort();
 
+// The --device of suites that run on a GPU host too: GRAPHSERVE_TEST_DEVICE (cuda there), else cpu.
+// The integration repository's AOTInductor models are compiled for that device.
+std::string TestDevice();
+
 }  // namespace graphserve::testing
