@@ -93,8 +93,6 @@ Status GraphServer::Start(const ServerOptions& options) {
   return Status::Ok();
 }
 
-int GraphServer::http_port() const { return rest_endpoint_ ? rest_endpoint_->port() : 0; }
-
 void GraphServer::SetReady(bool ready) {
   service_->SetReady(ready);
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();

@@ -48,8 +48,6 @@ class GraphServer {
 
   // The port the gRPC endpoint is bound to (useful with port 0).
   int grpc_port() const { return grpc_port_; }
-  // The REST endpoint's port; 0 without one.
-  int http_port() const;
 
  private:
   // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
