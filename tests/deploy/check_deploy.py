@@ -210,7 +210,15 @@ class ComposeTest(unittest.TestCase):
         datasource = yaml.safe_load(
             (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"][0]
         self.assertEqual(datasource["url"], "http://prometheus:9090")
-        self.assertIn("9090:9090", self.services["prometheus"]["ports"])
+        self.assertIn("127.0.0.1:9090:9090", self.services["prometheus"]["ports"])
+
+    def test_unauthenticated_tools_are_local_and_grafana_has_no_default_admin(self):
+        for name in ("prometheus", "grafana"):
+            for port in self.services[name]["ports"]:
+                self.assertTrue(port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond localhost")
+        environment = self.services["grafana"]["environment"]
+        self.assertEqual(environment.get("GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"), "true")
+        self.assertNotIn("GF_SECURITY_ADMIN_PASSWORD", environment)
 
 
 class GrafanaDashboardTest(unittest.TestCase):
@@ -258,6 +266,18 @@ class KubernetesTest(unittest.TestCase):
                 self.assertIn(arg, flags)
         self.assertEqual(self.container["resources"]["limits"]["nvidia.com/gpu"], 1)
         self.assertEqual(self.pod["spec"]["securityContext"]["runAsNonRoot"], True)
+
+    def test_container_runs_read_only_without_capabilities(self):
+        security = self.container["securityContext"]
+        self.assertIs(security["readOnlyRootFilesystem"], True)
+        self.assertEqual(security["capabilities"]["drop"], ["ALL"])
+        self.assertIs(security["allowPrivilegeEscalation"], False)
+        self.assertEqual(security["seccompProfile"]["type"], "RuntimeDefault")
+        # The one writable place: /tmp, where AOTInductor unpacks .pt2 packages.
+        mounts = {m["mountPath"]: m["name"] for m in self.container["volumeMounts"]}
+        volumes = {v["name"]: v for v in self.pod["spec"]["volumes"]}
+        self.assertIn("emptyDir", volumes[mounts["/tmp"]])
+        self.assertTrue(all(m.get("readOnly") for m in self.container["volumeMounts"] if m["mountPath"] != "/tmp"))
 
     def test_probes_ask_the_health_services_graphserve_registers(self):
         server = read("server/src/server.cpp")
