@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <pthread.h>
 
@@ -60,6 +62,17 @@ int main(int argc, char** argv) {
   if (!status.ok()) {
     fprintf(stderr, "%s\n", status.message().c_str());
     return 2;
+  }
+
+  // Each connection is a descriptor: with the common soft limit of 1024 (or a container's lower
+  // one), idle connections could exhaust them while the hard limit allows far more.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    const rlim_t soft = files.rlim_cur;
+    files.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &files) == 0) {
+      spdlog::info("open-file limit raised from {} to {}", soft, files.rlim_max);
+    }
   }
 
   // Block the stop signals in every thread (threads inherit the mask) and take them synchronously

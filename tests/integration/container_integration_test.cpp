@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -120,6 +121,29 @@ TEST(ContainerTest, JsonLogsHealthServiceAndSigterm) {
 
 // A message carrying quotes, a tab, a backslash and a newline (here: the repository path in a
 // start-up error) must stay one valid JSON line and read back verbatim.
+// Started with a low soft limit on descriptors (as some container runtimes set), graphserve raises it
+// to the hard limit before it listens.
+TEST(ContainerTest, RaisesTheOpenFileLimitToTheHardLimit) {
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max != RLIM_INFINITY && files.rlim_max <= 256) GTEST_SKIP() << "hard limit " << files.rlim_max;
+  const std::string log_path = std::string(TEST_OUTPUT_DIR) + "/open_file_limit.log";
+  ChildProcess process({"/bin/sh", "-c",
+                        std::string("ulimit -Sn 256 && exec ") + GRAPHSERVE_BINARY +
+                            " --grpc-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --http-address 127.0.0.1:0"
+                            " --device cpu --log-level info"},
+                       log_path);
+  const std::string expected = "open-file limit raised from 256 to " +
+                               (files.rlim_max == RLIM_INFINITY ? std::string("") : std::to_string(files.rlim_max));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (process.Log().find("listening") == std::string::npos && process.Running() &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(process.Log().find(expected), std::string::npos) << process.Log();
+  EXPECT_EQ(process.Stop(SIGTERM, std::chrono::seconds(60)), 0) << process.Log();
+}
+
 TEST(ContainerTest, JsonLogEscapesAStartupError) {
   const std::string repository = std::string(TEST_OUTPUT_DIR) + "/no \"such\"\trepo\\\nsitory";
   const std::string stdout_path = std::string(TEST_OUTPUT_DIR) + "/json_log_error.stdout";
