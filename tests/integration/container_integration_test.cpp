@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -128,11 +129,15 @@ TEST(ContainerTest, RaisesTheOpenFileLimitToTheHardLimit) {
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
   if (files.rlim_max != RLIM_INFINITY && files.rlim_max <= 256) GTEST_SKIP() << "hard limit " << files.rlim_max;
   const std::string log_path = std::string(TEST_OUTPUT_DIR) + "/open_file_limit.log";
-  ChildProcess process({"/bin/sh", "-c",
-                        std::string("ulimit -Sn 256 && exec ") + GRAPHSERVE_BINARY +
-                            " --grpc-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --http-address 127.0.0.1:0"
-                            " --device cpu --log-level info"},
+  std::remove(log_path.c_str());  // a previous run's log must not satisfy the wait below
+  // The child inherits the lowered soft limit; this process gets its own back at once.
+  rlimit lowered = files;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  ChildProcess process({GRAPHSERVE_BINARY, "--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                        "--http-address", "127.0.0.1:0", "--device", "cpu"},
                        log_path);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
   const std::string expected = "open-file limit raised from 256 to " +
                                (files.rlim_max == RLIM_INFINITY ? std::string("") : std::to_string(files.rlim_max));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
