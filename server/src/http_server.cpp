@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "graphserve/server/rest_codec.h"
 #include "listen_socket.h"
 
 namespace graphserve {
@@ -74,7 +75,7 @@ struct Callbacks {
   static MHD_Result Answer(Exchange* exchange, int status, const std::string& message) {
     exchange->response.status = status;
     exchange->response.content_type = "application/json";
-    exchange->response.body = "{\"error\":\"" + message + "\"}";
+    exchange->response.body = ErrorBody(message);
     {
       MutexLock lock(&exchange->mutex);
       exchange->state = Exchange::State::kAnswered;
@@ -174,7 +175,7 @@ HttpReply::~HttpReply() {
   if (exchange_ != nullptr) {
     HttpResponse response;
     response.status = 500;
-    response.body = "{\"error\":\"the request was dropped without an answer\"}";
+    response.body = ErrorBody("the request was dropped without an answer");
     std::exchange(exchange_, nullptr)->Send(std::move(response));
   }
 }

@@ -155,6 +155,15 @@ struct RestApi {
 
   using Route = void (RestApi::*)(const HttpRequest&, const ModelPath&, HttpReply);
 
+  // The gRPC request of a per-model route, naming the path's model and version.
+  template <typename Request>
+  static Request ModelRequest(const ModelPath& model) {
+    Request request;
+    request.set_name(model.name);
+    request.set_version(model.version);
+    return request;
+  }
+
   void ModelRoute(const std::string& method, const HttpRequest& http, const std::vector<std::string_view>& path,
                   HttpReply reply) {
     const std::optional<ModelPath> model = ParseModelPath(path);
@@ -227,27 +236,21 @@ struct RestApi {
   // Per-model routes.
 
   void ModelMetadata(const HttpRequest&, const ModelPath& model, HttpReply reply) {
-    inference::ModelMetadataRequest request;
-    request.set_name(model.name);
-    request.set_version(model.version);
+    auto request = ModelRequest<inference::ModelMetadataRequest>(model);
     Call<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelMetadata(args...); },
         [](const inference::ModelMetadataResponse& response) { return Json(ProtoToRestJson(response)); });
   }
 
   void ModelReady(const HttpRequest&, const ModelPath& model, HttpReply reply) {
-    inference::ModelReadyRequest request;
-    request.set_name(model.name);
-    request.set_version(model.version);
+    auto request = ModelRequest<inference::ModelReadyRequest>(model);
     Call<inference::ModelReadyRequest, inference::ModelReadyResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelReady(args...); },
         [](const inference::ModelReadyResponse& response) { return Health(response.ready()); });
   }
 
   void ModelConfig(const HttpRequest&, const ModelPath& model, HttpReply reply) {
-    inference::ModelConfigRequest request;
-    request.set_name(model.name);
-    request.set_version(model.version);
+    auto request = ModelRequest<inference::ModelConfigRequest>(model);
     // Triton answers the config itself, not wrapped in the gRPC response's `config` field.
     Call<inference::ModelConfigRequest, inference::ModelConfigResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelConfig(args...); },
@@ -255,9 +258,7 @@ struct RestApi {
   }
 
   void ModelStatistics(const HttpRequest&, const ModelPath& model, HttpReply reply) {
-    inference::ModelStatisticsRequest request;
-    request.set_name(model.name);
-    request.set_version(model.version);
+    auto request = ModelRequest<inference::ModelStatisticsRequest>(model);
     Call<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelStatistics(args...); },
         [](const inference::ModelStatisticsResponse& response) { return Json(ProtoToRestJson(response)); });
@@ -330,27 +331,27 @@ struct RestApi {
   }
 
   void RepositoryLoad(const HttpRequest& http, const std::string& name, bool load, HttpReply reply) {
-    const auto empty = [](const auto&) {
-      HttpResponse response;
-      response.content_type.clear();
-      return response;
-    };
     if (load) {
-      inference::RepositoryModelLoadRequest request;
-      request.set_model_name(name);
-      const Status status = ParseRepositoryParameters(http.body, request.mutable_parameters());
-      if (!status.ok()) return reply.Send(Error(status));
-      return Call<inference::RepositoryModelLoadRequest, inference::RepositoryModelLoadResponse>(
-          std::move(reply), std::move(request),
-          [](auto* async, auto... args) { async->RepositoryModelLoad(args...); }, empty);
+      return RepositoryChange<inference::RepositoryModelLoadRequest, inference::RepositoryModelLoadResponse>(
+          http, name, [](auto* async, auto... args) { async->RepositoryModelLoad(args...); }, std::move(reply));
     }
-    inference::RepositoryModelUnloadRequest request;
+    RepositoryChange<inference::RepositoryModelUnloadRequest, inference::RepositoryModelUnloadResponse>(
+        http, name, [](auto* async, auto... args) { async->RepositoryModelUnload(args...); }, std::move(reply));
+  }
+
+  // A load or unload: the body's parameters go to gRPC, which refuses those it does not support;
+  // success answers 200 with no body.
+  template <typename Request, typename Response, typename Invoke>
+  void RepositoryChange(const HttpRequest& http, const std::string& name, Invoke invoke, HttpReply reply) {
+    Request request;
     request.set_model_name(name);
     const Status status = ParseRepositoryParameters(http.body, request.mutable_parameters());
     if (!status.ok()) return reply.Send(Error(status));
-    Call<inference::RepositoryModelUnloadRequest, inference::RepositoryModelUnloadResponse>(
-        std::move(reply), std::move(request),
-        [](auto* async, auto... args) { async->RepositoryModelUnload(args...); }, empty);
+    Call<Request, Response>(std::move(reply), std::move(request), invoke, [](const Response&) {
+      HttpResponse response;
+      response.content_type.clear();
+      return response;
+    });
   }
 };
 
