@@ -127,8 +127,8 @@ Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBat
                         : ExecuteEager(batch, &run->eager_outputs, &run->eager_stages);
     if (!status.ok()) return status;
   } catch (const std::exception& error) {
-    return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
-                    " failed: " + ExceptionMessage(error));
+    return ExecutionFailure(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() + " failed",
+                            error);
   }
   *launched = std::move(run);
   return Status::Ok();
@@ -216,8 +216,8 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
     stages.infer_ns = nanos_between(slot.inputs_copied, slot.replayed);
     stages.output_ns = nanos_between(slot.replayed, slot.done);
   } catch (const std::exception& error) {
-    return Internal(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() +
-                    " failed: " + ExceptionMessage(error));
+    return ExecutionFailure(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() + " failed",
+                            error);
   }
   const auto unpack_start = std::chrono::steady_clock::now();
   outputs->assign(batch.items.size(), std::vector<HostTensor>(spec_.outputs.size()));

@@ -167,8 +167,8 @@ Status EagerExecutor::Execute(const Batch& batch, BatchOutputs* outputs) {
     stages.output_ns = NanosSince(stage_start);
   } catch (const std::exception& error) {
     outputs->clear();
-    return Internal(DescribeBucket(spec_, batch.padded_shape) + ": forward on " + device() +
-                    " failed: " + ExceptionMessage(error));
+    return ExecutionFailure(DescribeBucket(spec_, batch.padded_shape) + ": forward on " + device() + " failed",
+                            error);
   }
 
   counter_.RecordEager(batch, ReasonFor(batch.padded_shape));

@@ -128,17 +128,62 @@ Status HeaderFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   return Status::Ok();
 }
 
-Status InputsFromConfig(const inference::ModelConfig& config, std::vector<TensorSpec>* inputs) {
+// 1023 rather than 1023.000000.
+std::string FormatNumber(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+Status ValueRangeFromConfig(const inference::ModelInput& input, const std::string& field,
+                            const TensorSpec& tensor, ValueRange* range) {
+  *range = ValueRange{};
+  if (!input.has_min_value() && !input.has_max_value()) return Status::Ok();
+  // The server reads these types' values as numbers; half floats it never decodes.
+  switch (tensor.dtype) {
+    case DataType::kFp16:
+    case DataType::kBf16:
+    case DataType::kBool:
+      return InvalidArgument(field + ": min_value/max_value are not supported for " +
+                             DataTypeName(tensor.dtype) + " inputs");
+    default:
+      break;
+  }
+  if (input.has_min_value()) range->min = input.min_value();
+  if (input.has_max_value()) range->max = input.max_value();
+  if (range->min && range->max && *range->min > *range->max) {
+    return InvalidArgument(field + ": min_value " + FormatNumber(*range->min) + " is above max_value " +
+                           FormatNumber(*range->max));
+  }
+  const double pad = tensor.pad_value;
+  if ((range->min && pad < *range->min) || (range->max && pad > *range->max)) {
+    return InvalidArgument(field + ": pad_value " + FormatNumber(pad) +
+                           " is outside [min_value, max_value]: padding would feed the model what no "
+                           "request may");
+  }
+  return Status::Ok();
+}
+
+Status InputsFromConfig(const inference::ModelConfig& config, std::vector<TensorSpec>* inputs,
+                        std::vector<ValueRange>* ranges) {
   if (config.input_size() == 0) return InvalidArgument("input: the model declares no inputs");
   inputs->clear();
+  ranges->clear();
+  bool bounded = false;
   for (int i = 0; i < config.input_size(); ++i) {
     TensorSpec tensor;
     const std::string field = "input[" + std::to_string(i) + "]";
     Status status = TensorSpecFromConfig(config.input(i), field, &tensor);
     if (!status.ok()) return status;
     tensor.pad_value = config.input(i).pad_value();
+    ValueRange range;
+    status = ValueRangeFromConfig(config.input(i), field, tensor, &range);
+    if (!status.ok()) return status;
+    bounded = bounded || range.min || range.max;
+    ranges->push_back(range);
     inputs->push_back(std::move(tensor));
   }
+  if (!bounded) ranges->clear();
   return Status::Ok();
 }
 
@@ -155,7 +200,7 @@ Status OutputsFromConfig(const inference::ModelConfig& config, std::vector<Tenso
 }
 
 Status TensorsFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
-  Status status = InputsFromConfig(config, &spec->inputs);
+  Status status = InputsFromConfig(config, &spec->inputs, &spec->input_ranges);
   if (!status.ok()) return status;
   status = OutputsFromConfig(config, &spec->outputs);
   if (!status.ok()) return status;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -182,6 +184,45 @@ Status TakeInputData(const std::string& model, const std::string& field, int ind
   return Status::Ok();
 }
 
+template <typename Value>
+int64_t FirstOutOfRange(const std::string& bytes, double low, double high) {
+  const size_t count = bytes.size() / sizeof(Value);
+  for (size_t i = 0; i < count; ++i) {
+    Value value;
+    std::memcpy(&value, bytes.data() + i * sizeof(Value), sizeof(Value));
+    const double number = static_cast<double>(value);
+    if (!(number >= low && number <= high)) return static_cast<int64_t>(i);  // NaN fails too
+  }
+  return -1;
+}
+
+// The config's min_value/max_value (config.cpp admits them only for the types read here).
+Status CheckValueRange(const std::string& model, const std::string& field, const ValueRange& range,
+                       const HostTensor& host) {
+  if (!range.min && !range.max) return Status::Ok();
+  const double low = range.min.value_or(-std::numeric_limits<double>::infinity());
+  const double high = range.max.value_or(std::numeric_limits<double>::infinity());
+  int64_t index = -1;
+  switch (host.dtype) {
+    case DataType::kUint8: index = FirstOutOfRange<uint8_t>(host.bytes, low, high); break;
+    case DataType::kInt8: index = FirstOutOfRange<int8_t>(host.bytes, low, high); break;
+    case DataType::kInt16: index = FirstOutOfRange<int16_t>(host.bytes, low, high); break;
+    case DataType::kInt32: index = FirstOutOfRange<int32_t>(host.bytes, low, high); break;
+    case DataType::kInt64: index = FirstOutOfRange<int64_t>(host.bytes, low, high); break;
+    case DataType::kFp32: index = FirstOutOfRange<float>(host.bytes, low, high); break;
+    case DataType::kFp64: index = FirstOutOfRange<double>(host.bytes, low, high); break;
+    default: return Status::Ok();
+  }
+  if (index < 0) return Status::Ok();
+  std::ostringstream message;
+  message << model << field << ": element " << index << " is outside the model's range [";
+  if (range.min) message << *range.min;
+  message << ", ";
+  if (range.max) message << *range.max;
+  message << "]";
+  return InvalidArgument(message.str());
+}
+
 // Which outputs the request names (all when it names none); INVALID_ARGUMENT for an unknown one.
 Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInferRequest& request,
                               InferenceItem* item) {
@@ -305,6 +346,10 @@ Status DecodeInferRequest(const ModelSpec& spec, const QueuePolicy& queue_policy
     host.shape = std::move(shape);
     status = TakeInputData(model, field, i, raw, request, &host);
     if (!status.ok()) return status;
+    if (index < spec.input_ranges.size()) {
+      status = CheckValueRange(model, field, spec.input_ranges[index], host);
+      if (!status.ok()) return status;
+    }
   }
   for (size_t index = 0; index < spec.inputs.size(); ++index) {
     if (!seen[index]) {

@@ -587,12 +587,17 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
     config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
   }
   config.set_max_batch_size(static_cast<int32_t>(spec.max_batch_size));
-  for (const TensorSpec& tensor : spec.inputs) {
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const TensorSpec& tensor = spec.inputs[i];
     inference::ModelInput* input = config.add_input();
     input->set_name(tensor.name);
     input->set_data_type(DataTypeToConfig(tensor.dtype));
     input->mutable_dims()->Add(tensor.dims.begin(), tensor.dims.end());
     input->set_pad_value(tensor.pad_value);
+    if (i < spec.input_ranges.size()) {
+      if (spec.input_ranges[i].min) input->set_min_value(*spec.input_ranges[i].min);
+      if (spec.input_ranges[i].max) input->set_max_value(*spec.input_ranges[i].max);
+    }
   }
   for (const TensorSpec& tensor : spec.outputs) {
     inference::ModelOutput* output = config.add_output();

@@ -74,6 +74,40 @@ TEST(ConfigTest, ValidConfigBecomesSpec) {
   EXPECT_EQ(options.policy, BatchingPolicy::kSizeBinned);
 }
 
+TEST(ConfigTest, ValueBoundsAreReadAndContradictionsRefused) {
+  inference::ModelConfig config = Parse(kValidConfig);
+  ModelSpec spec;
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_TRUE(spec.input_ranges.empty());
+
+  config.mutable_input(0)->set_min_value(0);
+  config.mutable_input(0)->set_max_value(30521);
+  Status status = ModelSpecFromConfig(config, &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(spec.input_ranges.size(), 2u);
+  EXPECT_EQ(spec.input_ranges[0].min, 0.0);
+  EXPECT_EQ(spec.input_ranges[0].max, 30521.0);
+  EXPECT_FALSE(spec.input_ranges[1].min.has_value());
+  EXPECT_FALSE(spec.input_ranges[1].max.has_value());
+
+  inference::ModelConfig inverted = config;
+  inverted.mutable_input(0)->set_min_value(40000);
+  status = ModelSpecFromConfig(inverted, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("input[0]: min_value 40000 is above max_value 30521"), std::string::npos)
+      << status.message();
+
+  inference::ModelConfig pad_outside = config;
+  pad_outside.mutable_input(0)->set_min_value(1);
+  status = ModelSpecFromConfig(pad_outside, &spec);
+  EXPECT_NE(status.message().find("input[0]: pad_value 0 is outside"), std::string::npos) << status.message();
+
+  inference::ModelConfig half = config;
+  half.mutable_input(0)->set_data_type(inference::TYPE_FP16);
+  status = ModelSpecFromConfig(half, &spec);
+  EXPECT_NE(status.message().find("not supported for FP16 inputs"), std::string::npos) << status.message();
+}
+
 TEST(ConfigTest, BatchingPolicyFifoIsReadAndUnknownValuesAreRejected) {
   inference::ModelConfig config = Parse(kValidConfig);
   config.mutable_dynamic_batching()->set_policy(inference::ModelDynamicBatching::FIFO);

@@ -107,6 +107,33 @@ TEST(RequestCodecTest, RequestedOutputsAreFiltered) {
   EXPECT_EQ(response.raw_output_contents(0).size(), 1024u);
 }
 
+TEST(RequestCodecTest, ValuesOutsideTheConfiguredRangeAreRefusedNamingTheElement) {
+  ModelSpec spec = EncoderSpec();
+  spec.input_ranges.resize(2);
+  spec.input_ranges[0] = ValueRange{0.0, 9.0};  // TokenRequest's ids are 7, 8, 9, 10, ...
+  for (bool raw : {true, false}) {
+    inference::ModelInferRequest request = TokenRequest(1, 4, raw);
+    PendingRequest pending;
+    Status status = DecodeInferRequest(spec, QueuePolicy{}, &request, &pending);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("inputs[0] 'input_ids': element 3 is outside the model's range [0, 9]"),
+              std::string::npos)
+        << status.message();
+
+    request = TokenRequest(1, 3, raw);
+    EXPECT_TRUE(DecodeInferRequest(spec, QueuePolicy{}, &request, &pending).ok());
+  }
+  // Only a lower bound, on an input whose values sit above it.
+  spec.input_ranges[0].max.reset();
+  spec.input_ranges[1].min = 2;
+  inference::ModelInferRequest request = TokenRequest(1, 2, true);
+  PendingRequest pending;
+  Status status = DecodeInferRequest(spec, QueuePolicy{}, &request, &pending);
+  EXPECT_NE(status.message().find("inputs[1] 'attention_mask': element 0 is outside the model's range [2, ]"),
+            std::string::npos)
+      << status.message();
+}
+
 struct BadRequestCase {
   std::string name;
   std::function<void(inference::ModelInferRequest*)> corrupt;

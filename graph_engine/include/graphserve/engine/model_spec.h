@@ -2,6 +2,7 @@
 // What a model looks like to the engine: its tensors, limits and bucket grid. The server builds a
 // ModelSpec from config.pbtxt (server/config) and hands it to CreateExecutor. Value type.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ inline constexpr int64_t kFixedShapeLength = 1;
 // logs and tool reports.
 std::string BucketLabel(const BucketShape& shape, bool has_sequence_length);
 
+// The inclusive range of values an input may carry, checked by the server before batching; an unset
+// end: unbounded on that side.
+struct ValueRange {
+  std::optional<double> min;
+  std::optional<double> max;
+};
+
 struct ModelSpec {
   std::string name;
   std::string platform;  // kPlatformAotInductor, kPlatformTorchScript or kPlatformBuiltinEncoder
@@ -74,6 +82,8 @@ struct ModelSpec {
   Precision precision = Precision::kFp32;
   bool cuda_graphs_disabled = false;
   double verify_rtol = 0.0;  // 0: the precision's default
+  // One per input, in input order, or empty when no input is bounded.
+  std::vector<ValueRange> input_ranges;
 
   // The smallest bucket that holds `rows` × `length`, or {rows, length} itself (an oversize batch)
   // when none does.

@@ -15,7 +15,8 @@ namespace graphserve {
 // raw contents are consumed). INVALID_ARGUMENT naming the field for: unknown, missing or repeated
 // inputs, a datatype other than the model's, a shape of the wrong rank or with dims < 1 or fixed dims
 // that differ, data whose size disagrees with the shape, variable lengths that differ between inputs,
-// rows above max_batch_size, length above max_sequence_length, unknown requested outputs, and any
+// values outside the input's min_value/max_value, rows above max_batch_size, length above
+// max_sequence_length, unknown requested outputs, and any
 // request, input or output parameter (graphserve honours none), except Triton's request parameter
 // `timeout` where `queue_policy` allows it: an int64 of microseconds, at most the policy's default
 // timeout when it has one, set as `pending->timeout_override_us` (0: none). A fixed-shape model's
