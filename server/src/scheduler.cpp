@@ -32,6 +32,19 @@ BucketCosts CostsOf(const std::vector<std::unique_ptr<Executor>>& executors) {
   return costs;
 }
 
+// For each bucket length, the cheapest device time per row among its batch sizes: a lower bound on
+// what a queued row of that length costs however it is batched.
+std::vector<std::pair<int64_t, double>> RowCosts(const BucketCosts& costs) {
+  std::map<int64_t, double> best;
+  for (const auto& [shape, cost_us] : costs) {
+    if (shape.batch <= 0 || cost_us <= 0) continue;
+    const double per_row = cost_us / static_cast<double>(shape.batch);
+    auto [entry, inserted] = best.emplace(shape.length, per_row);
+    if (!inserted) entry->second = std::min(entry->second, per_row);
+  }
+  return {best.begin(), best.end()};
+}
+
 }  // namespace
 
 ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& options,
@@ -41,6 +54,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       clock_(clock),
       executors_(std::move(executors)),
       costs_(CostsOf(executors_)),
+      row_costs_us_(RowCosts(costs_)),
       answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
 
@@ -78,8 +92,24 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
       return ResourceExhausted("model '" + spec_.name + "': queue is full (max_queue_size " +
                                std::to_string(options_.max_queue_size) + ")");
     }
-    request->enqueue_us = clock_->NowMicros();
+    const int64_t now_us = clock_->NowMicros();
+    request->enqueue_us = now_us;
     request->queue_timeout_us = options_.queue_policy.TimeoutFor(request->timeout_override_us);
+    request->work_us = EstimateWorkUs(*request);
+    const int64_t expiry_us = request->ExpiryUs();
+    if (expiry_us != 0) {
+      // Optimistic: every instance busy on the queue at full batches, none running yet.
+      const double ahead_us = queued_work_us_ / static_cast<double>(executors_.size());
+      const double done_us = static_cast<double>(now_us) + ahead_us + request->work_us;
+      if (done_us > static_cast<double>(expiry_us)) {
+        ++counters_.rejected_deadline;
+        return Status(StatusCode::kDeadlineExceeded,
+                      "model '" + spec_.name + "': the request's deadline or queue timeout (in " +
+                          std::to_string(expiry_us - now_us) + " us) cannot be met: about " +
+                          std::to_string(static_cast<int64_t>(ahead_us)) + " us of work is queued ahead");
+      }
+    }
+    queued_work_us_ += request->work_us;
     planner_.Add(std::move(request));
     ++counters_.accepted;
     // A busy worker looks at the queue again when its batch is done; only a sleeping one needs a
@@ -133,12 +163,6 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
   return snapshot;
 }
 
-void ModelScheduler::Finish(const std::shared_ptr<PendingRequest>& request, const Status& status) {
-  RequestTiming timing;
-  timing.queue_us = clock_->NowMicros() - request->enqueue_us;
-  request->done(status, {}, timing);
-}
-
 // A batch handed to an executor's Launch and not yet answered.
 struct ModelScheduler::InFlightBatch {
   DispatchDecision decision;
@@ -162,7 +186,8 @@ std::unique_ptr<ModelScheduler::InFlightBatch> ModelScheduler::LaunchBatch(Execu
   return run;
 }
 
-void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run) {
+void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run,
+                                   std::deque<std::unique_ptr<InFlightBatch>>* launched_after) {
   const DispatchDecision& decision = run->decision;
   BatchOutputs outputs;
   Status status = run->launch_status;
@@ -173,35 +198,41 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
                       std::to_string(outputs.size()) + " results for a batch of " +
                       std::to_string(decision.requests.size()) + " requests");
   }
+  // One status per request: a failed batch is rerun in smaller groups so that only the requests
+  // that fail alone are answered with the failure.
+  std::vector<Status> statuses(decision.requests.size(), status);
   if (status.ok()) {
-    int64_t batch_rows = 0;
-    for (const auto& request : decision.requests) batch_rows += request->item.rows;
-    const auto finished = std::chrono::system_clock::now().time_since_epoch();
-    statistics_.RecordExecution(
-        batch_rows, run->stage_times,
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(finished).count()));
-    // Checked first: the arguments cost a few allocations per batch, at tens of thousands a second.
-    if (spdlog::should_log(spdlog::level::debug)) {
-      spdlog::debug(
-          "model '{}' on {}: batch requests={} (ride-alongs {}) padded to {} ran in {} us",
-          spec_.name, executor->device(), decision.requests.size(), decision.ride_alongs,
-          spec_.BucketLabel(decision.padded_shape), end_us - run->start_us);
-    }
+    RecordBatch(executor, *run, end_us);
   } else {
-    spdlog::error("model '{}' on {}: batch of {} requests padded to {} failed: {}", spec_.name,
+    const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
+    spdlog::error("model '{}' on {}: batch of {} requests padded to {} failed (error {}): {}", spec_.name,
                   executor->device(), decision.requests.size(), spec_.BucketLabel(decision.padded_shape),
-                  status.ToString());
+                  error_id, status.ToString());
+    outputs.assign(decision.requests.size(), {});
+    if (decision.requests.size() > 1) {
+      // The reruns need the executor to themselves: batches launched after this one complete first
+      // (an executor completes in launch order and reuses their staging).
+      while (!launched_after->empty()) {
+        std::unique_ptr<InFlightBatch> next = std::move(launched_after->front());
+        launched_after->pop_front();
+        CompleteBatch(executor, std::move(next), launched_after);
+      }
+      IsolateFailures(executor, decision.padded_shape, decision.requests, &statuses, &outputs);
+    } else {
+      statuses[0] = ForClient(status, error_id);
+    }
   }
 
   // Answered on the answering threads, one task per request, so that encoding large responses
   // runs in parallel and the worker is free to launch the next batch.
   struct Answers {
     std::unique_ptr<InFlightBatch> run;
-    Status status;
+    std::vector<Status> statuses;
     BatchOutputs outputs;
     int64_t end_us;
   };
-  auto answers = std::make_shared<Answers>(Answers{std::move(run), status, std::move(outputs), end_us});
+  auto answers =
+      std::make_shared<Answers>(Answers{std::move(run), std::move(statuses), std::move(outputs), end_us});
   for (size_t i = 0; i < answers->run->decision.requests.size(); ++i) {
     answering_.Post([answers, i] {
       const auto& request = answers->run->decision.requests[i];
@@ -211,9 +242,78 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
       timing.padded_shape = answers->run->decision.padded_shape;
       timing.stages = answers->run->stage_times;
       std::vector<HostTensor> own =
-          answers->status.ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
-      request->done(answers->status, std::move(own), timing);
+          answers->statuses[i].ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
+      request->done(answers->statuses[i], std::move(own), timing);
     });
+  }
+}
+
+void ModelScheduler::RecordBatch(Executor* executor, const InFlightBatch& run, int64_t end_us) {
+  const DispatchDecision& decision = run.decision;
+  int64_t batch_rows = 0;
+  for (const auto& request : decision.requests) batch_rows += request->item.rows;
+  const auto finished = std::chrono::system_clock::now().time_since_epoch();
+  statistics_.RecordExecution(
+      batch_rows, run.stage_times,
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(finished).count()));
+  // Checked first: the arguments cost a few allocations per batch, at tens of thousands a second.
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("model '{}' on {}: batch requests={} (ride-alongs {}) padded to {} ran in {} us",
+                  spec_.name, executor->device(), decision.requests.size(), decision.ride_alongs,
+                  spec_.BucketLabel(decision.padded_shape), end_us - run.start_us);
+  }
+}
+
+Status ModelScheduler::ForClient(const Status& failure, uint64_t error_id) const {
+  // The engine's message can hold the model's TorchScript source and host paths: it stays in the
+  // log, and the client gets the code and an id to find it there.
+  const std::string reference = " (error " + std::to_string(error_id) + " in the server log)";
+  if (failure.code() == StatusCode::kInvalidArgument) {
+    return InvalidArgument("model '" + spec_.name + "' rejected this request's input values" + reference);
+  }
+  return Internal("model '" + spec_.name + "' failed to run this request" + reference);
+}
+
+void ModelScheduler::IsolateFailures(Executor* executor, const BucketShape& padded_shape,
+                                     const std::vector<std::shared_ptr<PendingRequest>>& requests,
+                                     std::vector<Status>* statuses, BatchOutputs* outputs) {
+  // Halving finds one culprit in about 2·log2(n) reruns; a device that fails everything (a lost
+  // GPU) would take 2n, so the reruns are bounded and what is left untried gets the batch's failure.
+  int reruns_left = 8;
+  for (size_t n = requests.size(); n > 1; n /= 2) reruns_left += 2;
+  // [begin, end) ranges of requests, each known to fail as one group.
+  std::vector<std::pair<size_t, size_t>> failing{{0, requests.size()}};
+  while (!failing.empty()) {
+    const auto [begin, end] = failing.back();
+    failing.pop_back();
+    if (end - begin == 1 || reruns_left <= 0) {
+      const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
+      spdlog::error("model '{}' on {}: {} request(s) fail{} (error {}): {}", spec_.name, executor->device(),
+                    end - begin, end - begin == 1 ? "s alone" : " together, reruns exhausted", error_id,
+                    (*statuses)[begin].ToString());
+      for (size_t i = begin; i < end; ++i) (*statuses)[i] = ForClient((*statuses)[i], error_id);
+      continue;
+    }
+    const size_t middle = begin + (end - begin) / 2;
+    for (const auto& [part_begin, part_end] : {std::pair{middle, end}, std::pair{begin, middle}}) {
+      --reruns_left;
+      Batch part;
+      part.padded_shape = padded_shape;  // fewer rows than the bucket holds is an ordinary batch
+      for (size_t i = part_begin; i < part_end; ++i) part.items.push_back(&requests[i]->item);
+      std::unique_ptr<LaunchedBatch> launched;
+      BatchOutputs part_outputs;
+      Status status = executor->Launch(part, &launched);
+      if (status.ok()) status = executor->Complete(std::move(launched), &part_outputs);
+      if (status.ok() && part_outputs.size() != part_end - part_begin) {
+        status = Internal("executor returned " + std::to_string(part_outputs.size()) + " results for " +
+                          std::to_string(part_end - part_begin) + " requests");
+      }
+      for (size_t i = part_begin; i < part_end; ++i) {
+        (*statuses)[i] = status;
+        if (status.ok()) (*outputs)[i] = std::move(part_outputs[i - part_begin]);
+      }
+      if (!status.ok()) failing.emplace_back(part_begin, part_end);
+    }
   }
 }
 
@@ -222,6 +322,7 @@ std::vector<Status> ModelScheduler::CountDead(
   std::vector<Status> outcomes;
   outcomes.reserve(dead.size());
   for (const auto& request : dead) {
+    LeaveQueue(*request);
     const std::string waited = std::to_string(now_us - request->enqueue_us) + " us in queue";
     // The client's deadline first: a call gRPC cancelled at its deadline is an expired one.
     if (request->ClientDeadlinePassed(now_us)) {
@@ -258,7 +359,22 @@ Status SettleWithClient(const Status& outcome, const PendingRequest& request, in
   return outcome;
 }
 
+double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
+  const auto bucket = std::lower_bound(
+      row_costs_us_.begin(), row_costs_us_.end(), request.item.length,
+      [](const std::pair<int64_t, double>& entry, int64_t length) { return entry.first < length; });
+  if (bucket == row_costs_us_.end()) return 0.0;
+  return bucket->second * static_cast<double>(request.item.rows);
+}
+
+void ModelScheduler::LeaveQueue(const PendingRequest& request) {
+  queued_work_us_ -= request.work_us;
+  // Sums of doubles drift: an empty queue holds no work.
+  if (planner_.queued_requests() == 0 || queued_work_us_ < 0) queued_work_us_ = 0;
+}
+
 void ModelScheduler::CountDispatched(const DispatchDecision& decision) {
+  for (const auto& request : decision.requests) LeaveQueue(*request);
   ++counters_.batches;
   counters_.ride_alongs += static_cast<uint64_t>(decision.ride_alongs);
   for (const auto& request : decision.requests) counters_.batch_rows += request->item.rows;
@@ -274,9 +390,17 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
 
     std::vector<std::shared_ptr<PendingRequest>> dead = planner_.TakeDead(now_us);
     if (!dead.empty()) {
-      const std::vector<Status> outcomes = CountDead(dead, now_us);
+      std::vector<Status> outcomes = CountDead(dead, now_us);
       lock.Unlock();
-      for (size_t i = 0; i < dead.size(); ++i) Finish(dead[i], outcomes[i]);
+      // Answered off this thread: under overload requests expire by the thousand a second, and
+      // answering each here would keep the executor waiting for its next batch.
+      for (size_t i = 0; i < dead.size(); ++i) {
+        answering_.Post([this, request = std::move(dead[i]), outcome = std::move(outcomes[i]), now_us] {
+          RequestTiming timing;
+          timing.queue_us = now_us - request->enqueue_us;
+          request->done(outcome, {}, timing);
+        });
+      }
       lock.Lock();
       continue;
     }
@@ -297,8 +421,9 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
       // only then is the older one waited for and answered.
       in_flight.push_back(LaunchBatch(executor, std::move(*decision)));
       if (in_flight.size() >= depth) {
-        CompleteBatch(executor, std::move(in_flight.front()));
+        std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
         in_flight.pop_front();
+        CompleteBatch(executor, std::move(oldest), &in_flight);
       }
       lock.Lock();
       continue;
@@ -307,8 +432,9 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
       // Nothing is ready to overlap with it: answer the batch in flight, then look again as an
       // idle executor.
       lock.Unlock();
-      CompleteBatch(executor, std::move(in_flight.front()));
+      std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
       in_flight.pop_front();
+      CompleteBatch(executor, std::move(oldest), &in_flight);
       lock.Lock();
       continue;
     }

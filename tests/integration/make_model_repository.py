@@ -10,6 +10,10 @@ serves:
   encoder_pt2    the same encoder (architecture and weights) as an AOTInductor package from
                  deploy/models/export_encoder.py, with the same grid: it must answer as `encoder`
                  does. Compiled for GRAPHSERVE_TEST_DEVICE's kind (CPU unless it names cuda).
+  tiny_strict    tiny_traced's architecture scripted without its clamp: a token id beyond its
+                 1000-entry embedding fails the whole batch, as a real model's would; batches of up to
+                 8 wait long for company, so that a bad request rides with good ones
+  tiny_bounded   tiny_strict under a config whose input_ids carry min_value/max_value
   tiny_triton    tiny_scripted's model.pt in Triton's layout (tiny_triton/1/model.pt) under a
                  config as Triton's PyTorch backend takes it:
                  backend "pytorch", tensors named INPUT__N / OUTPUT__N (listed out of order, so that
@@ -52,6 +56,15 @@ class TinyProjection(torch.nn.Module):
         return self.embed(input_ids.clamp(0, 999)) * attention_mask[:, :, None].float()
 
 
+class StrictProjection(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        return self.embed(input_ids) * attention_mask[:, :, None].float()
+
+
 TOKEN_INPUTS = """
 input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
@@ -73,6 +86,23 @@ max_batch_size: 8
 max_sequence_length: 64
 output { name: "projected" data_type: TYPE_FP32 dims: [ -1, 4 ] }
 buckets { batch_sizes: [ 2, 8 ] sequence_lengths: [ 16, 64 ] }
+""",
+    "tiny_strict": TOKEN_INPUTS + """
+platform: "pytorch_libtorch"
+max_batch_size: 8
+max_sequence_length: 16
+output { name: "projected" data_type: TYPE_FP32 dims: [ -1, 4 ] }
+buckets { batch_sizes: [ 8 ] sequence_lengths: [ 16 ] }
+dynamic_batching { max_queue_delay_microseconds: 300000 }
+""",
+    "tiny_bounded": """
+input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 min_value: 0 max_value: 999 }
+input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 min_value: 0 max_value: 1 }
+platform: "pytorch_libtorch"
+max_batch_size: 8
+max_sequence_length: 16
+output { name: "projected" data_type: TYPE_FP32 dims: [ -1, 4 ] }
+buckets { batch_sizes: [ 8 ] sequence_lengths: [ 16 ] }
 """,
     "encoder": TOKEN_INPUTS + """
 platform: "graphserve_encoder"
@@ -127,7 +157,9 @@ def main():
     models = {
         "tiny_scripted": torch.jit.script(TinyAttention().eval()),
         "tiny_traced": torch.jit.trace(TinyProjection().eval(), example),
+        "tiny_strict": torch.jit.script(StrictProjection().eval()),
     }
+    models["tiny_bounded"] = models["tiny_strict"]
     # A multi-device run (the two-GPU issue) spreads the encoder's instances over these devices, so
     # that the solo-answer test checks every answer with all of them busy.
     devices = os.environ.get("GRAPHSERVE_TEST_INSTANCE_DEVICES", "")

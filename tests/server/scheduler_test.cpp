@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,10 @@ class FakeExecutor : public Executor {
     int started = 0;
     bool held = false;
     Status error;
+    // A batch holding an item whose input carries this tag fails with `poison_error`, as a token id
+    // beyond an embedding table fails every batch it rides in.
+    std::optional<int64_t> poison_tag;
+    Status poison_error;
     BatchStageTimes stage_times;  // what every batch reports, where the scheduler asks
   };
 
@@ -74,6 +79,11 @@ class FakeExecutor : public Executor {
     shared_->changed.notify_all();
     shared_->changed.wait(lock, [this] { return !shared_->held; });
     if (!shared_->error.ok()) return shared_->error;
+    for (const InferenceItem* item : batch.items) {
+      int64_t tag = 0;
+      std::memcpy(&tag, item->inputs.at(0).bytes.data(), sizeof(tag));
+      if (shared_->poison_tag == tag) return shared_->poison_error;
+    }
     outputs->clear();
     for (const InferenceItem* item : batch.items) outputs->push_back({item->inputs.at(0)});
     if (batch.stage_times != nullptr) *batch.stage_times = shared_->stage_times;
@@ -256,26 +266,22 @@ TEST_F(ModelSchedulerTest, FullQueueRefusesWithoutCallingDone) {
   EXPECT_EQ(counters.rejected_queue_full, 1u);
 }
 
-TEST_F(ModelSchedulerTest, ExpiredDeadlineIsNeverExecuted) {
+TEST_F(ModelSchedulerTest, AnExpiredDeadlineIsRefusedAtOnceAndNeverExecuted) {
   MakeScheduler(Options(0));
   scheduler_->Start();
   std::future<Outcome> outcome;
   auto request = Request(1, 10, 1, &outcome);
   request->deadline_us = clock_.NowMicros() - 1;
-  ASSERT_TRUE(scheduler_->Enqueue(request).ok());
-
-  ASSERT_TRUE(Ready(outcome));
-  Outcome result = outcome.get();
-  EXPECT_EQ(result.status.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(result.status.message().find("deadline expired after"), std::string::npos)
-      << result.status.message();
-  EXPECT_TRUE(result.outputs.empty());
+  const Status status = scheduler_->Enqueue(request);
+  EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find("cannot be met"), std::string::npos) << status.message();
   scheduler_->Stop();
-
+  // Refused: the caller answers it, `done` never runs.
+  EXPECT_EQ(outcome.wait_for(seconds(0)), std::future_status::timeout);
   EXPECT_TRUE(Batches().empty());
   SchedulerCounters counters = scheduler_->Counters();
-  EXPECT_EQ(counters.accepted, 1u);
-  EXPECT_EQ(counters.deadline_exceeded, 1u);
+  EXPECT_EQ(counters.accepted, 0u);
+  EXPECT_EQ(counters.rejected_deadline, 1u);
   EXPECT_EQ(counters.batches, 0u);
 }
 
@@ -605,8 +611,8 @@ TEST_F(ModelSchedulerTest, EnqueueAfterStopIsUnavailable) {
   EXPECT_EQ(scheduler_->Counters().accepted, 0u);
 }
 
-TEST_F(ModelSchedulerTest, ExecutorErrorFailsEveryRequestOfTheBatch) {
-  shared_->error = Internal("model 'echo' bucket 4x16: boom");
+TEST_F(ModelSchedulerTest, AnExecutorThatFailsEveryBatchFailsEveryRequestWithoutItsMessage) {
+  shared_->error = Internal("model 'echo' bucket 4x16: boom in /home/builder/model.py line 7");
   MakeScheduler(Options(10'000'000));
   // Not started: Stop runs the queue on this thread, and four rows of bin 16 make one batch.
   std::vector<std::future<Outcome>> outcomes(3);
@@ -618,14 +624,52 @@ TEST_F(ModelSchedulerTest, ExecutorErrorFailsEveryRequestOfTheBatch) {
     ASSERT_TRUE(Ready(f));
     Outcome result = f.get();
     EXPECT_EQ(result.status.code(), StatusCode::kInternal);
-    EXPECT_EQ(result.status.message(), "model 'echo' bucket 4x16: boom");
+    EXPECT_NE(result.status.message().find("model 'echo' failed to run this request (error "),
+              std::string::npos)
+        << result.status.message();
+    EXPECT_EQ(result.status.message().find("/home"), std::string::npos) << result.status.message();
     EXPECT_TRUE(result.outputs.empty());
   }
-  ASSERT_EQ(Batches().size(), 1u);
+  // The batch, then each request's group until every one failed alone: 1 + 2 + 2.
+  EXPECT_EQ(Batches().size(), 5u);
   SchedulerCounters counters = scheduler_->Counters();
   EXPECT_EQ(counters.accepted, 3u);
   EXPECT_EQ(counters.batches, 1u);
   EXPECT_EQ(counters.batch_rows, 4u);
+}
+
+TEST_F(ModelSchedulerTest, ARequestThatFailsItsBatchFailsAloneAndTheOthersGetTheirResults) {
+  shared_->poison_tag = 5;
+  shared_->poison_error = InvalidArgument("index 40000 is out of bounds; see /srv/models/bert/code.py");
+  MakeScheduler(Options(10'000'000));
+  // Four one-row requests of bin 16 make one batch; the third is the culprit.
+  std::vector<std::future<Outcome>> outcomes(4);
+  const int64_t tags[] = {1, 2, 5, 3};
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, tags[i], &outcomes[i])).ok());
+  }
+  scheduler_->Stop();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(Ready(outcomes[i]));
+    Outcome result = outcomes[i].get();
+    if (tags[i] == 5) {
+      EXPECT_EQ(result.status.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(result.status.message().find("model 'echo' rejected this request's input values"),
+                std::string::npos)
+          << result.status.message();
+      EXPECT_EQ(result.status.message().find("/srv"), std::string::npos) << result.status.message();
+      EXPECT_TRUE(result.outputs.empty());
+      continue;
+    }
+    ASSERT_TRUE(result.status.ok()) << "request " << i << ": " << result.status.ToString();
+    ASSERT_EQ(result.outputs.size(), 1u);
+    EXPECT_EQ(result.outputs[0].bytes, TaggedTensor(1, 10, tags[i]).bytes) << "request " << i;
+  }
+  // The batch of four, its halves, the failing half's halves.
+  const std::vector<RecordedBatch> batches = Batches();
+  ASSERT_EQ(batches.size(), 5u);
+  EXPECT_EQ(batches[0].rows.size(), 4u);
+  for (const RecordedBatch& rerun : batches) EXPECT_EQ(rerun.padded_shape, batches[0].padded_shape);
 }
 
 TEST_F(ModelSchedulerTest, RideAlongsAreCountedAndGetTheirOwnRowsBack) {
@@ -735,6 +779,39 @@ TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {
   // 1x16 averaged over both; 2x16 from the one that measured it; 4x16 had no time (not measured).
   EXPECT_EQ(scheduler.bucket_costs(),
             (BucketCosts{{BucketShape{1, 16}, 200}, {BucketShape{2, 16}, 400}}));
+}
+
+// A request whose deadline cannot be met even by the best batching of the work ahead of it is
+// refused on arrival instead of waiting out its deadline in the queue.
+TEST(ModelSchedulerAdmissionTest, ARequestThatCannotMeetItsDeadlineIsRefusedAtOnce) {
+  auto shared = std::make_shared<FakeExecutor::Shared>();
+  BucketInfo one, four;
+  one.shape = BucketShape{1, 16};
+  one.execute_time_us = 250;  // 250 us a row alone,
+  four.shape = BucketShape{4, 16};
+  four.execute_time_us = 400;  // 100 us a row in fours: the estimate's rate
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<FakeExecutor>(shared, 0, std::vector<BucketInfo>{one, four}));
+  FakeClock clock;
+  ModelScheduler scheduler(TestSpec(), Options(0), std::move(executors), &clock);
+  // Not started: the queue only grows.
+  auto request = [&](int64_t deadline_in_us) {
+    auto pending = MakeRequest(1, 10);
+    pending->deadline_us = deadline_in_us == 0 ? 0 : clock.NowMicros() + deadline_in_us;
+    pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
+    return pending;
+  };
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(350)).ok()) << i;  // done by 100, 200, 300
+  const Status refused = scheduler.Enqueue(request(350));  // would end at 400
+  EXPECT_EQ(refused.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(refused.message().find("about 300 us of work is queued ahead"), std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(scheduler.Enqueue(request(450)).ok());  // a later deadline still fits
+  EXPECT_TRUE(scheduler.Enqueue(request(0)).ok());    // no deadline: never refused for one
+  const SchedulerCounters counters = scheduler.Counters();
+  EXPECT_EQ(counters.rejected_deadline, 1u);
+  EXPECT_EQ(counters.accepted, 5u);
+  scheduler.Stop();
 }
 
 TEST(ModelSchedulerSnapshotTest, CopiesTheCountersQueueAndEachInstancesFigures) {
@@ -904,7 +981,8 @@ TEST_F(PipelinedSchedulerTest, FailedLaunchFailsEveryRequestOfItsBatchOnly) {
   ASSERT_TRUE(Ready(failed));
   Outcome result = failed.get();
   EXPECT_EQ(result.status.code(), StatusCode::kInternal);
-  EXPECT_NE(result.status.message().find("launch refused"), std::string::npos);
+  // The executor's own words are for the log.
+  EXPECT_EQ(result.status.message().find("launch refused"), std::string::npos);
   {
     std::lock_guard<std::mutex> lock(pipeline_->mutex);
     pipeline_->fail_launches = false;

@@ -56,6 +56,7 @@ struct PendingRequest {
   // Filled in by the scheduler, under its lock.
   int64_t enqueue_us = 0;
   int64_t queue_timeout_us = 0;  // the QueuePolicy's timeout for this request; 0 = none
+  double work_us = 0.0;          // the scheduler's estimate of the device time it needs; 0 = unknown
   bool queued = false;  // in a BatchPlanner's queue right now
 
   // The client's deadline has passed by `now_us`, or gRPC has said so.

@@ -8,14 +8,16 @@
 // Thread safety: Enqueue, Poke, Counters, QueueDepth and Snapshot may be called from any thread;
 // Start and Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued
 // request is owned by the scheduler until its `done` callback has run, which happens exactly once
-// per accepted request: on one of the scheduler's answering threads (CallbackPool) for a request
-// that ran, on a worker thread (or the caller's, when Stop drains the queue without workers) for one
-// that expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
-// (RESOURCE_EXHAUSTED, UNAVAILABLE); every other outcome, failures included, reaches the request's
-// `done` callback. A queued request expires at its client's deadline or at the end of its queue
+// per accepted request, on one of the scheduler's answering threads (CallbackPool), whether it ran
+// or expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
+// (RESOURCE_EXHAUSTED, UNAVAILABLE) or whose deadline or queue timeout it cannot meet given the work
+// queued ahead of it (DEADLINE_EXCEEDED, at once rather than after the wait); every other outcome,
+// failures included, reaches the request's `done` callback. A queued request expires at its client's deadline or at the end of its queue
 // timeout (SchedulerOptions::queue_policy), whichever comes first, with DEADLINE_EXCEEDED.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +38,7 @@ namespace graphserve {
 struct SchedulerCounters {
   uint64_t accepted = 0;
   uint64_t rejected_queue_full = 0;
+  uint64_t rejected_deadline = 0;  // refused on arrival: their deadline could not be met
   uint64_t deadline_exceeded = 0;
   uint64_t cancelled = 0;
   uint64_t batches = 0;
@@ -88,7 +91,9 @@ class ModelScheduler {
 
   // Queues `request` and returns at once; never blocks on inference. On OK the scheduler owns the
   // request until `done` runs. RESOURCE_EXHAUSTED (queue full) and UNAVAILABLE (stopping) mean
-  // "retry later": `done` is not called and the caller still owns the request.
+  // "retry later"; DEADLINE_EXCEEDED means that even the fastest batching of the work queued ahead
+  // (measured bucket times, shared by the instances) would end after the request's deadline or
+  // queue timeout. In each case `done` is not called and the caller still owns the request.
   Status Enqueue(std::shared_ptr<PendingRequest> request) EXCLUDES(mutex_);
 
   // Wakes the workers to notice cancelled requests promptly; call after setting `cancelled`.
@@ -115,28 +120,46 @@ class ModelScheduler {
   std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
                                 int64_t now_us) REQUIRES(mutex_);
   void CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
+  // Device time `request` needs at the best rows-per-microsecond of its length's buckets; 0 when its
+  // length has no measured bucket (then it is never refused for its deadline).
+  double EstimateWorkUs(const PendingRequest& request) const;
+  void LeaveQueue(const PendingRequest& request) REQUIRES(mutex_);
   // The executor's and the requests' work runs without the lock, so that Enqueue never waits for it.
   std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
       EXCLUDES(mutex_);
-  // Waits for the batch and answers each of its requests exactly once.
-  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run) EXCLUDES(mutex_);
-  void Finish(const std::shared_ptr<PendingRequest>& request, const Status& status)
-      EXCLUDES(mutex_);
+  // Waits for the batch and answers each of its requests exactly once. `launched_after` holds the
+  // batches launched on the executor after it (completed first when the batch's failure needs reruns).
+  void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run,
+                     std::deque<std::unique_ptr<InFlightBatch>>* launched_after) EXCLUDES(mutex_);
+  void RecordBatch(Executor* executor, const InFlightBatch& run, int64_t end_us);
+  // Reruns the requests of a failed batch in halves, on this worker, until each failure is pinned on
+  // the requests that fail alone; the others get their outputs. Fills `statuses` and `outputs`.
+  void IsolateFailures(Executor* executor, const BucketShape& padded_shape,
+                       const std::vector<std::shared_ptr<PendingRequest>>& requests,
+                       std::vector<Status>* statuses, BatchOutputs* outputs) EXCLUDES(mutex_);
+  // What a client is told of an execution failure logged as `error_id`.
+  Status ForClient(const Status& failure, uint64_t error_id) const;
 
   const ModelSpec spec_;
   const SchedulerOptions options_;
   const Clock* const clock_;
   std::vector<std::unique_ptr<Executor>> executors_;
   const BucketCosts costs_;
+  // (bucket length, fewest µs per row over that length's batch sizes), by length.
+  std::vector<std::pair<int64_t, double>> row_costs_us_;
   std::vector<std::thread> workers_;
   // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
   CallbackPool answering_;
   ModelStatisticsRecorder statistics_;
+  // Numbers execution failures in the log, so that a client's error message can point at its entry.
+  std::atomic<uint64_t> next_error_id_{0};
 
   mutable Mutex mutex_;
   std::condition_variable work_available_;
   BatchPlanner planner_ GUARDED_BY(mutex_);
   SchedulerCounters counters_ GUARDED_BY(mutex_);
+  // Sum of the queued requests' work_us.
+  double queued_work_us_ GUARDED_BY(mutex_) = 0.0;
   int idle_workers_ GUARDED_BY(mutex_) = 0;
   bool stopping_ GUARDED_BY(mutex_) = false;
 };
