@@ -5,11 +5,22 @@
 
 #include <sys/resource.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <pthread.h>
+#include <thread>
 
 #include "graphserve/server/logging.h"
 #include "graphserve/server/server.h"
+
+namespace {
+
+// How long a running batch may take after the drain timeout before the process exits regardless.
+constexpr std::chrono::milliseconds kDrainGrace{10000};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   graphserve::ServerOptions options;
@@ -21,6 +32,20 @@ int main(int argc, char** argv) {
   CLI::App app{"graphserve: a KServe v2 inference server that replays CUDA graphs for variable shapes"};
   app.add_option("--grpc-address", options.grpc_address, "HOST:PORT of the gRPC endpoint")
       ->capture_default_str();
+  app.add_option("--grpc-max-concurrent-streams", options.grpc_max_concurrent_streams,
+                 "calls one gRPC connection may have open at once (HTTP/2 streams); more wait in the client")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  double idle_timeout_s = options.connection_idle_timeout.count() / 1000.0;
+  app.add_option("--connection-idle-timeout-s", idle_timeout_s,
+                 "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-request-bytes", options.max_request_bytes,
+                 "largest gRPC request message and REST request body accepted (RESOURCE_EXHAUSTED / 413 "
+                 "beyond); 0: derived from the largest request the repository's models take")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{256} * 1024 * 1024));
   app.add_option("--http-address", options.http_address,
                  "HOST:PORT of the KServe v2 HTTP/REST endpoint (as Triton's port 8000); '' for none")
       ->capture_default_str();
@@ -54,6 +79,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", GRAPHSERVE_VERSION);
   CLI11_PARSE(app, argc, argv);
   options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1000));
+  options.connection_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_timeout_s * 1000));
 
   graphserve::LogFormat format = graphserve::LogFormat::kPlain;
   graphserve::Status status = graphserve::ParseLogFormat(log_format, &format);
@@ -93,6 +119,15 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  // Shutdown cancels what is left at the drain timeout, then waits for the batches already running.
+  // A batch that hangs (a stuck device) must not hold an orchestrator's restart forever: past the
+  // timeout plus a grace for one batch, the process leaves without waiting.
+  std::thread([deadline = options.drain_timeout + kDrainGrace] {
+    std::this_thread::sleep_for(deadline);
+    spdlog::critical("shutdown still waiting {} ms after the signal: exiting without it", deadline.count());
+    spdlog::shutdown();
+    _exit(1);
+  }).detach();
   server.Shutdown();
   spdlog::info("stopped");
   return 0;

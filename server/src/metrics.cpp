@@ -341,6 +341,21 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                     .Name("graphserve_requests_in_flight")
                     .Help("Requests the model's scheduler holds: queued or executing")
                     .Register(*registry_);
+  refused_connections_ = &prometheus::BuildCounter()
+                              .Name("graphserve_connections_refused_total")
+                              .Help(
+                                  "gRPC connections closed on arrival for want of file descriptors: "
+                                  "reason is descriptor_reserve (the rest is kept for the server) or "
+                                  "descriptors_exhausted (the limit was reached)")
+                              .Register(*registry_);
+  // At zero from the start, so that an alert on its rate sees the series before the first refusal.
+  for (const char* reason : {"descriptor_reserve", "descriptors_exhausted"}) {
+    refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}});
+  }
+}
+
+void ServerMetrics::CountRefusedConnection(const std::string& reason) {
+  refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}}).Increment();
 }
 
 ServerMetrics::~ServerMetrics() = default;

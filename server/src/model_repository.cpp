@@ -248,6 +248,41 @@ Status LoadModelVersion(const std::string& model_dir, const std::string& expecte
   return BuildModel(std::move(config), version, version_dir, default_device, clock, model);
 }
 
+namespace {
+
+int64_t LargestRequestBytes(const ModelSpec& spec) {
+  int64_t bytes = 0;
+  for (const TensorSpec& input : spec.inputs) {
+    int64_t elements = std::max<int64_t>(spec.max_batch_size, 1);
+    for (int64_t dim : input.dims) elements *= dim < 0 ? std::max<int64_t>(spec.max_sequence_length, 1) : dim;
+    bytes += elements * static_cast<int64_t>(ElementSize(input.dtype));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t LargestRequestBytes(const RepositoryOptions& options) {
+  ModelSpec spec;
+  if (options.model_repository.empty()) {
+    return ModelSpecFromConfig(BuiltinEncoderConfig(), &spec).ok() ? LargestRequestBytes(spec) : 0;
+  }
+  std::vector<std::string> names;
+  if (!ListSubdirectories(options.model_repository, &names).ok()) return 0;
+  int64_t largest = 0;
+  for (const std::string& name : names) {
+    const std::string model_dir = options.model_repository + "/" + name;
+    inference::ModelConfig config;
+    std::string version, version_dir;
+    if (!LoadModelConfig(model_dir + "/config.pbtxt", &config).ok()) continue;
+    if (config.name().empty()) config.set_name(name);
+    if (!ResolveModelVersion(model_dir, config.version_policy(), &version, &version_dir).ok()) continue;
+    if (!ResolveModelConfig(version_dir, &config, nullptr).ok()) continue;
+    if (ModelSpecFromConfig(config, &spec).ok()) largest = std::max(largest, LargestRequestBytes(spec));
+  }
+  return largest;
+}
+
 ModelRepository::ModelRepository(const Clock* clock, Listener listener)
     : clock_(clock), listener_(std::move(listener)) {}
 

@@ -1,5 +1,7 @@
 #include "graphserve/server/server.h"
 
+#include <malloc.h>
+
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -9,6 +11,7 @@
 #include "graphserve/server/metrics.h"
 #include "graphserve/server/metrics_endpoint.h"
 #include "graphserve/server/rest_endpoint.h"
+#include "grpc_acceptor.h"
 
 namespace graphserve {
 namespace {
@@ -19,9 +22,31 @@ namespace {
 // restart a server that is still capturing its graphs.
 constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
 constexpr const char* kLivenessServiceName = "liveness";
-// The largest request or response, on either binding. Tensors of a 32×512×256 fp32 output are
-// 16 MiB; leave headroom over gRPC's 4 MiB default.
+// The largest response, on either binding. Tensors of a 32×512×256 fp32 output are 16 MiB; leave
+// headroom over gRPC's 4 MiB default.
 constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
+// Requests are bounded by what the served models can take (LargestRequestBytes), never below these.
+constexpr int64_t kMinRequestLimitBytes = 4 * 1024 * 1024;
+constexpr int64_t kMinRestBodyLimitBytes = 16 * 1024 * 1024;
+
+struct RequestLimits {
+  int64_t grpc_bytes;
+  int64_t rest_body_bytes;
+};
+
+// A request's tensors travel as raw bytes, as protobuf varints (up to 10 bytes for an 8-byte value)
+// or, over REST, as JSON text (up to ~21 characters for an int64 and its comma): room for each over
+// the raw size, plus the message's other fields.
+RequestLimits LimitsFor(const ServerOptions& options) {
+  if (options.max_request_bytes > 0) return {options.max_request_bytes, options.max_request_bytes};
+  const int64_t raw = LargestRequestBytes(options.repository);
+  constexpr int64_t kEnvelope = 64 * 1024;
+  return {std::min<int64_t>(kMaxMessageBytes, std::max(kMinRequestLimitBytes, raw * 5 / 4 + kEnvelope)),
+          std::min<int64_t>(kMaxMessageBytes, std::max(kMinRestBodyLimitBytes, raw * 3 + kEnvelope))};
+}
+constexpr std::chrono::seconds kMemoryTrimInterval{5};
+// A connection that has not completed its HTTP/2 handshake by then is closed.
+constexpr int kHandshakeTimeoutMs = 10'000;
 
 }  // namespace
 
@@ -56,17 +81,42 @@ Status GraphServer::Start(const ServerOptions& options) {
   repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
 
+  status = GrpcAcceptor::Listen(
+      options.grpc_address,
+      [metrics](GrpcAcceptor::Refusal refusal) {
+        metrics->CountRefusedConnection(refusal == GrpcAcceptor::Refusal::kDescriptorReserve
+                                            ? "descriptor_reserve"
+                                            : "descriptors_exhausted");
+      },
+      &grpc_acceptor_);
+  if (!status.ok()) return status;
+  grpc_port_ = grpc_acceptor_->port();
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &grpc_port_);
+  // Connections come from grpc_acceptor_ (grpc_acceptor.h says why gRPC's own listener is not used).
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  const RequestLimits limits = LimitsFor(options);
+  spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
+               limits.rest_body_bytes,
+               options.max_request_bytes > 0 ? "--max-request-bytes" : "from the models' largest requests");
+  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.grpc_bytes));
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  grpc_server_ = builder.BuildAndStart();
-  if (!grpc_server_ || grpc_port_ == 0) {
-    grpc_server_.reset();
-    return Unavailable("--grpc-address: cannot listen on " + options.grpc_address);
+  // One client cannot open unbounded calls on one connection, and connections that never finish
+  // the HTTP/2 handshake or stay idle give their descriptor back.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.grpc_max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kHandshakeTimeoutMs);
+  if (options.connection_idle_timeout.count() > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(options.connection_idle_timeout.count()));
   }
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_) return Unavailable("--grpc-address: the gRPC server did not start on " + options.grpc_address);
+  grpc_acceptor_->Start(std::move(handoff));
   grpc_server_->GetHealthCheckService()->SetServingStatus(kLivenessServiceName, true);
   SetReady(false);
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
@@ -78,7 +128,7 @@ Status GraphServer::Start(const ServerOptions& options) {
     RestEndpointOptions rest;
     rest.address = options.http_address;
     rest.thread_count = options.http_thread_count;
-    rest.max_body_bytes = kMaxMessageBytes;
+    rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
     status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments), metrics_.get(),
                                  &rest_endpoint_);
     if (!status.ok()) return status;
@@ -86,11 +136,26 @@ Status GraphServer::Start(const ServerOptions& options) {
                  rest_endpoint_->port());
   }
 
+  StartMemoryTrimmer();
   status = repository_->Start(options.repository);
   if (!status.ok()) return status;
   SetReady(true);
   spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
   return Status::Ok();
+}
+
+void GraphServer::StartMemoryTrimmer() {
+  // glibc keeps freed heap pages for reuse: after a spike of large requests the process would hold
+  // its peak for good. Handing the free pages back now and then costs a walk of the heap, not the
+  // request path.
+  trimmer_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(trimmer_mutex_);
+    while (!trimmer_stop_) {
+      trimmer_wake_.wait_for(lock, kMemoryTrimInterval);
+      if (trimmer_stop_) break;
+      malloc_trim(0);
+    }
+  });
 }
 
 void GraphServer::SetReady(bool ready) {
@@ -107,6 +172,7 @@ void GraphServer::Shutdown() {
   // unload answers once the endpoint is gone.
   if (repository_) repository_->StopControl();
   if (rest_endpoint_) rest_endpoint_->StopAccepting();
+  if (grpc_acceptor_) grpc_acceptor_->Stop();
   if (grpc_server_) {
     spdlog::info("shutting down: draining in-flight requests (up to {} ms)", options_.drain_timeout.count());
     // New calls are refused at once; calls in flight finish as the schedulers answer them, and any
@@ -117,6 +183,7 @@ void GraphServer::Shutdown() {
   // Once the gRPC calls it made are answered, and before the channel's server goes away.
   rest_endpoint_.reset();
   grpc_server_.reset();
+  grpc_acceptor_.reset();
   // Scrapes read the schedulers: stop serving them before the schedulers go away.
   metrics_endpoint_.reset();
   if (repository_) {
@@ -124,6 +191,14 @@ void GraphServer::Shutdown() {
     repository_.reset();
   }
   service_.reset();
+  if (trimmer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(trimmer_mutex_);
+      trimmer_stop_ = true;
+    }
+    trimmer_wake_.notify_all();
+    trimmer_.join();
+  }
 }
 
 }  // namespace graphserve

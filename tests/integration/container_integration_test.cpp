@@ -4,8 +4,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -14,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "http_get.h"
+#include "prometheus_text.h"
 #include "server_process.h"
 
 namespace graphserve::testing {
@@ -100,7 +106,7 @@ TEST(ContainerTest, JsonLogsHealthServiceAndSigterm) {
   const std::string stdout_path = std::string(TEST_OUTPUT_DIR) + "/json_log_server.stdout";
   const std::string stderr_path = std::string(TEST_OUTPUT_DIR) + "/json_log_server.stderr";
   ServerProcess server(GRAPHSERVE_BINARY,
-                       {"--device", "cpu", "--model-repository", MODEL_REPOSITORY, "--log-format", "json"},
+                       {"--device", TestDevice(), "--model-repository", MODEL_REPOSITORY, "--log-format", "json"},
                        stdout_path, stderr_path);
   ASSERT_TRUE(server.WaitUntilReady(kStartTimeout)) << server.Log() << ReadText(stderr_path);
 
@@ -146,6 +152,71 @@ TEST(ContainerTest, RaisesTheOpenFileLimitToTheHardLimit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_NE(process.Log().find(expected), std::string::npos) << process.Log();
+  EXPECT_EQ(process.Stop(SIGTERM, std::chrono::seconds(60)), 0) << process.Log();
+}
+
+// A TCP connection to 127.0.0.1:`port` that says nothing; -1 when the connect fails.
+int IdleConnection(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool Live(const std::string& address) {
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  inference::ServerLiveResponse response;
+  return stub->ServerLive(&context, inference::ServerLiveRequest(), &response).ok() && response.live();
+}
+
+// More idle connections than the open-file limit allows (300 under `ulimit -n 256`): the gRPC port
+// refuses the excess but keeps listening, and once they close a new client is served. (gRPC's own
+// listener stopped accepting for good at the first EMFILE.)
+TEST(ContainerTest, ExhaustedDescriptorsNeverStopTheGrpcListener) {
+  const int grpc_port = FreeLoopbackPort();
+  const int metrics_port = FreeLoopbackPort();
+  const std::string address = "127.0.0.1:" + std::to_string(grpc_port);
+  // `ulimit -n` in sh lowers the hard limit too, so that graphserve cannot raise its way out.
+  ChildProcess process({"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\"", GRAPHSERVE_BINARY,
+                        "--grpc-address", address, "--metrics-address",
+                        "127.0.0.1:" + std::to_string(metrics_port), "--http-address", "", "--device", "cpu"},
+                       std::string(TEST_OUTPUT_DIR) + "/descriptor_exhaustion.log");
+  const auto give_up = std::chrono::steady_clock::now() + kStartTimeout;
+  while (!Live(address) && process.Running() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(Live(address)) << process.Log();
+
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = IdleConnection(grpc_port);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  // The acceptor takes them in order; give it a moment to reach the reserve.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Exposition during(HttpGet(metrics_port, "/metrics").body);
+  EXPECT_GT(during.Sum("graphserve_connections_refused_total", {{"endpoint", "grpc"}}), 0.0)
+      << "300 connections under a limit of 256 were all kept";
+  for (int fd : idle) close(fd);
+
+  // Served again once the descriptors are free (the server sees each idle connection close).
+  bool served = false;
+  const auto recovery = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!(served = Live(address)) && std::chrono::steady_clock::now() < recovery) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(served) << process.Log();
+  EXPECT_EQ(process.Log().find("Failed accept4"), std::string::npos) << process.Log();
+  EXPECT_NE(process.Log().find("gRPC: refusing new connections"), std::string::npos) << process.Log();
   EXPECT_EQ(process.Stop(SIGTERM, std::chrono::seconds(60)), 0) << process.Log();
 }
 

@@ -12,6 +12,7 @@
 #include <regex>
 #include <thread>
 
+#include "async_calls.h"
 #include "http_get.h"
 #include "infer_helpers.h"
 #include "prometheus_text.h"
@@ -388,6 +389,59 @@ TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
       << "no batch of several requests was formed";
 }
 
+// A request that makes its batch fail (a token id beyond the model's embedding) fails alone: the
+// requests batched with it get their answers, and the culprit's message carries neither the model's
+// TorchScript source nor a host path.
+TEST_F(RepositoryTest, OneBadRequestFailsAloneAndItsBatchMatesGetTheirAnswers) {
+  auto stub = server_->NewStub();
+  std::mt19937 random(21);
+  std::vector<inference::ModelInferRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    TokenRows ids = RandomTokens(random, 1, 4 + i);
+    if (i == 3) ids[0][1] = 5000;
+    requests.push_back(TokenRequest("tiny_strict", ids));
+    requests.back().set_id("r" + std::to_string(i));
+  }
+  std::vector<inference::ModelInferResponse> solo(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i == 3) continue;
+    ASSERT_TRUE(Infer(stub.get(), requests[i], &solo[i]).ok());
+  }
+
+  std::vector<std::future<Answer>> answers = SendAllAtOnce(*server_, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto [status, response] = answers[i].get();
+    if (i == 3) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+      EXPECT_NE(status.error_message().find("model 'tiny_strict' rejected this request's input values"),
+                std::string::npos)
+          << status.error_message();
+      for (const char* leak : {"/", "Traceback", "forward", "embedding"}) {
+        EXPECT_EQ(status.error_message().find(leak), std::string::npos) << leak << " in " << status.error_message();
+      }
+      continue;
+    }
+    ASSERT_TRUE(status.ok()) << "request " << i << ": " << status.error_message();
+    EXPECT_EQ(GetFloatOutput(response, "projected").values, GetFloatOutput(solo[i], "projected").values)
+        << "request " << i;
+  }
+  // The whole story, source included, is in the log, and the first batch held several requests.
+  const std::string log = server_->Log();
+  EXPECT_TRUE(std::regex_search(log, std::regex("model 'tiny_strict' on \\S+: batch of [2-6] requests padded to 8x16 failed")))
+      << "the bad request never shared a batch";
+  EXPECT_TRUE(std::regex_search(log, std::regex("model 'tiny_strict' on \\S+: 1 request\\(s\\) fails alone")));
+
+  // Out-of-range values under a config that bounds them never reach the model.
+  TokenRows ids = RandomTokens(random, 1, 3);
+  ids[0][2] = 5000;
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(stub.get(), TokenRequest("tiny_bounded", ids), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("inputs[0] 'input_ids': element 2 is outside the model's range [0, 999]"),
+            std::string::npos)
+      << status.error_message();
+}
+
 // An AOTInductor package of the built-in encoder's architecture and weights, batched with requests
 // of other lengths, answers each request as the built-in encoder answers it alone.
 TEST_F(RepositoryTest, AotInductorPackageAnswersAsTheBuiltInEncoder) {
@@ -588,6 +642,37 @@ TEST(ShutdownTest, SigtermFinishesInFlightRequestsAndExitsZero) {
     EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   }
   EXPECT_NE(server.Log().find("draining"), std::string::npos);
+}
+
+// A queue far longer than the drain timeout: SIGTERM ends the process within the drain timeout plus
+// about one batch, whatever is still queued (answered CANCELLED or UNAVAILABLE, never left hanging).
+TEST(ShutdownTest, SigtermWithALongQueueExitsWithinTheDrainTimeout) {
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", "cpu", "--model-repository", MODEL_REPOSITORY, "--drain-timeout-s", "1"},
+                       std::string(TEST_OUTPUT_DIR) + "/bounded_drain_server.log");
+  ASSERT_TRUE(server.WaitUntilReady(kServerStartTimeout)) << server.Log();
+  std::mt19937 random(6);
+  const inference::ModelInferRequest request = TokenRequest("encoder", RandomTokens(random, 8, 64));
+  auto stub = server.NewStub();
+  inference::ModelInferResponse response;
+  const auto batch_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Infer(stub.get(), request, &response).ok());
+  const auto one_batch = std::chrono::steady_clock::now() - batch_start;
+
+  // Enough full batches for many seconds of work, all queued at once from one channel.
+  AsyncCaller caller(server.address());
+  const int calls = static_cast<int>(std::max<int64_t>(
+      200, 20 * std::chrono::seconds(1) / std::max<std::chrono::nanoseconds>(one_batch, std::chrono::milliseconds(1))));
+  for (int i = 0; i < calls; ++i) caller.Start(request, static_cast<size_t>(i), std::chrono::seconds(600));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto signalled = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(120)), 0) << server.Log();
+  const auto exit_after = std::chrono::steady_clock::now() - signalled;
+  EXPECT_LT(exit_after, std::chrono::seconds(1) + 2 * one_batch + std::chrono::seconds(2))
+      << "one batch takes " << std::chrono::duration_cast<std::chrono::milliseconds>(one_batch).count() << " ms";
+  int answered = 0;
+  while (caller.in_flight() > 0 && caller.Next() != nullptr) ++answered;
+  EXPECT_EQ(answered, calls);
 }
 
 }  // namespace

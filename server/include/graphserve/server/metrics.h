@@ -115,6 +115,9 @@ class ServerMetrics {
   // models were ready (unavailable). Counted with model="" so that clients cannot create series.
   void CountUnroutedRequest(StatusCode code);
 
+  // A gRPC connection closed on arrival (GrpcAcceptor's refusal reasons).
+  void CountRefusedConnection(const std::string& reason);
+
   // Prometheus text exposition (format 0.0.4) of every family: what /metrics serves.
   std::string TextExposition() const;
 
@@ -126,6 +129,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* queue_seconds_ = nullptr;
   prometheus::Family<prometheus::Histogram>* compute_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
+  prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
 
   Mutex mutex_;
   // Values are never removed, so handed-out pointers stay valid.

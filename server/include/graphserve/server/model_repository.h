@@ -151,6 +151,12 @@ class ModelRepository {
 // Resolves "auto" to "cuda:0" when a CUDA device is present, else "cpu"; checks the others.
 Status ResolveDevice(const std::string& requested, std::string* resolved);
 
+// The bytes of tensor data in the largest request any model of `options`' repository (the built-in
+// encoder without one) validly takes: max_batch_size rows at max_sequence_length of every input, read
+// from the configs alone, before any model loads. Configs that fail to parse are skipped (loading
+// them reports why). What the server's message size limits are derived from.
+int64_t LargestRequestBytes(const RepositoryOptions& options);
+
 // The version a model folder serves and the folder its model file is in: the one the config's
 // `version_policy.specific` names (NOT_FOUND when its folder is missing), else the highest numbered
 // sub-folder (Triton's layout), else "1" and the folder itself (the flat layout).

@@ -7,8 +7,11 @@
 // and stops the schedulers.
 // Not thread-safe: call Start, Wait-for-signal and Shutdown from one controlling thread.
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "graphserve/engine/status.h"
 #include "graphserve/server/clock.h"
@@ -20,6 +23,7 @@ class Server;
 
 namespace graphserve {
 
+class GrpcAcceptor;
 class InferenceService;
 class MetricsEndpoint;
 class RestEndpoint;
@@ -27,6 +31,13 @@ class ServerMetrics;
 
 struct ServerOptions {
   std::string grpc_address = "0.0.0.0:8001";
+  // Calls one gRPC connection may have open at once; more wait in the client.
+  int grpc_max_concurrent_streams = 4096;
+  // The largest gRPC request message and REST request body accepted; 0: derived from the largest
+  // request the repository's models take (LargestRequestBytes), at least 4 MiB (16 MiB of REST body).
+  int64_t max_request_bytes = 0;
+  // A gRPC connection without calls for this long is closed (its descriptor freed); 0: never.
+  std::chrono::milliseconds connection_idle_timeout{300000};
   // The KServe v2 HTTP/REST endpoint; empty: none.
   std::string http_address = "0.0.0.0:8000";
   int http_thread_count = 8;
@@ -52,6 +63,8 @@ class GraphServer {
  private:
   // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
   void SetReady(bool ready);
+  // Returns free heap memory to the system every few seconds until Shutdown.
+  void StartMemoryTrimmer();
 
   ServerOptions options_;
   SteadyClock clock_;
@@ -60,10 +73,15 @@ class GraphServer {
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
   // After grpc_server_: it calls the gRPC service through an in-process channel.
   std::unique_ptr<RestEndpoint> rest_endpoint_;
+  std::thread trimmer_;
+  std::mutex trimmer_mutex_;
+  std::condition_variable trimmer_wake_;
+  bool trimmer_stop_ = false;
 };
 
 }  // namespace graphserve

@@ -1,0 +1,150 @@
+#include "grpc_acceptor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "listen_socket.h"
+
+namespace graphserve {
+namespace {
+
+// Descriptors kept out of the connections' reach: enough for the model files, the HTTP ports' own
+// connections and libraries that open files while serving (CUDA, AOTInductor's unpacking).
+int DescriptorReserve(int limit) { return std::max(32, limit / 16); }
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Status GrpcAcceptor::Listen(const std::string& address, RefusalCounter count_refusal,
+                            std::unique_ptr<GrpcAcceptor>* acceptor) {
+  std::string error;
+  const int listen_fd = ListenOn(address, SOMAXCONN, /*non_blocking=*/true, &error);
+  if (listen_fd < 0) return Unavailable("--grpc-address: cannot listen on " + address + ": " + error);
+  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    close(listen_fd);
+    return Unavailable(std::string("--grpc-address: eventfd failed: ") + std::strerror(errno));
+  }
+  acceptor->reset(new GrpcAcceptor(listen_fd, wake_fd, std::move(count_refusal)));
+  return Status::Ok();
+}
+
+GrpcAcceptor::GrpcAcceptor(int listen_fd, int wake_fd, RefusalCounter count_refusal)
+    : listen_fd_(listen_fd), wake_fd_(wake_fd), count_refusal_(std::move(count_refusal)) {
+  port_ = BoundPort(listen_fd_);
+  rlimit files{};
+  const int limit = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                        ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 30))
+                        : 1 << 20;
+  highest_connection_fd_ = limit - DescriptorReserve(limit);
+  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+GrpcAcceptor::~GrpcAcceptor() {
+  Stop();
+  close(wake_fd_);
+  if (spare_fd_ >= 0) close(spare_fd_);
+}
+
+void GrpcAcceptor::Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff) {
+  handoff_ = std::move(handoff);
+  thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+void GrpcAcceptor::Stop() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof(one)) < 0) spdlog::warn("gRPC acceptor: cannot wake: {}", std::strerror(errno));
+    thread_.join();
+  }
+  if (listen_fd_ >= 0 && fcntl(listen_fd_, F_GETFD) != -1) close(listen_fd_);
+}
+
+void GrpcAcceptor::AcceptLoop() {
+  pollfd watched[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  while (true) {
+    if (poll(watched, 2, -1) < 0 && errno != EINTR) {
+      spdlog::error("gRPC acceptor: poll failed: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    if (watched[1].revents != 0) return;
+    if (watched[0].revents == 0) continue;
+    // Everything waiting, so that one wake-up serves a burst.
+    while (true) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        HandOver(fd);
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        ShedOne();
+        continue;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        spdlog::error("gRPC acceptor: accept failed: {}", std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      break;
+    }
+  }
+}
+
+void GrpcAcceptor::HandOver(int fd) {
+  // The kernel hands out the lowest free descriptor: a number this high means that many are open.
+  if (fd >= highest_connection_fd_) {
+    close(fd);
+    count_refusal_(Refusal::kDescriptorReserve);
+    const int64_t now_ns = NowNs();
+    if (now_ns - last_warning_ns_ > 10'000'000'000) {
+      last_warning_ns_ = now_ns;
+      spdlog::warn(
+          "gRPC: refusing new connections: {} descriptors are open and the rest of the open-file limit is "
+          "kept for the server (raise `ulimit -n`, or close idle clients)",
+          fd);
+    }
+    return;
+  }
+  grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+  connection.listener_fd = listen_fd_;
+  connection.fd = fd;
+  handoff_->HandleNewConnection(&connection);
+}
+
+void GrpcAcceptor::ShedOne() {
+  count_refusal_(Refusal::kDescriptorsExhausted);
+  const int64_t now_ns = NowNs();
+  if (now_ns - last_warning_ns_ > 10'000'000'000) {
+    last_warning_ns_ = now_ns;
+    spdlog::warn("gRPC: out of file descriptors ({}); refusing connections until some close",
+                 std::strerror(errno));
+  }
+  if (spare_fd_ >= 0) {
+    close(spare_fd_);
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) close(fd);
+    spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return;
+  }
+  // No spare to make room with: the waiting connection stays queued; do not spin on it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+}  // namespace graphserve

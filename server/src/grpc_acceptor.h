@@ -1,0 +1,65 @@
+#pragma once
+// graphserve accepts the gRPC port's TCP connections itself and hands each to gRPC
+// (ExternalConnectionAcceptor). gRPC 1.51's own listener closes for good on the first accept that
+// fails with EMFILE: a burst of idle connections would leave a server that never accepts again while
+// its other ports look healthy. This acceptor instead
+//   - keeps a reserve of descriptors for the rest of the process (model files, the HTTP ports): a
+//     connection whose descriptor would eat into it is closed at once;
+//   - when accept fails for want of descriptors, frees a spare one it holds, accepts and closes the
+//     waiting connection (so that the client gets a reset rather than a hang), and carries on;
+//   - counts every connection it refuses, by reason.
+// Thread safety: Start and Stop from one controlling thread; the accepting runs on a thread of its
+// own. Ownership: accepted descriptors belong to gRPC once handed over.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/server_builder.h>
+
+#include "graphserve/engine/status.h"
+
+namespace graphserve {
+
+class GrpcAcceptor {
+ public:
+  enum class Refusal { kDescriptorReserve, kDescriptorsExhausted };
+  using RefusalCounter = std::function<void(Refusal)>;
+
+  // Listens on `address` ("HOST:PORT"); UNAVAILABLE naming the flag when it cannot. Connections are
+  // taken only after Start.
+  static Status Listen(const std::string& address, RefusalCounter count_refusal,
+                       std::unique_ptr<GrpcAcceptor>* acceptor);
+  ~GrpcAcceptor();  // Stop()s
+
+  // Hands accepted connections to `handoff` (from ServerBuilder's AddExternalConnectionAcceptor,
+  // whose server must be started) from now on.
+  void Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff);
+  // Stops accepting and closes the listening socket; connections already handed over stay gRPC's.
+  void Stop();
+
+  int port() const { return port_; }
+  // Descriptors at or above this number are refused: the open-file limit less the reserve.
+  int highest_connection_fd() const { return highest_connection_fd_; }
+
+ private:
+  GrpcAcceptor(int listen_fd, int wake_fd, RefusalCounter count_refusal);
+  void AcceptLoop();
+  void HandOver(int fd);
+  // accept4 failed with EMFILE/ENFILE: make room with the spare descriptor to drop one connection.
+  void ShedOne();
+
+  const int listen_fd_;
+  const int wake_fd_;  // an eventfd that Stop writes to
+  const RefusalCounter count_refusal_;
+  int port_ = 0;
+  int highest_connection_fd_ = 0;
+  int spare_fd_ = -1;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
+  std::thread thread_;
+  int64_t last_warning_ns_ = 0;
+};
+
+}  // namespace graphserve

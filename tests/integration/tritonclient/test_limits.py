@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Memory bounds a hostile but well-formed client meets, through Triton's own clients: request size
+limits derived from the served models (gRPC and REST), a gzip-compressed request that inflates far
+past the limit, and a spike of large requests whose memory the server hands back afterwards."""
+import concurrent.futures
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+import server_fixture
+from server_fixture import InferenceServerException, grpcclient
+
+MODEL = "tiny_scripted"
+MIB = 1024 * 1024
+
+
+def rss_bytes(pid, field="VmRSS"):
+    """The process's resident (VmRSS) or peak resident (VmHWM) memory."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def zeros_request(elements):
+    """input_ids and attention_mask of one row of `elements` zeros: far beyond any model here, so
+    that only the size limit decides."""
+    ids = np.zeros((1, elements), dtype=np.int64)
+    return server_fixture.token_inputs(ids, ids.copy())
+
+
+class LimitsTest(server_fixture.ServerTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.start_server("--model-repository", str(server_fixture.REPOSITORY), log_name="limits")
+
+    def test_the_limits_follow_the_models_and_are_logged(self):
+        # The integration models take a few KiB at most: gRPC's 4 MiB floor and 16 MiB of REST body.
+        self.assertIn("requests accepted up to 4194304 bytes over gRPC and 16777216 bytes of REST body "
+                      "(from the models' largest requests)", self.server.log())
+
+    def test_an_oversized_grpc_request_is_refused_and_the_server_keeps_serving(self):
+        with self.assertRaises(InferenceServerException) as refused:
+            self.client.infer(MODEL, zeros_request(MIB // 4))  # 2 x 2 MiB of tensors
+        self.assertEqual(refused.exception.status(), "StatusCode.RESOURCE_EXHAUSTED")
+        ids = np.full((1, 5), 7, dtype=np.int64)
+        self.client.infer(MODEL, server_fixture.token_inputs(ids, np.ones_like(ids)))
+
+    def test_an_oversized_rest_body_is_refused_with_413(self):
+        body = b"{" + b" " * (17 * MIB) + b"}"
+        request = urllib.request.Request(
+            f"http://{self.server.http_url}/v2/models/{MODEL}/infer", data=body,
+            headers={"Content-Type": "application/json"}, method="POST")
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        self.assertEqual(refused.exception.code, 413)
+
+    def test_a_compressed_request_inflating_past_the_limit_never_reaches_memory(self):
+        pid = self.server.process.pid
+        peak_before = rss_bytes(pid, "VmHWM")
+        # 2 x 128 MiB of zeros: a few hundred KiB once gzipped, below the limit on the wire.
+        with self.assertRaises(InferenceServerException) as refused:
+            self.client.infer(MODEL, zeros_request(16 * MIB), compression_algorithm="gzip")
+        self.assertIn(refused.exception.status(),
+                      ("StatusCode.RESOURCE_EXHAUSTED", "StatusCode.UNIMPLEMENTED"),
+                      refused.exception.message())
+        grown = rss_bytes(pid, "VmHWM") - peak_before
+        self.assertLess(grown, 64 * MIB, f"peak memory grew by {grown / MIB:.0f} MiB")
+        ids = np.full((1, 5), 7, dtype=np.int64)
+        self.client.infer(MODEL, server_fixture.token_inputs(ids, np.ones_like(ids)))
+
+    def test_memory_of_a_spike_is_handed_back(self):
+        pid = self.server.process.pid
+        before = rss_bytes(pid)
+        # 48 concurrent requests just under the limit: each is parsed (MiBs of buffers) and refused
+        # for its shape, so that only the transport's and the parser's memory is involved.
+        inputs = zeros_request(MIB // 8 - 4096)  # 2 x ~1 MiB
+
+        def call(_):
+            with self.server.client() as client:
+                try:
+                    client.infer(MODEL, inputs)
+                except InferenceServerException as error:
+                    return error.status()
+            return "OK"
+
+        with concurrent.futures.ThreadPoolExecutor(48) as pool:
+            statuses = list(pool.map(call, range(192)))
+        self.assertEqual(set(statuses), {"StatusCode.INVALID_ARGUMENT"})
+        peak = rss_bytes(pid)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and rss_bytes(pid) > before + 32 * MIB:
+            time.sleep(0.5)
+        after = rss_bytes(pid)
+        self.assertLess(after, before + 32 * MIB,
+                        f"RSS {before / MIB:.0f} MiB before, {peak / MIB:.0f} MiB after the spike, "
+                        f"{after / MIB:.0f} MiB 20 s later")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
