@@ -341,6 +341,12 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                     .Name("graphserve_requests_in_flight")
                     .Help("Requests the model's scheduler holds: queued or executing")
                     .Register(*registry_);
+  auth_refusals_ = &prometheus::BuildCounter()
+                        .Name("graphserve_auth_failures_total")
+                        .Help("Requests refused for a missing or wrong token, by endpoint (grpc, http, metrics)")
+                        .Register(*registry_);
+  // At zero from the start, so that an alert on their rate has a series to read.
+  for (const char* endpoint : {"grpc", "http", "metrics"}) auth_refusals_->Add({{"endpoint", endpoint}});
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -381,6 +387,10 @@ ModelRequestMetrics* ServerMetrics::ForModel(const std::string& model) {
 
 void ServerMetrics::CountUnroutedRequest(StatusCode code) {
   requests_->Add({{"model", ""}, {"code", RequestCodeLabel(code)}}).Increment();
+}
+
+void ServerMetrics::CountAuthFailure(const char* endpoint) {
+  auth_refusals_->Add({{"endpoint", endpoint}}).Increment();
 }
 
 std::string ServerMetrics::TextExposition() const {

@@ -29,11 +29,15 @@ struct MHD_Daemon;
 
 namespace graphserve {
 
+class HttpTls;
+class TokenAuthenticator;
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...; HEAD arrives as "HEAD" and its answer's body is dropped
   std::string path;    // percent-decoded, without the query string
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  std::string peer;  // the client's address, set only where a token is checked (for the log)
 
   // A header's value (names compare case-insensitively); nullptr when absent.
   const std::string* Header(const std::string& name) const;
@@ -80,6 +84,13 @@ struct HttpServerOptions {
   int max_connections = 1024;
   // An idle keep-alive connection (or a client that stalls mid-request) is closed after this.
   std::chrono::seconds idle_timeout{60};
+  // HTTPS with these credentials; null: plaintext.
+  std::shared_ptr<HttpTls> tls;
+  // Set: a request whose path needs_token accepts must carry an accepted token, checked when its
+  // headers arrive (before its body is read); refused with 401 and counted as `auth_endpoint`.
+  const TokenAuthenticator* auth = nullptr;
+  std::function<bool(const std::string& path)> needs_token;
+  const char* auth_endpoint = "http";
 };
 
 class HttpServer {
