@@ -3,6 +3,8 @@
 // /metrics). libmicrohttpd parses HTTP (keep-alive, chunked bodies, Expect: 100-continue); this class
 // hands each complete request to a handler that may answer later from any thread: the connection is
 // suspended meanwhile, so no thread waits for inference and one thread serves many connections.
+// With HttpServerOptions::tls it serves HTTPS (http_tls.h: reloadable certificates, mutual TLS checked
+// in the handshake); with ::auth it refuses a request without a token from its headers alone.
 //
 // Why libmicrohttpd: Debian packages it (C ABI, so it unpacks onto the CUDA host like gRPC), its
 // epoll thread pool keeps keep-alive connections cheap, and suspend/resume suits answers that come
