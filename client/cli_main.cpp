@@ -31,6 +31,9 @@ constexpr int kFailure = 1;
 struct ConnectionFlags {
   std::string address = "localhost:8001";
   int64_t timeout_ms = 10000;
+  graphserve::ClientSecurityFlags security;
+  // What the security flags and GRAPHSERVE_AUTH_TOKEN say, read once the flags are parsed.
+  graphserve::ClientOptions options;
 };
 
 struct InferFlags {
@@ -54,7 +57,7 @@ int Fail(const InferenceClient& client, const grpc::Status& status) {
 }
 
 InferenceClient MakeClient(const ConnectionFlags& flags) {
-  graphserve::ClientOptions options;
+  graphserve::ClientOptions options = flags.options;
   options.timeout_ms = flags.timeout_ms;
   return InferenceClient(flags.address, options);
 }
@@ -334,6 +337,14 @@ void AddConnectionFlags(CLI::App* command, ConnectionFlags* flags) {
   command->add_option("--timeout-ms", flags->timeout_ms, "Deadline of each RPC in ms; 0: none")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  command->add_flag("--tls", flags->security.tls, "Connect over TLS, trusting the system's CAs");
+  command->add_option("--tls-ca-file", flags->security.tls_ca_file,
+                      "PEM CA that signed the server's certificate (implies --tls)");
+  command->add_option("--tls-cert-file", flags->security.tls_cert_file,
+                      "PEM client certificate, for a server that requires mutual TLS");
+  command->add_option("--tls-key-file", flags->security.tls_key_file, "PEM private key of --tls-cert-file");
+  command->add_option("--auth-token-file", flags->security.token_file,
+                      "File whose first line is the token to send (default: $GRAPHSERVE_AUTH_TOKEN)");
 }
 
 }  // namespace
@@ -409,6 +420,11 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : kFailure;
   }
 
+  std::string error;
+  if (!graphserve::LoadClientSecurity(connection.security, &connection.options, &error)) {
+    std::cerr << error << "\n";
+    return kFailure;
+  }
   if (health->parsed()) return RunHealth(connection, wait_s);
   if (metadata->parsed()) return RunMetadata(connection, metadata_model, metadata_json);
   if (config->parsed()) return RunConfig(connection, config_model);

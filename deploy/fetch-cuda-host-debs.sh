@@ -3,7 +3,8 @@
 # neither its image nor PyPI provides, into DIR (default .debs/): gRPC C++ (with Abseil, RE2 and
 # c-ares, which gRPC's CMake config looks for), prometheus-cpp (with civetweb: its CMake config checks
 # that the library and the civetweb program exist), CLI11, nlohmann-json and libmicrohttpd (the REST
-# and /metrics ports; its GnuTLS dependency is the host's own) and libcurl's headers (the load
+# and /metrics ports; its GnuTLS library is the host's own, GnuTLS's headers are fetched for the
+# HTTPS ports' certificate reload) and libcurl's headers (the load
 # generator's REST transport; the library is the host's). deploy/cuda-build.sh
 # unpacks them there into a private prefix.
 # libtorch is the host's own PyTorch wheel, and protobuf, spdlog and GoogleTest are the host's
@@ -17,7 +18,7 @@ packages=(
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   libcivetweb1 libcivetweb-dev civetweb
   libcli11-dev nlohmann-json3-dev
-  libmicrohttpd12 libmicrohttpd-dev
+  libmicrohttpd12 libmicrohttpd-dev libgnutls28-dev
   libcurl4-openssl-dev
 )
 mkdir -p "$dir"

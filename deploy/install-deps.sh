@@ -2,7 +2,7 @@
 # Installs everything graphserve needs. The README's commands, .ci/run and both Dockerfile variants
 # call this one script, so a newcomer, CI and the images get the same set:
 #   - from the distribution's packages: the compiler, CMake, gRPC, protobuf, spdlog, prometheus-cpp,
-#     CLI11, nlohmann-json, libmicrohttpd, GoogleTest, and the tools the tests run (Debian 12 and
+#     CLI11, nlohmann-json, libmicrohttpd (with GnuTLS's headers, for its HTTPS), GoogleTest, and the tools the tests run (Debian 12 and
 #     Ubuntu 24.04);
 #   - from PyPI, into the project's virtual environment (deploy/toolchain.env): the pinned PyTorch
 #     wheel, whose CUDA-enabled libtorch every build links, and the Python packages the tests use;
@@ -26,7 +26,7 @@ build_packages=(
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev
-  libmicrohttpd-dev libcurl4-openssl-dev
+  libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev
   python3 python3-venv
 )
 case "$ID:$VERSION_ID" in

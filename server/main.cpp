@@ -1,5 +1,5 @@
 // graphserve: the server executable. Parses flags, starts a GraphServer, and waits for SIGINT or
-// SIGTERM to drain and exit 0.
+// SIGTERM to drain and exit 0; SIGHUP reloads the token file and the TLS certificates.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <pthread.h>
 #include <thread>
 
@@ -76,14 +77,45 @@ int main(int argc, char** argv) {
                  "on SIGINT/SIGTERM, how long in-flight requests may take before they are cancelled")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tls-cert-file", options.tls.cert_file,
+                 "PEM certificate chain: serve TLS on the gRPC, REST and /metrics ports (with --tls-key-file)");
+  app.add_option("--tls-key-file", options.tls.key_file, "PEM private key of --tls-cert-file");
+  app.add_option("--tls-client-ca-file", options.tls.client_ca_file,
+                 "PEM CA certificates: mutual TLS, clients must present a certificate they signed");
+  app.add_option("--tls-reload-interval-s", options.tls.reload_interval_s,
+                 "how often changed certificate files are picked up (SIGHUP: the HTTP ports at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  app.add_flag("--metrics-plaintext", options.metrics_plaintext,
+               "keep /metrics on plain HTTP when the other ports serve TLS");
+  app.add_option("--auth-token-file", options.auth.token_file,
+                 "file of accepted tokens, one per line; callers send 'authorization: Bearer TOKEN' or "
+                 "'x-api-key: TOKEN' (GRAPHSERVE_AUTH_TOKEN in the environment adds tokens too)");
+  app.add_flag("--auth-health", options.auth.protect_health,
+               "health probes (grpc.health.v1, ServerLive/Ready, /v2/health/*) need a token too");
+  app.add_flag("--metrics-auth", options.auth.protect_metrics, "/metrics needs a token too");
   app.set_version_flag("--version", GRAPHSERVE_VERSION);
   CLI11_PARSE(app, argc, argv);
   options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1000));
   options.connection_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_timeout_s * 1000));
+  // From the environment rather than a flag: a flag's value is visible to every user in `ps`.
+  if (const char* tokens = std::getenv("GRAPHSERVE_AUTH_TOKEN")) options.auth.env_tokens = tokens;
 
   graphserve::LogFormat format = graphserve::LogFormat::kPlain;
   graphserve::Status status = graphserve::ParseLogFormat(log_format, &format);
   if (status.ok()) status = graphserve::ParseModelControlMode(control_mode, &options.repository.control_mode);
+  if (status.ok()) status = graphserve::ValidateTlsOptions(options.tls);
+  if (status.ok() && !options.auth.enabled() && (options.auth.protect_health || options.auth.protect_metrics)) {
+    status = graphserve::InvalidArgument(
+        "--auth-health and --metrics-auth need tokens: --auth-token-file or GRAPHSERVE_AUTH_TOKEN");
+  }
+  if (status.ok() && options.auth.enabled()) {  // a missing or empty token file is a flag mistake too
+    std::unique_ptr<graphserve::TokenAuthenticator> tokens;
+    status = graphserve::TokenAuthenticator::Create(options.auth, nullptr, &tokens);
+  }
+  if (status.ok() && options.metrics_plaintext && !options.tls.enabled()) {
+    status = graphserve::InvalidArgument("--metrics-plaintext needs --tls-cert-file");
+  }
   if (status.ok()) status = graphserve::SetupLogging(log_level, format);
   if (!status.ok()) {
     fprintf(stderr, "%s\n", status.message().c_str());
@@ -101,13 +133,14 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Block the stop signals in every thread (threads inherit the mask) and take them synchronously
-  // here, so that shutdown runs in ordinary code rather than in a signal handler.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the stop and reload signals in every thread (threads inherit the mask) and take them
+  // synchronously here, so that shutdown and reload run in ordinary code rather than in a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   graphserve::GraphServer server;
   status = server.Start(options);
@@ -117,7 +150,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) server.Reload();
   spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
   // Shutdown cancels what is left at the drain timeout, then waits for the batches already running.
   // A batch that hangs (a stuck device) must not hold an orchestrator's restart forever: past the

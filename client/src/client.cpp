@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -26,7 +29,37 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Cli
     // The initial backoff (1 s by default) must not exceed the cap, or the cap has no effect at first.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(backoff_ms, 1000));
   }
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!options.tls) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = options.tls_root_pem;
+  tls.pem_cert_chain = options.tls_cert_pem;
+  tls.pem_private_key = options.tls_key_pem;
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(tls), args);
+}
+
+bool ReadFile(const std::string& flag, const std::string& path, std::string* text, std::string* error) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream contents;
+  if (file) contents << file.rdbuf();
+  if (!file || file.bad()) {
+    *error = flag + ": cannot read " + path;
+    return false;
+  }
+  *text = contents.str();
+  return true;
+}
+
+// The first token of `text`: lines (and commas) apart, blank lines and '#' comments skipped.
+std::string FirstToken(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line, '\n')) {
+    line = line.substr(0, line.find(','));
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    return line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
+  }
+  return "";
 }
 
 // A port as typed: decimal digits only, 1..65535.
@@ -110,13 +143,42 @@ bool NormalizeServerAddress(const std::string& address, std::string* normalized,
   return true;
 }
 
+bool LoadClientSecurity(const ClientSecurityFlags& flags, ClientOptions* options, std::string* error) {
+  if (flags.tls_cert_file.empty() != flags.tls_key_file.empty()) {
+    *error = "--tls-cert-file and --tls-key-file (mutual TLS) go together";
+    return false;
+  }
+  options->tls = flags.tls || !flags.tls_ca_file.empty() || !flags.tls_cert_file.empty();
+  if (!flags.tls_ca_file.empty() && !ReadFile("--tls-ca-file", flags.tls_ca_file, &options->tls_root_pem, error)) {
+    return false;
+  }
+  if (!flags.tls_cert_file.empty() &&
+      (!ReadFile("--tls-cert-file", flags.tls_cert_file, &options->tls_cert_pem, error) ||
+       !ReadFile("--tls-key-file", flags.tls_key_file, &options->tls_key_pem, error))) {
+    return false;
+  }
+  if (!flags.token_file.empty()) {
+    std::string text;
+    if (!ReadFile("--auth-token-file", flags.token_file, &text, error)) return false;
+    options->token = FirstToken(text);
+    if (options->token.empty()) {
+      *error = "--auth-token-file: " + flags.token_file + " holds no token";
+      return false;
+    }
+  } else if (const char* env = std::getenv("GRAPHSERVE_AUTH_TOKEN")) {
+    options->token = FirstToken(env);
+  }
+  return true;
+}
+
 InferenceClient::InferenceClient(const std::string& address, const ClientOptions& options)
     : address_(address),
       options_(options),
       channel_(MakeChannel(address, options)),
       stub_(inference::GRPCInferenceService::NewStub(channel_)) {}
 
-void InferenceClient::SetDeadline(grpc::ClientContext* context) const {
+void InferenceClient::Prepare(grpc::ClientContext* context) const {
+  if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
   if (options_.timeout_ms > 0) {
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(options_.timeout_ms));
@@ -125,7 +187,7 @@ void InferenceClient::SetDeadline(grpc::ClientContext* context) const {
 
 grpc::Status InferenceClient::ServerLive(bool* live) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   inference::ServerLiveResponse response;
   grpc::Status status = stub_->ServerLive(&context, inference::ServerLiveRequest(), &response);
   *live = status.ok() && response.live();
@@ -134,7 +196,7 @@ grpc::Status InferenceClient::ServerLive(bool* live) {
 
 grpc::Status InferenceClient::ServerReady(bool* ready) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   inference::ServerReadyResponse response;
   grpc::Status status = stub_->ServerReady(&context, inference::ServerReadyRequest(), &response);
   *ready = status.ok() && response.ready();
@@ -143,7 +205,7 @@ grpc::Status InferenceClient::ServerReady(bool* ready) {
 
 grpc::Status InferenceClient::ModelReady(const std::string& model, bool* ready) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   inference::ModelReadyRequest request;
   request.set_name(model);
   inference::ModelReadyResponse response;
@@ -154,14 +216,14 @@ grpc::Status InferenceClient::ModelReady(const std::string& model, bool* ready) 
 
 grpc::Status InferenceClient::ServerMetadata(inference::ServerMetadataResponse* response) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   return stub_->ServerMetadata(&context, inference::ServerMetadataRequest(), response);
 }
 
 grpc::Status InferenceClient::ModelMetadata(const std::string& model,
                                             inference::ModelMetadataResponse* response) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   inference::ModelMetadataRequest request;
   request.set_name(model);
   return stub_->ModelMetadata(&context, request, response);
@@ -170,7 +232,7 @@ grpc::Status InferenceClient::ModelMetadata(const std::string& model,
 grpc::Status InferenceClient::ModelConfig(const std::string& model,
                                           inference::ModelConfigResponse* response) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   inference::ModelConfigRequest request;
   request.set_name(model);
   return stub_->ModelConfig(&context, request, response);
@@ -179,7 +241,7 @@ grpc::Status InferenceClient::ModelConfig(const std::string& model,
 grpc::Status InferenceClient::ModelInfer(const inference::ModelInferRequest& request,
                                          inference::ModelInferResponse* response) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   return stub_->ModelInfer(&context, request, response);
 }
 

@@ -9,6 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "graphserve/server/auth.h"
+#include "graphserve/server/http_tls.h"
 #include "graphserve/server/rest_codec.h"
 #include "listen_socket.h"
 
@@ -98,9 +103,14 @@ struct Callbacks {
       *context = exchange;
       exchange->request.method = method;
       exchange->request.path = url;
+      if (server->options_.auth != nullptr) exchange->request.peer = Peer(connection);
       MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request.headers);
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
                                                        MHD_HTTP_HEADER_CONTENT_LENGTH);
+      if (!Authorized(*server, exchange->request)) {
+        exchange->response.headers = {{"WWW-Authenticate", "Bearer"}};
+        return Answer(exchange, MHD_HTTP_UNAUTHORIZED, "a token is required: authorization: Bearer TOKEN");
+      }
       if (length != nullptr && std::strtoull(length, nullptr, 10) > server->options_.max_body_bytes) {
         // Answered before the body is read; libmicrohttpd then closes the connection.
         return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));
@@ -136,6 +146,49 @@ struct Callbacks {
       }
     }
     return Queue(exchange);  // answered, inline or after a resume
+  }
+
+  // Before the body is read: a caller without a token costs no more than its headers.
+  static bool Authorized(const HttpServer& server, const HttpRequest& request) {
+    const TokenAuthenticator* auth = server.options_.auth;
+    if (auth == nullptr || (server.options_.needs_token && !server.options_.needs_token(request.path))) {
+      return true;
+    }
+    const std::string* authorization = request.Header("authorization");
+    const std::string* api_key = request.Header("x-api-key");
+    if (auth->Accepts(authorization == nullptr ? "" : *authorization, api_key == nullptr ? "" : *api_key)) {
+      return true;
+    }
+    auth->Refused(server.options_.auth_endpoint, request.peer);
+    return false;
+  }
+
+  // TLS connections: each new one takes the credentials current now and keeps them until it closes.
+  static void OnConnection(void* self, MHD_Connection* connection, void** socket_context,
+                           MHD_ConnectionNotificationCode code) {
+    auto* server = static_cast<HttpServer*>(self);
+    using Held = std::shared_ptr<const HttpTls::Credentials>;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      delete static_cast<Held*>(*socket_context);
+      *socket_context = nullptr;
+      return;
+    }
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info == nullptr || info->tls_session == nullptr) return;  // keeps the daemon's first credentials
+    *socket_context = new Held(server->options_.tls->Attach(static_cast<gnutls_session_int*>(info->tls_session)));
+  }
+
+  static std::string Peer(MHD_Connection* connection) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == nullptr || info->client_addr == nullptr) return "?";
+    char text[INET6_ADDRSTRLEN] = "?";
+    const sockaddr* address = info->client_addr;
+    if (address->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text, sizeof(text));
+    } else if (address->sa_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, text, sizeof(text));
+    }
+    return text;
   }
 
   static void OnCompleted(void*, MHD_Connection*, void** context, MHD_RequestTerminationCode) {
@@ -193,11 +246,24 @@ Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
   if (listen_fd < 0) return Unavailable(options.flag + ": cannot listen on " + options.address + ": " + error);
   std::unique_ptr<HttpServer> started(
       new HttpServer(options, std::move(handler), listen_fd, BoundPort(listen_fd)));
+  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  // Without TLS the list ends at its first entry; with it, libmicrohttpd starts from the first
+  // credentials and OnConnection swaps in the current ones per connection.
+  MHD_OptionItem tls_options[] = {{MHD_OPTION_END, 0, nullptr}, {MHD_OPTION_END, 0, nullptr},
+                                  {MHD_OPTION_END, 0, nullptr}, {MHD_OPTION_END, 0, nullptr}};
+  if (options.tls) {
+    flags |= MHD_USE_TLS;
+    tls_options[0] = {MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(options.tls->initial_cert_pem().c_str())};
+    tls_options[1] = {MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(options.tls->initial_key_pem().c_str())};
+    tls_options[2] = {MHD_OPTION_NOTIFY_CONNECTION,
+                      reinterpret_cast<intptr_t>(&http_internal::Callbacks::OnConnection), started.get()};
+  }
   started->daemon_ = MHD_start_daemon(
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+      flags, 0, nullptr, nullptr,
       &http_internal::Callbacks::OnRequest, started.get(),
       // First, so that libmicrohttpd's messages about the options after it reach the log too.
       MHD_OPTION_EXTERNAL_LOGGER, &http_internal::Callbacks::Log, nullptr,
+      MHD_OPTION_ARRAY, tls_options,
       MHD_OPTION_LISTEN_SOCKET, listen_fd,
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(std::max(options.thread_count, 1)),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),

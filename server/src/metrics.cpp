@@ -352,6 +352,12 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
   for (const char* reason : {"descriptor_reserve", "descriptors_exhausted"}) {
     refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}});
   }
+  auth_refusals_ = &prometheus::BuildCounter()
+                        .Name("graphserve_auth_failures_total")
+                        .Help("Requests refused for a missing or wrong token, by endpoint (grpc, http, metrics)")
+                        .Register(*registry_);
+  // At zero from the start, so that an alert on their rate has a series to read.
+  for (const char* endpoint : {"grpc", "http", "metrics"}) auth_refusals_->Add({{"endpoint", endpoint}});
 }
 
 void ServerMetrics::CountRefusedConnection(const std::string& reason) {
@@ -396,6 +402,10 @@ ModelRequestMetrics* ServerMetrics::ForModel(const std::string& model) {
 
 void ServerMetrics::CountUnroutedRequest(StatusCode code) {
   requests_->Add({{"model", ""}, {"code", RequestCodeLabel(code)}}).Increment();
+}
+
+void ServerMetrics::CountAuthFailure(const char* endpoint) {
+  auth_refusals_->Add({{"endpoint", endpoint}}).Increment();
 }
 
 std::string ServerMetrics::TextExposition() const {

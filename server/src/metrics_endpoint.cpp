@@ -6,7 +6,8 @@
 namespace graphserve {
 
 Status MetricsEndpoint::Start(const std::string& address, const ServerMetrics* metrics,
-                              std::unique_ptr<MetricsEndpoint>* endpoint) {
+                              std::unique_ptr<MetricsEndpoint>* endpoint, std::shared_ptr<HttpTls> tls,
+                              const TokenAuthenticator* auth) {
   HttpServerOptions options;
   options.address = address;
   options.flag = "--metrics-address";
@@ -14,6 +15,9 @@ Status MetricsEndpoint::Start(const std::string& address, const ServerMetrics* m
   options.max_body_bytes = 0;  // scrapes send no body
   options.max_connections = 64;
   options.idle_timeout = kClientTimeout;
+  options.tls = std::move(tls);
+  options.auth = auth;
+  options.auth_endpoint = "metrics";
   std::unique_ptr<HttpServer> server;
   const Status status = HttpServer::Start(
       options,

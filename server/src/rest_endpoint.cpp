@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "graphserve/server/auth.h"
 #include "graphserve/server/http_server.h"
 #include "graphserve/server/metrics.h"
 #include "graphserve/server/rest_codec.h"
@@ -365,6 +366,11 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   http.flag = "--http-address";
   http.thread_count = options.thread_count;
   http.max_body_bytes = options.max_body_bytes;
+  http.tls = options.tls;
+  http.auth = options.auth;
+  if (options.auth != nullptr && !options.auth->options().protect_health) {
+    http.needs_token = [](const std::string& path) { return !TokenAuthenticator::IsHealthHttpPath(path); };
+  }
   std::unique_ptr<HttpServer> server;
   RestApi* routes = api.get();
   const Status status = HttpServer::Start(

@@ -7,6 +7,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "graphserve/server/grpc_security.h"
+#include "graphserve/server/http_tls.h"
 #include "graphserve/server/inference_service.h"
 #include "graphserve/server/metrics.h"
 #include "graphserve/server/metrics_endpoint.h"
@@ -67,12 +69,29 @@ Status GraphServer::Start(const ServerOptions& options) {
   metrics_options.engine = engine;
   metrics_options.device_memory = GetDeviceMemory;
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
+  Status status = ValidateTlsOptions(options.tls);
+  if (status.ok() && options.tls.enabled()) status = HttpTls::Load(options.tls, &http_tls_);
+  if (status.ok() && options.auth.enabled()) {
+    ServerMetrics* metrics = metrics_.get();
+    status = TokenAuthenticator::Create(
+        options.auth, [metrics](const char* endpoint) { metrics->CountAuthFailure(endpoint); }, &auth_);
+  }
+  if (!status.ok()) return status;
+  const char* scheme = options.tls.enabled() ? (options.tls.client_ca_file.empty() ? "TLS" : "mutual TLS")
+                                             : "plaintext";
+  spdlog::info("security: {}{}", scheme,
+               auth_ ? fmt::format(", token required{}", options.auth.protect_health ? " (health probes too)"
+                                                                                     : " (not for health probes)")
+                     : std::string(", no token"));
   // Before the long model warm-up: a bad --metrics-address fails at once, and Prometheus sees the
   // target (with graphserve_build_info) while the models load.
-  Status status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_);
+  const bool metrics_tls = http_tls_ && !options.metrics_plaintext;
+  status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_,
+                                  metrics_tls ? http_tls_ : nullptr,
+                                  options.auth.protect_metrics ? auth_.get() : nullptr);
   if (!status.ok()) return status;
-  spdlog::info("metrics endpoint listening on {} (port {}): http /metrics", options.metrics_address,
-               metrics_endpoint_->port());
+  spdlog::info("metrics endpoint listening on {} (port {}): {} /metrics", options.metrics_address,
+               metrics_endpoint_->port(), metrics_tls ? "https" : "http");
 
   ModelRepository::Listener listener;
   ServerMetrics* metrics = metrics_.get();
@@ -93,12 +112,15 @@ Status GraphServer::Start(const ServerOptions& options) {
   grpc_port_ = grpc_acceptor_->port();
 
   grpc::EnableDefaultHealthCheckService(true);
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  status = MakeGrpcServerCredentials(options.tls, auth_.get(), &credentials);
+  if (!status.ok()) return status;
   grpc::ServerBuilder builder;
   // Connections come from grpc_acceptor_ (grpc_acceptor.h says why gRPC's own listener is not used).
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff =
       builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-          grpc::InsecureServerCredentials());
+          credentials);
   builder.RegisterService(service_.get());
   const RequestLimits limits = LimitsFor(options);
   spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
@@ -129,11 +151,13 @@ Status GraphServer::Start(const ServerOptions& options) {
     rest.address = options.http_address;
     rest.thread_count = options.http_thread_count;
     rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
+    rest.tls = http_tls_;
+    rest.auth = auth_.get();
     status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments), metrics_.get(),
                                  &rest_endpoint_);
     if (!status.ok()) return status;
-    spdlog::info("REST endpoint listening on {} (port {}): KServe v2 over HTTP", options.http_address,
-                 rest_endpoint_->port());
+    spdlog::info("REST endpoint listening on {} (port {}): KServe v2 over {}", options.http_address,
+                 rest_endpoint_->port(), http_tls_ ? "HTTPS" : "HTTP");
   }
 
   StartMemoryTrimmer();
@@ -164,6 +188,15 @@ void GraphServer::SetReady(bool ready) {
   if (health == nullptr) return;  // only when gRPC was built without the default service
   health->SetServingStatus("", ready);
   health->SetServingStatus(kInferenceServiceName, ready);
+}
+
+void GraphServer::Reload() {
+  spdlog::info("reloading the token file and the TLS certificates");
+  if (auth_) {
+    const Status status = auth_->Reload();
+    if (!status.ok()) spdlog::error("tokens not reloaded, still accepting the previous ones: {}", status.message());
+  }
+  if (http_tls_) http_tls_->Reload(/*force=*/true);  // logs its own outcome
 }
 
 void GraphServer::Shutdown() {

@@ -237,8 +237,10 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_gpu_memory_allocated_bytes", "gauge"},
       {"graphserve_gpu_memory_reserved_bytes", "gauge"},
       {"graphserve_build_info", "gauge"},
+      {"graphserve_auth_failures_total", "counter"},
   };
   EXPECT_EQ(exposition.types(), expected);
+  EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
 
   // The codes a served model can be answered with exist at zero, so their rates are defined at once.
   for (const char* code : {"success", "invalid_argument", "resource_exhausted", "unavailable",

@@ -27,9 +27,31 @@ struct ClientOptions {
   // Caps gRPC's reconnect backoff (120 s by default), so that a client created before the server is up
   // notices it within about this long; 0 or less keeps gRPC's default.
   int64_t max_reconnect_backoff_ms = 1000;
+  // TLS: the PEM roots that signed the server's certificate (empty: the system's); for mutual TLS
+  // the client's PEM certificate chain and key.
+  bool tls = false;
+  std::string tls_root_pem;
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  // Sent as "authorization: Bearer TOKEN" with every call; empty: none.
+  std::string token;
 };
 
-// Synchronous client for one graphserve (or any KServe v2 gRPC) server, over an insecure channel.
+// Where a client's TLS files and token come from (graphserve-cli's flags).
+struct ClientSecurityFlags {
+  bool tls = false;  // implied by any file below
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The token file's first token; without it, GRAPHSERVE_AUTH_TOKEN's first (never a flag's value,
+  // which `ps` shows).
+  std::string token_file;
+};
+
+// Reads the files into `options`; false with `error` naming the flag at fault.
+bool LoadClientSecurity(const ClientSecurityFlags& flags, ClientOptions* options, std::string* error);
+
+// Synchronous client for one graphserve (or any KServe v2 gRPC) server, over plaintext or TLS.
 // Owns its channel; the connection is made lazily, on the first RPC. Each method blocks until the
 // server answers or the per-call deadline passes (DEADLINE_EXCEEDED); UNAVAILABLE means the server
 // could not be reached and the call may be retried later. Responses are received whatever their size.
@@ -58,7 +80,8 @@ class InferenceClient {
   grpc::Status WaitForReady(std::chrono::milliseconds timeout);
 
  private:
-  void SetDeadline(grpc::ClientContext* context) const;
+  // The call's deadline and token.
+  void Prepare(grpc::ClientContext* context) const;
 
   const std::string address_;
   const ClientOptions options_;

@@ -3,6 +3,8 @@
 // /metrics). libmicrohttpd parses HTTP (keep-alive, chunked bodies, Expect: 100-continue); this class
 // hands each complete request to a handler that may answer later from any thread: the connection is
 // suspended meanwhile, so no thread waits for inference and one thread serves many connections.
+// With HttpServerOptions::tls it serves HTTPS (http_tls.h: reloadable certificates, mutual TLS checked
+// in the handshake); with ::auth it refuses a request without a token from its headers alone.
 //
 // Why libmicrohttpd: Debian packages it (C ABI, so it unpacks onto the CUDA host like gRPC), its
 // epoll thread pool keeps keep-alive connections cheap, and suspend/resume suits answers that come
@@ -29,11 +31,15 @@ struct MHD_Daemon;
 
 namespace graphserve {
 
+class HttpTls;
+class TokenAuthenticator;
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...; HEAD arrives as "HEAD" and its answer's body is dropped
   std::string path;    // percent-decoded, without the query string
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  std::string peer;  // the client's address, set only where a token is checked (for the log)
 
   // A header's value (names compare case-insensitively); nullptr when absent.
   const std::string* Header(const std::string& name) const;
@@ -80,6 +86,13 @@ struct HttpServerOptions {
   int max_connections = 1024;
   // An idle keep-alive connection (or a client that stalls mid-request) is closed after this.
   std::chrono::seconds idle_timeout{60};
+  // HTTPS with these credentials; null: plaintext.
+  std::shared_ptr<HttpTls> tls;
+  // Set: a request whose path needs_token accepts must carry an accepted token, checked when its
+  // headers arrive (before its body is read); refused with 401 and counted as `auth_endpoint`.
+  const TokenAuthenticator* auth = nullptr;
+  std::function<bool(const std::string& path)> needs_token;
+  const char* auth_endpoint = "http";
 };
 
 class HttpServer {

@@ -114,6 +114,8 @@ class ServerMetrics {
   // A ModelInfer call that reached no served model: an unknown name (not_found) or a call before the
   // models were ready (unavailable). Counted with model="" so that clients cannot create series.
   void CountUnroutedRequest(StatusCode code);
+  // A request refused for a missing or wrong token, on `endpoint` ("grpc", "http" or "metrics").
+  void CountAuthFailure(const char* endpoint);
 
   // A gRPC connection closed on arrival (GrpcAcceptor's refusal reasons).
   void CountRefusedConnection(const std::string& reason);
@@ -130,6 +132,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* compute_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
+  prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
 
   Mutex mutex_;
   // Values are never removed, so handed-out pointers stay valid.

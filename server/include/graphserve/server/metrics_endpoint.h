@@ -20,7 +20,9 @@
 namespace graphserve {
 
 class HttpServer;
+class HttpTls;
 class ServerMetrics;
+class TokenAuthenticator;
 
 class MetricsEndpoint {
  public:
@@ -29,9 +31,11 @@ class MetricsEndpoint {
 
   // Listens on `address` ("HOST:PORT", HOST an IPv4 or IPv6 address or a name, "[::]" bracketed; port
   // 0 picks a free one) and serves `metrics`, which must outlive the endpoint. UNAVAILABLE naming
-  // --metrics-address when it cannot listen there.
+  // --metrics-address when it cannot listen there. With `tls`, HTTPS; with `auth`, every scrape needs
+  // a token (both outlive the endpoint).
   static Status Start(const std::string& address, const ServerMetrics* metrics,
-                      std::unique_ptr<MetricsEndpoint>* endpoint);
+                      std::unique_ptr<MetricsEndpoint>* endpoint, std::shared_ptr<HttpTls> tls = nullptr,
+                      const TokenAuthenticator* auth = nullptr);
   // Stops listening; a scrape in progress finishes first.
   ~MetricsEndpoint();
 

@@ -25,7 +25,9 @@ class Channel;
 namespace graphserve {
 
 class HttpServer;
+class HttpTls;
 class ServerMetrics;
+class TokenAuthenticator;
 struct RestApi;
 
 struct RestEndpointOptions {
@@ -34,6 +36,10 @@ struct RestEndpointOptions {
   int thread_count = 8;
   // The largest request body (the gRPC port's largest message is the same).
   size_t max_body_bytes = 256u << 20;
+  // HTTPS with these credentials; null: plaintext.
+  std::shared_ptr<HttpTls> tls;
+  // Set (outliving the endpoint): requests need a token, health probes unless it protects them too.
+  const TokenAuthenticator* auth = nullptr;
 };
 
 class RestEndpoint {

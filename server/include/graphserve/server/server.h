@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "graphserve/engine/status.h"
+#include "graphserve/server/auth.h"
 #include "graphserve/server/clock.h"
 #include "graphserve/server/model_repository.h"
 
@@ -24,6 +25,7 @@ class Server;
 namespace graphserve {
 
 class GrpcAcceptor;
+class HttpTls;
 class InferenceService;
 class MetricsEndpoint;
 class RestEndpoint;
@@ -44,6 +46,11 @@ struct ServerOptions {
   // HTTP /metrics for Prometheus, apart from the gRPC port.
   std::string metrics_address = "0.0.0.0:8002";
   RepositoryOptions repository;
+  // TLS of the gRPC, REST and (unless metrics_plaintext) /metrics ports.
+  TlsOptions tls;
+  bool metrics_plaintext = false;
+  // Tokens every port checks (auth.h); none: open.
+  AuthOptions auth;
   // How long Shutdown waits for in-flight requests before cancelling them.
   std::chrono::milliseconds drain_timeout{30000};
 };
@@ -56,6 +63,9 @@ class GraphServer {
   // Returns once every model is ready (or failed to load).
   Status Start(const ServerOptions& options);
   void Shutdown();
+  // SIGHUP: re-reads the token file and the HTTP ports' certificates at once (gRPC's at its next
+  // reload interval); on an error keeps what it had, and says so in the log.
+  void Reload();
 
   // The port the gRPC endpoint is bound to (useful with port 0).
   int grpc_port() const { return grpc_port_; }
@@ -68,6 +78,9 @@ class GraphServer {
 
   ServerOptions options_;
   SteadyClock clock_;
+  // Before every endpoint, which check tokens and present certificates through them.
+  std::unique_ptr<TokenAuthenticator> auth_;
+  std::shared_ptr<HttpTls> http_tls_;
   // Outlives the repository: requests drained by its schedulers are still counted.
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
