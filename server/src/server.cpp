@@ -128,6 +128,11 @@ Status GraphServer::Start(const ServerOptions& options) {
                options.max_request_bytes > 0 ? "--max-request-bytes" : "from the models' largest requests");
   builder.SetMaxReceiveMessageSize(static_cast<int>(limits.grpc_bytes));
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC 1.51 inflates a compressed message whole before it checks the size: a 1 MB gzip body could
+  // become gigabytes. Compressed requests are refused (UNIMPLEMENTED, naming the algorithm) before
+  // their message is read.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   // One client cannot open unbounded calls on one connection, and connections that never finish
   // the HTTP/2 handshake or stay idle give their descriptor back.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.grpc_max_concurrent_streams);
