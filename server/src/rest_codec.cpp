@@ -31,6 +31,9 @@ Status ParseJson(std::string_view text, json* document) {
     *document = json::parse(text);
   } catch (const json::parse_error& error) {
     return InvalidArgument("body: not valid JSON (at byte " + std::to_string(error.byte) + ")");
+  } catch (const json::out_of_range&) {
+    // Valid JSON, but a number beyond a double's range (1e400), which the parser cannot hold.
+    return InvalidArgument("body: a number is out of range");
   }
   return Status::Ok();
 }
