@@ -175,6 +175,25 @@ TEST(RestCodecTest, NumbersBeyondADoubleAreRefusedNotThrown) {
             StatusCode::kInvalidArgument);
 }
 
+// A body nesting `levels` arrays around one INT64 value, of shape [1].
+std::string Nested(int levels) {
+  return R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": )" +
+         std::string(levels, '[') + "7" + std::string(levels, ']') + "}]}";
+}
+
+// A client chooses how deep `data` nests; a million levels (2 MB, far below the body limit) used to
+// recurse once per level and overflow the stack, taking the server down (found while writing
+// tests/fuzz/rest_infer_request_fuzzer, whose corpus keeps a 65-level body).
+TEST(RestCodecTest, DataNestedDeeperThanAnyTensorIsRefusedNotRecursed) {
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  const Status status = Parse(Nested(64), &request, &format);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(request.raw_input_contents(0), Raw<int64_t>({7}));
+  EXPECT_EQ(Refusal(Nested(65)), "inputs[0].data: arrays nested more than 64 deep");
+  EXPECT_EQ(Refusal(Nested(1 << 20)), "inputs[0].data: arrays nested more than 64 deep");
+}
+
 inference::ModelInferResponse TwoOutputs() {
   inference::ModelInferResponse response;
   response.set_model_name("m");
