@@ -9,12 +9,13 @@ doors. Run it again after a change of the request forms or of the example config
                        then the body: JSON tensors, or a JSON header and binary tensors
   grpc_infer_request   a serialized inference.ModelInferRequest, for the models of fuzz_support.h
   model_config         every config.pbtxt the tests, the examples and the built-in encoder use
+
+The inputs of past findings, regression-*, are kept as they were found.
 """
 import ast
 import json
 import pathlib
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -180,8 +181,7 @@ def main():
     for target, seeds in [("rest_infer_request", rest_seeds()), ("grpc_infer_request", grpc_seeds()),
                           ("model_config", config_seeds())]:
         folder = HERE / "corpus" / target
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)  # beside the findings' inputs (regression-*)
         for name, data in sorted(seeds.items()):
             (folder / name).write_bytes(data)
         print(f"{folder.relative_to(REPO)}: {len(seeds)} seeds")
