@@ -2,8 +2,8 @@
 # Installs everything graphserve needs. The README's commands, .ci/run and both Dockerfile variants
 # call this one script, so a newcomer, CI and the images get the same set:
 #   - from the distribution's packages: the compiler, CMake, gRPC, protobuf, spdlog, prometheus-cpp,
-#     CLI11, nlohmann-json, libmicrohttpd (with GnuTLS's headers, for its HTTPS), GoogleTest, and the tools the tests run (Debian 12 and
-#     Ubuntu 24.04);
+#     CLI11, nlohmann-json, libmicrohttpd (with GnuTLS's headers, for its HTTPS), GoogleTest, clang
+#     with its fuzzer runtime (the fuzz build), and the tools the tests run (Debian 12 and Ubuntu 24.04);
 #   - from PyPI, into the project's virtual environment (deploy/toolchain.env): the pinned PyTorch
 #     wheel, whose CUDA-enabled libtorch every build links, and the Python packages the tests use;
 #   - where no CUDA toolkit is installed: the toolkit's compiler and headers from PyPI, into the same
@@ -35,9 +35,14 @@ case "$ID:$VERSION_ID" in
       # Tests of the metrics endpoint against the real Prometheus tools; Clang's thread-safety
       # analysis of the server's locking (tests/boundary).
       prometheus curl clang
+      # The fuzz build (deploy/run-fuzz.sh): libFuzzer and the sanitizers' runtimes of clang 14.
+      libclang-rt-14-dev
     )
     ;;
-  ubuntu:24.04) ;;
+  ubuntu:24.04)
+    # The fuzz build's clang (18 here) and its libFuzzer and sanitizer runtimes.
+    build_packages+=(clang libclang-rt-18-dev)
+    ;;
   *)
     echo "install-deps: unsupported system '$PRETTY_NAME' (Debian 12 or Ubuntu 24.04)" >&2
     exit 2

@@ -321,7 +321,8 @@ std::string ColonBeforeLists(const std::string& text) {
   }
   std::vector<char> scopes;  // '{' inside a message, '[' inside a list of values
   std::vector<size_t> colons;
-  google::protobuf::io::Tokenizer::Token before, previous;
+  // Value-initialised: the first token has none before it (TYPE_START), not whatever the stack held.
+  google::protobuf::io::Tokenizer::Token before{}, previous{};
   while (tokenizer.Next()) {
     const google::protobuf::io::Tokenizer::Token& token = tokenizer.current();
     const bool in_message = scopes.empty() || scopes.back() == '{';

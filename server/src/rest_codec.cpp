@@ -31,6 +31,9 @@ Status ParseJson(std::string_view text, json* document) {
     *document = json::parse(text);
   } catch (const json::parse_error& error) {
     return InvalidArgument("body: not valid JSON (at byte " + std::to_string(error.byte) + ")");
+  } catch (const json::out_of_range&) {
+    // Valid JSON, but a number beyond a double's range (1e400), which the parser cannot hold.
+    return InvalidArgument("body: a number is out of range");
   }
   return Status::Ok();
 }
@@ -91,12 +94,20 @@ bool AppendElement(const json& value, DataType dtype, std::string* out) {
   return false;
 }
 
+// How deep `data` may nest: more levels than any tensor has dimensions, and few enough that the
+// recursion below, whose depth the client chooses, cannot overflow a thread's stack.
+constexpr int kMaxDataDepth = 64;
+
 // Flattens `data` (nested arrays, row-major, or a flat array) into `out`, counting elements.
 Status AppendData(const json& data, DataType dtype, const std::string& field, int64_t* count,
-                  std::string* out) {
+                  std::string* out, int depth = 0) {
   if (data.is_array()) {
+    if (depth == kMaxDataDepth) {
+      return InvalidArgument(field + ": arrays nested more than " + std::to_string(kMaxDataDepth) +
+                             " deep");
+    }
     for (const json& element : data) {
-      Status status = AppendData(element, dtype, field, count, out);
+      Status status = AppendData(element, dtype, field, count, out, depth + 1);
       if (!status.ok()) return status;
     }
     return Status::Ok();

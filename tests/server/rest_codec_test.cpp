@@ -158,6 +158,42 @@ TEST(RestCodecTest, EveryMalformedRequestIsRefusedNamingTheField) {
             "inputs[0]: has both data and parameters['binary_data_size']; send one");
 }
 
+// JSON allows 1e400, but the parser throws on it (out_of_range, not parse_error); uncaught, that
+// aborted the server on any REST body holding such a number (found by
+// tests/fuzz/rest_infer_request_fuzzer; its corpus keeps the input).
+TEST(RestCodecTest, NumbersBeyondADoubleAreRefusedNotThrown) {
+  EXPECT_EQ(Refusal("1e400"), "body: a number is out of range");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "FP64", "shape": [1], "data": [-1e400]}]})"),
+            "body: a number is out of range");
+  inference::RepositoryIndexRequest index;
+  EXPECT_EQ(ParseRepositoryIndexRequest(R"({"ready": 1e400})", &index).code(), StatusCode::kInvalidArgument);
+  inference::LogSettingsRequest log_settings;
+  EXPECT_EQ(ParseLogSettingsRequest(R"({"log_verbose_level": 1e400})", &log_settings).code(),
+            StatusCode::kInvalidArgument);
+  google::protobuf::Map<std::string, inference::ModelRepositoryParameter> parameters;
+  EXPECT_EQ(ParseRepositoryParameters(R"({"parameters": {"p": 1e400}})", &parameters).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A body nesting `levels` arrays around one INT64 value, of shape [1].
+std::string Nested(int levels) {
+  return R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": )" +
+         std::string(levels, '[') + "7" + std::string(levels, ']') + "}]}";
+}
+
+// A client chooses how deep `data` nests; a million levels (2 MB, far below the body limit) used to
+// recurse once per level and overflow the stack, taking the server down (found while writing
+// tests/fuzz/rest_infer_request_fuzzer, whose corpus keeps a 65-level body).
+TEST(RestCodecTest, DataNestedDeeperThanAnyTensorIsRefusedNotRecursed) {
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  const Status status = Parse(Nested(64), &request, &format);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(request.raw_input_contents(0), Raw<int64_t>({7}));
+  EXPECT_EQ(Refusal(Nested(65)), "inputs[0].data: arrays nested more than 64 deep");
+  EXPECT_EQ(Refusal(Nested(1 << 20)), "inputs[0].data: arrays nested more than 64 deep");
+}
+
 inference::ModelInferResponse TwoOutputs() {
   inference::ModelInferResponse response;
   response.set_model_name("m");
