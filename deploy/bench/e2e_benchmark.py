@@ -183,7 +183,7 @@ class Server:
         command = [args.graphserve, "--model-repository", repository, "--device", args.device,
                    "--grpc-address", self.grpc, "--http-address", self.http,
                    "--metrics-address", self.metrics_url[len("http://"):-len("/metrics")],
-                   "--log-level", "info"]
+                   "--log-level", "info", *getattr(args, "server_args", [])]
         self.log_file = open(log_path, "w")
         self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
 
@@ -229,6 +229,42 @@ class Server:
             self.process.wait()
         self.log_file.close()
         fail(f"{message}; log {self.log_path}, its tail:\n{tail(self.log_path)}")
+
+
+def add_server_arguments(parser):
+    """The single-server benchmarks' flags for the build, the output and the model."""
+    parser.add_argument("--build-dir", default=os.path.join(REPO, "build"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="bert_base_bf16")
+    parser.add_argument("--bert-repo")
+    parser.add_argument("--device", default="cuda")
+
+
+def add_load_arguments(parser):
+    """The single-server benchmarks' flags for graphserve-loadgen and the server's start."""
+    cpus = os.cpu_count() or 4
+    parser.add_argument("--loadgen-threads", type=int, default=max(1, min(4, cpus // 4)))
+    parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
+    parser.add_argument("--start-timeout-s", type=float, default=240)
+
+
+def one_model_server(args):
+    """The server of the single-server benchmarks (REST against gRPC, overload): --model's default
+    config in a repository under --out, BERT exported first when missing. Not yet ready."""
+    # What the helpers above read, left at the model's own settings.
+    args.instance_devices = ""
+    args.max_batch_size = None
+    args.max_sequence_length = None
+    args.out = os.path.abspath(args.out)
+    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
+    build = os.path.abspath(args.build_dir)
+    args.graphserve = os.path.join(build, "server", "graphserve")
+    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
+    for sub in ("raw", "logs"):
+        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
+    base, weights = base_model(args, args.model)
+    repository = write_repository(args, args.model, "a", base, weights)
+    return Server(args, repository, args.model, os.path.join(args.out, "logs", "server.log"))
 
 
 LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")

@@ -22,39 +22,18 @@ PROTOCOLS = ("grpc", "http")
 
 
 def main():
-    cpus = os.cpu_count() or 4
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build-dir", default=os.path.join(e2e.REPO, "build"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--model", default="bert_base_bf16")
-    parser.add_argument("--bert-repo")
-    parser.add_argument("--device", default="cuda")
+    e2e.add_server_arguments(parser)
     parser.add_argument("--concurrency", default="1,8,64,256")
     parser.add_argument("--duration-s", type=float, default=4)
     parser.add_argument("--warmup-s", type=float, default=1)
     parser.add_argument("--outputs", default="pooler_output",
                         help="outputs asked for (default: the pooled vector, an embedding service's answer)")
     parser.add_argument("--lengths", default="skewed")
-    parser.add_argument("--loadgen-threads", type=int, default=max(1, min(4, cpus // 4)))
-    parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
-    parser.add_argument("--start-timeout-s", type=float, default=240)
+    e2e.add_load_arguments(parser)
     args = parser.parse_args()
-    # What e2e_benchmark's helpers read.
-    args.instance_devices = ""
-    args.max_batch_size = None
-    args.max_sequence_length = None
     args.concurrency = sorted({int(c) for c in e2e.csv(args.concurrency)})
-    args.out = os.path.abspath(args.out)
-    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
-    build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.join(build, "server", "graphserve")
-    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
-    for sub in ("raw", "logs"):
-        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
-
-    base, weights = e2e.base_model(args, args.model)
-    repository = e2e.write_repository(args, args.model, "a", base, weights)
-    server = e2e.Server(args, repository, args.model, os.path.join(args.out, "logs", "server.log"))
+    server = e2e.one_model_server(args)
     runs = []
     try:
         server.wait_ready(args.start_timeout_s)

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Goodput under overload: one graphserve (default config), its capacity measured first (closed loop,
+no deadline), then graphserve-loadgen's open loop (Poisson arrivals) at multiples of that capacity,
+every call with the same deadline. Reports, per load, the successful requests/s against capacity,
+the latency of the successful calls and what became of the others (refused at once for their
+deadline, expired, ...). Writes OUT/overload.md and OUT/overload.json.
+
+  python3 deploy/bench/overload.py --build-dir build-cuda --out OUT [--model bert_base_bf16]
+      [--factors 1.5,2,4] [--deadline-ms 100]
+
+Reuses deploy/bench/e2e_benchmark.py (model export, repository, server, loadgen, /metrics).
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_benchmark as e2e  # noqa: E402
+
+
+def open_loop(args, server, rate, json_path):
+    """--clients loadgen processes, each sending rate/clients (one process issues from one thread,
+    which tops out near 20k calls/s); their reports merged: counts summed, latency percentiles the
+    largest any client saw."""
+    commands = []
+    for client in range(args.clients):
+        part = f"{json_path}.{client}"
+        command = [args.loadgen, "--address", server.grpc, "--model", server.model,
+                   "--rate", f"{rate / args.clients:.1f}", "--seed", str(client + 1),
+                   "--lengths", args.lengths, "--rows", "1", "--duration-s", str(args.duration_s),
+                   "--warmup-s", str(args.warmup_s), "--timeout-ms", str(args.deadline_ms),
+                   "--max-in-flight", str(args.max_in_flight), "--threads", str(args.loadgen_threads),
+                   "--connections", str(args.connections), "--wait-s", "30", "--no-progress", "--json", part]
+        if args.outputs:
+            command += ["--outputs", args.outputs]
+        commands.append((part, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    reports = []
+    for part, process in commands:
+        output, _ = process.communicate(timeout=args.duration_s + args.warmup_s + 120)
+        if process.returncode == 2 or not os.path.exists(part):
+            server.fail(f"graphserve-loadgen could not run (status {process.returncode}):\n" + output[-2000:])
+        with open(part) as f:
+            reports.append(json.load(f))
+    merged = dict(reports[0])
+    for key in ("issued", "ok", "error_count", "requests_per_s", "tokens", "tokens_per_s"):
+        merged[key] = sum(r[key] for r in reports)
+    merged["errors"] = {}
+    for r in reports:
+        for code, count in r["errors"].items():
+            merged["errors"][code] = merged["errors"].get(code, 0) + count
+    latencies = [r["latency_ms"] for r in reports if r["latency_ms"]["count"]]
+    merged["latency_ms"] = {"count": sum(l["count"] for l in latencies)}
+    for key in ("p50", "p90", "p99", "max"):
+        merged["latency_ms"][key] = max((l[key] for l in latencies), default=None)
+    with open(json_path, "w") as f:
+        json.dump({"merged": merged, "clients": reports}, f, indent=1)
+    return merged
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e2e.add_server_arguments(parser)
+    parser.add_argument("--factors", default="1.5,2,4")
+    parser.add_argument("--deadline-ms", type=int, default=100)
+    parser.add_argument("--capacity-concurrency", type=int, default=512)
+    parser.add_argument("--duration-s", type=float, default=5)
+    parser.add_argument("--warmup-s", type=float, default=1)
+    parser.add_argument("--outputs", default="pooler_output")
+    parser.add_argument("--lengths", default="skewed")
+    parser.add_argument("--max-in-flight", type=int, default=65536)
+    parser.add_argument("--clients", type=int, default=4, help="loadgen processes sharing the open loop's rate")
+    e2e.add_load_arguments(parser)
+    parser.add_argument("--server-arg", dest="server_args", action="append", default=[],
+                        help="a flag for graphserve (repeatable), e.g. --server-arg=--grpc-max-concurrent-streams=256")
+    args = parser.parse_args()
+    server = e2e.one_model_server(args)
+    runs = []
+    try:
+        server.wait_ready(args.start_timeout_s)
+        capacity_report = e2e.run_loadgen(args, server, args.capacity_concurrency,
+                                          os.path.join(args.out, "raw", "capacity.json"))
+        capacity = capacity_report["requests_per_s"]
+        e2e.log(f"capacity: {capacity:,.0f} req/s (closed loop, c={args.capacity_concurrency}, no deadline)")
+        for factor in [float(f) for f in e2e.csv(args.factors)]:
+            before = server.scrape()
+            server_cpu = cpu_seconds(server.process.pid)
+            client_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+            report = open_loop(args, server, factor * capacity, os.path.join(args.out, "raw", f"open_{factor}x.json"))
+            after = server.scrape()
+            client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            delta = e2e.metric_delta(before, after, None)
+            codes0 = e2e.by_label(before[1], "graphserve_requests_total", "code")
+            codes1 = e2e.by_label(after[1], "graphserve_requests_total", "code")
+            delta["server_codes"] = {k: v - codes0.get(k, 0.0) for k, v in codes1.items() if v > codes0.get(k, 0.0)}
+            delta["server_cpu_s"] = cpu_seconds(server.process.pid) - server_cpu
+            delta["client_cpu_s"] = (client_after.ru_utime + client_after.ru_stime
+                                     - client_cpu.ru_utime - client_cpu.ru_stime)
+            runs.append({"factor": factor, "offered_rps": factor * capacity, "loadgen": report, "metrics": delta})
+            lat = report["latency_ms"]
+            e2e.log(f"{factor}x: offered {factor * capacity:,.0f}/s, ok {report['requests_per_s']:,.0f}/s "
+                    f"({report['requests_per_s'] / capacity:.0%} of capacity), p50 {e2e.fmt(lat['p50'])} "
+                    f"p99 {e2e.fmt(lat['p99'])} ms, errors {report['errors']}; server saw {delta['server_codes']}, "
+                    f"CPU s: server {delta['server_cpu_s']:.1f} client {delta['client_cpu_s']:.1f} over "
+                    f"{delta['window_s']:.1f} s")
+    finally:
+        server.stop()
+
+    with open(os.path.join(args.out, "overload.json"), "w") as f:
+        json.dump({"settings": vars(args), "capacity": capacity_report, "runs": runs}, f, indent=1)
+    lines = [f"# Goodput under overload: {args.model} on `{args.device}`, {time.strftime('%Y-%m-%d')}", "",
+             f"One server, default config. Capacity: closed loop at c={args.capacity_concurrency} without "
+             f"deadline, {capacity:,.0f} successful requests/s. Then `graphserve-loadgen --rate` (Poisson "
+             f"arrivals) at multiples of it, every call with a {args.deadline_ms} ms deadline; lengths "
+             f"`{args.lengths}`, one row, outputs `{args.outputs or 'all'}`, {args.duration_s} s after "
+             f"{args.warmup_s} s warm-up, {args.clients} loadgen processes of {args.connections} connections "
+             "each (percentiles: the largest any process saw).", "",
+             "| load | offered req/s | successful req/s | of capacity | p50 ms | p99 ms | refused or expired |",
+             "|---:|---:|---:|---:|---:|---:|---|"]
+    for run in runs:
+        r = run["loadgen"]
+        errors = ", ".join(f"{code} {count:,}" for code, count in sorted(r["errors"].items())) or "none"
+        lines.append(f"| {run['factor']}× | {run['offered_rps']:,.0f} | {r['requests_per_s']:,.0f} | "
+                     f"{r['requests_per_s'] / capacity:.0%} | {e2e.fmt(r['latency_ms']['p50'])} | "
+                     f"{e2e.fmt(r['latency_ms']['p99'])} | {errors} |")
+    with open(os.path.join(args.out, "overload.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    e2e.log("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
