@@ -200,16 +200,6 @@ void BatchPlanner::Add(std::shared_ptr<PendingRequest> request) {
   ++queued_;
 }
 
-void BatchPlanner::Remove(const std::shared_ptr<PendingRequest>& request) {
-  Bin& bin = bins_[BinIndex(request->item.length)];
-  auto found = std::find(bin.requests.begin(), bin.requests.end(), request);
-  if (found == bin.requests.end()) return;
-  bin.rows -= request->item.rows;
-  bin.requests.erase(found);
-  request->queued = false;
-  --queued_;
-}
-
 void BatchPlanner::RebuildDeadlines() {
   deadlines_.clear();
   for (const Bin& bin : bins_) {
@@ -232,29 +222,36 @@ void BatchPlanner::DropStaleDeadlines() {
 
 std::vector<std::shared_ptr<PendingRequest>> BatchPlanner::TakeDead(int64_t now_us) {
   std::vector<std::shared_ptr<PendingRequest>> dead;
-  if (cancellation_noted_) {
-    // Cancellations are rare and announced (NoteCancellation), so only then is the queue scanned.
-    cancellation_noted_ = false;
-    for (Bin& bin : bins_) {
-      auto live_end = std::stable_partition(
-          bin.requests.begin(), bin.requests.end(),
-          [](const auto& r) { return !r->cancelled.load(std::memory_order_relaxed); });
-      for (auto it = live_end; it != bin.requests.end(); ++it) {
-        bin.rows -= (*it)->item.rows;
-        (*it)->queued = false;
-        --queued_;
-        dead.push_back(std::move(*it));
-      }
-      bin.requests.erase(live_end, bin.requests.end());
-    }
-  }
+  // Under overload requests expire and are cancelled by the thousand a second while the queue holds
+  // thousands: each bin is compacted once per call, not once per dead request (that was quadratic,
+  // under the scheduler's lock that every arriving request needs).
+  std::vector<bool> expired_in(bins_.size(), false);
   while (!deadlines_.empty() && deadlines_.front().deadline_us <= now_us) {
     std::shared_ptr<PendingRequest> request = deadlines_.front().request.lock();
     std::pop_heap(deadlines_.begin(), deadlines_.end(), LaterDeadline);
     deadlines_.pop_back();
     if (request == nullptr || !request->queued) continue;
-    Remove(request);
+    request->queued = false;  // leaves its bin in the pass below
+    expired_in[BinIndex(request->item.length)] = true;
     dead.push_back(std::move(request));
+  }
+  // Cancellations are announced (NoteCancellation): only then are the bins scanned for them.
+  const bool scan_cancelled = cancellation_noted_;
+  cancellation_noted_ = false;
+  for (size_t b = 0; b < bins_.size(); ++b) {
+    if (!scan_cancelled && !expired_in[b]) continue;
+    Bin& bin = bins_[b];
+    auto live_end = std::stable_partition(bin.requests.begin(), bin.requests.end(), [](const auto& r) {
+      return r->queued && !r->cancelled.load(std::memory_order_relaxed);
+    });
+    for (auto it = live_end; it != bin.requests.end(); ++it) {
+      bin.rows -= (*it)->item.rows;
+      --queued_;
+      if (!(*it)->queued) continue;  // expired: already in `dead`
+      (*it)->queued = false;
+      dead.push_back(std::move(*it));
+    }
+    bin.requests.erase(live_end, bin.requests.end());
   }
   DropStaleDeadlines();
   return dead;

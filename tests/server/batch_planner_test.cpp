@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -442,6 +443,46 @@ TEST(BatchPlannerTest, DeadlinesExpireInTheirOrderWhateverTheArrivalOrder) {
     EXPECT_EQ(dead[0]->deadline_us, t);
     EXPECT_EQ(planner.queued_requests(), static_cast<size_t>(1199 - t));
   }
+}
+
+// Overload: most of a long queue expires or is cancelled at once. Each dead request comes back
+// exactly once, the live ones stay in their order, and the counts agree.
+TEST(BatchPlannerTest, AQueueThatMostlyDiesAtOnceLeavesOnlyItsLiveRequests) {
+  FakeClock clock;
+  BatchPlanner planner(TestSpec(), Options(1'000'000));
+  std::vector<std::shared_ptr<PendingRequest>> live;
+  for (int i = 0; i < 3000; ++i) {
+    auto request = MakeRequest(1, 10 + (i % 3) * 20, i);  // bins 16, 32 and 64 in turn
+    if (i % 10 == 0) {
+      live.push_back(request);
+    } else if (i % 10 < 6) {
+      request->deadline_us = 500;
+    } else if (i % 10 == 6) {
+      request->deadline_us = 500;
+      request->cancelled = true;  // both: returned once
+    } else {
+      request->cancelled = true;
+    }
+    AddAt(planner, clock, request);
+  }
+  planner.NoteCancellation();
+  const auto dead = planner.TakeDead(500);
+  EXPECT_EQ(dead.size(), 2700u);
+  std::set<const PendingRequest*> distinct;
+  for (const auto& request : dead) {
+    distinct.insert(request.get());
+    EXPECT_FALSE(request->queued);
+  }
+  EXPECT_EQ(distinct.size(), dead.size());
+  EXPECT_EQ(planner.queued_requests(), live.size());
+  EXPECT_TRUE(planner.TakeDead(10'000).empty());
+  // Every live request is still dispatched, oldest first within its bin.
+  size_t dispatched = 0;
+  while (auto decision = planner.Next(BatchPlanner::kEndOfTime, true)) {
+    for (const auto& request : decision->requests) EXPECT_TRUE(request->queued == false);
+    dispatched += decision->requests.size();
+  }
+  EXPECT_EQ(dispatched, live.size());
 }
 
 TEST(BatchPlannerTest, RideAlongsFillSpareRowsLongestShorterBinFirst) {

@@ -244,7 +244,6 @@ class BatchPlanner {
   // Fewer than one such arrival is expected before the (non-empty) bin's oldest request falls due.
   bool WaitingCannotHelp(size_t bin, int64_t now_us) const;
   bool Overdue(const PendingRequest& request, int64_t now_us) const;
-  void Remove(const std::shared_ptr<PendingRequest>& request);
   void DropStaleDeadlines();
   void RebuildDeadlines();
 
