@@ -238,6 +238,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_gpu_memory_reserved_bytes", "gauge"},
       {"graphserve_build_info", "gauge"},
       {"graphserve_auth_failures_total", "counter"},
+      {"graphserve_connections_refused_total", "counter"},
   };
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
@@ -417,8 +418,8 @@ TEST(MetricsTest, EveryFinalStatusIsCountedAndOnlySuccessesAreTimed) {
   scheduler->Stop();
   ASSERT_TRUE(harness.WaitForAnswers(2));
 
-  // Expired and cancelled requests leave the queue with their own codes. Not started, so that both
-  // are still queued when Stop drains the queue.
+  // An expired request and a cancelled one are answered with their own codes. Not started, so that
+  // the cancelled one is still queued when Stop drains the queue.
   auto second = MakeScheduler("n", Options(0), {"cpu"}, {}, &clock);
   metrics.AddModel(second.get());
   Harness second_harness(&metrics, second.get());
@@ -452,7 +453,8 @@ TEST(MetricsTest, EveryFinalStatusIsCountedAndOnlySuccessesAreTimed) {
   EXPECT_EQ(exposition.One("graphserve_requests_total", {{"model", ""}, {"code", "not_found"}}), 1.0);
   // The RPC edge and the scheduler agree on what the scheduler refused or dropped.
   EXPECT_EQ(scheduler->Counters().rejected_queue_full, 1u);
-  EXPECT_EQ(second->Counters().deadline_exceeded, 1u);
+  // The expired one was refused on arrival (its deadline had passed), not queued.
+  EXPECT_EQ(second->Counters().rejected_deadline, 1u);
   EXPECT_EQ(second->Counters().cancelled, 1u);
 
   EXPECT_EQ(exposition.One("graphserve_request_duration_seconds_count", {{"model", "m"}}), 1.0);
