@@ -102,7 +102,7 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
     CountFinished(model_metrics, statistics, answer, rows, now_us - arrival_us, timing);
     receiver->Answered(answer);
   };
-  model_metrics->Started();
+  model_metrics->Started(rows, scheduler->spec().has_sequence_length() ? prepared.pending->item.length : -1);
   const Status status = scheduler->Enqueue(prepared.pending);
   if (!status.ok()) {
     // Not accepted: `done` will never run, so answer here.

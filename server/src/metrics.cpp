@@ -281,6 +281,18 @@ const char* RequestCodeLabel(StatusCode code) {
   return code == StatusCode::kOk ? "success" : StatusCodeName(code);
 }
 
+// Upper bounds of the traffic-shape histograms: fine where requests are many and padding costs most
+// (short lengths, few rows), coarse beyond; they resolve the default grid's lengths.
+const std::vector<double>& RowBuckets() {
+  static const std::vector<double> bounds = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024};
+  return bounds;
+}
+const std::vector<double>& LengthBuckets() {
+  static const std::vector<double> bounds = {8,   16,  24,  32,  40,  48,  56,  64,   80,   96,   112, 128, 160,
+                                             192, 224, 256, 320, 384, 448, 512, 768, 1024, 2048, 4096};
+  return bounds;
+}
+
 std::vector<double> LatencyBucketsSeconds() {
   std::vector<double> bounds;
   for (double decade = 1e-4; decade < 10.0; decade *= 10.0) {
@@ -290,7 +302,11 @@ std::vector<double> LatencyBucketsSeconds() {
   return bounds;
 }
 
-void ModelRequestMetrics::Started() { in_flight_->Increment(); }
+void ModelRequestMetrics::Started(int64_t rows, int64_t length) {
+  in_flight_->Increment();
+  request_rows_->Observe(static_cast<double>(rows));
+  if (length >= 0) request_length_->Observe(static_cast<double>(length));
+}
 
 void ModelRequestMetrics::Finished(const Status& outcome, int64_t latency_us,
                                    const RequestTiming& timing) {
@@ -341,6 +357,16 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                     .Name("graphserve_requests_in_flight")
                     .Help("Requests the model's scheduler holds: queued or executing")
                     .Register(*registry_);
+  request_rows_ = &prometheus::BuildHistogram()
+                       .Name("graphserve_request_rows")
+                       .Help("Rows (batch dimension) of each request that reached the model's scheduler")
+                       .Register(*registry_);
+  request_length_ = &prometheus::BuildHistogram()
+                         .Name("graphserve_request_length")
+                         .Help(
+                             "Sequence length of each request that reached the model's scheduler "
+                             "(models with a variable dimension only): the traffic a grid is planned for")
+                         .Register(*registry_);
   refused_connections_ = &prometheus::BuildCounter()
                               .Name("graphserve_connections_refused_total")
                               .Help(
@@ -386,6 +412,8 @@ void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
   metrics->queue_seconds_ = &queue_seconds_->Add({{"model", model}}, buckets);
   metrics->compute_seconds_ = &compute_seconds_->Add({{"model", model}}, buckets);
   metrics->in_flight_ = &in_flight_->Add({{"model", model}});
+  metrics->request_rows_ = &request_rows_->Add({{"model", model}}, RowBuckets());
+  metrics->request_length_ = &request_length_->Add({{"model", model}}, LengthBuckets());
   {
     MutexLock lock(&mutex_);
     models_.emplace(model, std::move(metrics));

@@ -143,7 +143,7 @@ class Harness {
       metrics_->Finished(outcome, clock_.NowMicros() - arrival_us, timing);
       Answered();
     };
-    metrics_->Started();
+    metrics_->Started(rows, length);
     const Status status = scheduler_->Enqueue(request);
     if (!status.ok()) {
       metrics_->Finished(status, clock_.NowMicros() - arrival_us, RequestTiming{});
@@ -204,6 +204,30 @@ TEST(MetricsTest, LatencyBucketsResolve100MicrosecondsTo10Seconds) {
   for (size_t i = 1; i < bounds.size(); ++i) EXPECT_LT(bounds[i - 1], bounds[i]);
 }
 
+// What a grid is planned from: every request's rows and length, per model; a fixed-shape model's
+// requests have rows only.
+TEST(MetricsTest, TrafficShapeHistogramsCountEachRequestsRowsAndLength) {
+  SteadyClock clock;
+  ServerMetrics metrics(TestOptions());
+  auto scheduler = MakeScheduler("m", Options(0), {"cpu"}, {}, &clock);
+  metrics.AddModel(scheduler.get());
+  ModelRequestMetrics* model = metrics.ForModel("m");
+  model->Started(1, 8);
+  model->Started(3, 40);
+  model->Started(3, 300);
+  model->Started(2, -1);
+  const Exposition exposition(metrics.TextExposition());
+  EXPECT_EQ(exposition.One("graphserve_request_rows_count", {{"model", "m"}}), 4.0);
+  EXPECT_EQ(exposition.One("graphserve_request_rows_sum", {{"model", "m"}}), 9.0);
+  EXPECT_EQ(exposition.One("graphserve_request_rows_bucket", {{"model", "m"}, {"le", "2"}}), 2.0);
+  EXPECT_EQ(exposition.One("graphserve_request_rows_bucket", {{"model", "m"}, {"le", "3"}}), 4.0);
+  EXPECT_EQ(exposition.One("graphserve_request_length_count", {{"model", "m"}}), 3.0);
+  EXPECT_EQ(exposition.One("graphserve_request_length_bucket", {{"model", "m"}, {"le", "8"}}), 1.0);
+  EXPECT_EQ(exposition.One("graphserve_request_length_bucket", {{"model", "m"}, {"le", "40"}}), 2.0);
+  EXPECT_EQ(exposition.One("graphserve_request_length_bucket", {{"model", "m"}, {"le", "256"}}), 2.0);
+  EXPECT_EQ(exposition.One("graphserve_request_length_bucket", {{"model", "m"}, {"le", "320"}}), 3.0);
+}
+
 TEST(MetricsTest, CodeLabelIsSuccessOrTheLowerCaseGrpcName) {
   EXPECT_STREQ(RequestCodeLabel(StatusCode::kOk), "success");
   EXPECT_STREQ(RequestCodeLabel(StatusCode::kResourceExhausted), "resource_exhausted");
@@ -239,6 +263,8 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_build_info", "gauge"},
       {"graphserve_auth_failures_total", "counter"},
       {"graphserve_connections_refused_total", "counter"},
+      {"graphserve_request_rows", "histogram"},
+      {"graphserve_request_length", "histogram"},
   };
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);

@@ -51,8 +51,10 @@ std::vector<double> LatencyBucketsSeconds();
 class ModelRequestMetrics {
  public:
   // A request enters the model's scheduler: in flight until Finished. Call before Enqueue, so that an
-  // answer arriving before Enqueue returns cannot take the gauge below zero.
-  void Started();
+  // answer arriving before Enqueue returns cannot take the gauge below zero. Its rows and its
+  // sequence length (-1: a fixed-shape model, none) go into the traffic-shape histograms that a
+  // grid is planned from.
+  void Started(int64_t rows, int64_t length);
   // The end of a Started request: leaves the in-flight gauge and is counted under the outcome's code;
   // a successful one is observed in the latency histograms. `latency_us` runs from the RPC's arrival
   // to its answer; `timing` is the scheduler's (ignored unless the outcome is OK).
@@ -74,6 +76,8 @@ class ModelRequestMetrics {
   prometheus::Histogram* queue_seconds_ = nullptr;
   prometheus::Histogram* compute_seconds_ = nullptr;
   prometheus::Gauge* in_flight_ = nullptr;
+  prometheus::Histogram* request_rows_ = nullptr;
+  prometheus::Histogram* request_length_ = nullptr;
 };
 
 struct ServerMetricsOptions {
@@ -131,6 +135,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* queue_seconds_ = nullptr;
   prometheus::Family<prometheus::Histogram>* compute_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* request_rows_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* request_length_ = nullptr;
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
 
