@@ -60,6 +60,8 @@ struct DeviceTotals {
   std::array<uint64_t, kEagerReasonCount> eager_runs{};
   double capture_time_us = 0.0;
   uint64_t graph_pool_bytes = 0;
+  // Summed over the device's instances, with their count, for the mean.
+  std::map<BucketShape, std::pair<double, int>> execute_us;
 };
 
 // Every family SchedulerCollector exports, filled by the steps below.
@@ -73,6 +75,7 @@ struct SchedulerFamilies {
   MetricFamily real_elements;
   MetricFamily padded_elements;
   MetricFamily capture_seconds;
+  MetricFamily execute_seconds;
   MetricFamily pool_bytes;
   MetricFamily memory_allocated;
   MetricFamily memory_reserved;
@@ -137,6 +140,11 @@ SchedulerFamilies EmptySchedulerFamilies() {
       NewFamily("graphserve_graph_capture_seconds",
                 "Time spent warming up, capturing and verifying the model's CUDA graphs on the device",
                 MetricType::Gauge);
+  f.execute_seconds = NewFamily(
+      "graphserve_bucket_execution_seconds",
+      "Each bucket's execution time as measured at warm-up (graph replay or eager; mean over the "
+      "device's instances): the cost table the batcher plans with and a grid is planned from",
+      MetricType::Gauge);
   f.pool_bytes =
       NewFamily("graphserve_graph_pool_bytes",
                 "Device memory held by the model's CUDA graph pool on the device", MetricType::Gauge);
@@ -174,6 +182,10 @@ std::map<std::string, DeviceTotals> TotalsByDevice(const std::vector<ExecutorSna
       totals.eager_runs[i] += executor.executed.eager_runs[i];
     }
     totals.capture_time_us += executor.capture.capture_time_us;
+    for (const auto& [shape, time_us] : executor.bucket_execute_us) {
+      totals.execute_us[shape].first += time_us;
+      ++totals.execute_us[shape].second;
+    }
     totals.graph_pool_bytes += executor.capture.graph_pool_bytes;
   }
   return by_device;
@@ -203,6 +215,11 @@ void AddDeviceSamples(const SchedulerSnapshot& snapshot, const std::string& devi
             static_cast<double>(totals.padded_elements));
   AddSample(&families->capture_seconds, {{"model", model}, {"device", device}},
             totals.capture_time_us / 1e6);
+  for (const auto& [shape, sum] : totals.execute_us) {
+    AddSample(&families->execute_seconds,
+              {{"model", model}, {"device", device}, {"bucket", BucketLabel(shape, snapshot.has_sequence_length)}},
+              sum.first / sum.second / 1e6);
+  }
   AddSample(&families->pool_bytes, {{"model", model}, {"device", device}},
             static_cast<double>(totals.graph_pool_bytes));
 }
@@ -236,7 +253,7 @@ std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
        {&f.build_info, &f.queue_depth, &f.batch_rows, &f.batches, &f.replays, &f.eager,
-        &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.pool_bytes,
+        &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.execute_seconds, &f.pool_bytes,
         &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));
   }

@@ -157,6 +157,7 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
     figures.executed = executor->Counters();
     for (const BucketInfo& bucket : executor->Buckets()) {
       if (bucket.graph) figures.graph_buckets.push_back(bucket.shape);
+      if (bucket.execute_time_us > 0) figures.bucket_execute_us[bucket.shape] = bucket.execute_time_us;
     }
     figures.capture = executor->capture_summary();
   }

@@ -71,6 +71,7 @@ class FakeExecutor : public Executor {
         info.shape = BucketShape{batch, length};
         info.graph = graphs_.count(info.shape) > 0;
         info.eager_reason = EagerReason::kVerifyFailed;
+        info.execute_time_us = static_cast<double>(100 * batch + length);
         buckets.push_back(info);
       }
     }
@@ -257,6 +258,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_real_elements_total", "counter"},
       {"graphserve_padded_elements_total", "counter"},
       {"graphserve_graph_capture_seconds", "gauge"},
+      {"graphserve_bucket_execution_seconds", "gauge"},
       {"graphserve_graph_pool_bytes", "gauge"},
       {"graphserve_gpu_memory_allocated_bytes", "gauge"},
       {"graphserve_gpu_memory_reserved_bytes", "gauge"},
@@ -297,6 +299,9 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
 
   EXPECT_DOUBLE_EQ(
       exposition.One("graphserve_graph_capture_seconds", {{"model", "m"}, {"device", "cuda:0"}}), 1.5);
+  EXPECT_DOUBLE_EQ(exposition.One("graphserve_bucket_execution_seconds",
+                                  {{"model", "m"}, {"device", "cuda:0"}, {"bucket", "2x16"}}),
+                   216e-6);
   EXPECT_EQ(exposition.One("graphserve_graph_pool_bytes", {{"model", "m"}, {"device", "cuda:0"}}),
             1000.0);
   EXPECT_EQ(exposition.One("graphserve_gpu_memory_allocated_bytes", {{"device", "cuda:0"}}), 1000.0);

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -51,6 +52,7 @@ struct ExecutorSnapshot {
   std::string device;
   ExecutionCounters executed;              // from one Counters() call, so that its sums agree
   std::vector<BucketShape> graph_buckets;  // the buckets that replay as CUDA graphs
+  std::map<BucketShape, double> bucket_execute_us;  // each bucket's measured warm-up time
   CaptureSummary capture;
 };
 
