@@ -360,6 +360,36 @@ Status SettleWithClient(const Status& outcome, const PendingRequest& request, in
   return outcome;
 }
 
+std::vector<std::shared_ptr<PendingRequest>> ModelScheduler::TakeDoomed(DispatchDecision* decision,
+                                                                       double finish_us) {
+  std::vector<std::shared_ptr<PendingRequest>> doomed;
+  auto& requests = decision->requests;
+  auto kept_end = std::stable_partition(requests.begin(), requests.end(), [finish_us](const auto& request) {
+    const int64_t expiry_us = request->ExpiryUs();
+    return expiry_us == 0 || static_cast<double>(expiry_us) >= finish_us;
+  });
+  for (auto it = kept_end; it != requests.end(); ++it) {
+    LeaveQueue(**it);
+    ++counters_.deadline_exceeded;
+    doomed.push_back(std::move(*it));
+  }
+  requests.erase(kept_end, requests.end());
+  return doomed;
+}
+
+void ModelScheduler::AnswerDoomed(std::vector<std::shared_ptr<PendingRequest>> doomed, int64_t now_us) {
+  for (auto& request : doomed) {
+    answering_.Post([request = std::move(request), now_us, model = spec_.name] {
+      RequestTiming timing;
+      timing.queue_us = now_us - request->enqueue_us;
+      request->done(Status(StatusCode::kDeadlineExceeded,
+                           "model '" + model + "': the request would finish after its deadline or queue "
+                                               "timeout; not run"),
+                    {}, timing);
+    });
+  }
+}
+
 double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
   const auto bucket = std::lower_bound(
       row_costs_us_.begin(), row_costs_us_.end(), request.item.length,
@@ -414,10 +444,21 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
                                /*executor_idle=*/in_flight.empty());
     }
     if (decision) {
+      double ahead_us = 0.0;
+      for (const auto& launched : in_flight) ahead_us += planner_.CostUs(launched->decision.padded_shape);
+      std::vector<std::shared_ptr<PendingRequest>> doomed =
+          TakeDoomed(&*decision, now_us + ahead_us + planner_.CostUs(decision->padded_shape));
+      if (decision->requests.empty()) {
+        lock.Unlock();
+        AnswerDoomed(std::move(doomed), now_us);
+        lock.Lock();
+        continue;
+      }
       CountDispatched(*decision);
       // Work may remain that another sleeping worker could take right away.
       if (planner_.queued_requests() > 0 && idle_workers_ > 0) work_available_.notify_one();
       lock.Unlock();
+      if (!doomed.empty()) AnswerDoomed(std::move(doomed), now_us);
       // The new batch is assembled and queued on the device while the one before it still runs;
       // only then is the older one waited for and answered.
       in_flight.push_back(LaunchBatch(executor, std::move(*decision)));

@@ -814,6 +814,46 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatCannotMeetItsDeadlineIsRefusedAtOn
   scheduler.Stop();
 }
 
+// Under overload the oldest requests are the ones batched; one that would be answered after its
+// deadline is not run (the device's time goes to answers someone takes), the rest of its batch is.
+TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRun) {
+  auto shared = std::make_shared<FakeExecutor::Shared>();
+  BucketInfo one, four;
+  one.shape = BucketShape{1, 16};
+  one.execute_time_us = 1000;
+  four.shape = BucketShape{4, 16};
+  four.execute_time_us = 1000;  // 250 us a row: the admission estimate
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<FakeExecutor>(shared, 0, std::vector<BucketInfo>{one, four}));
+  FakeClock clock;
+  ModelScheduler scheduler(TestSpec(), Options(10'000'000), std::move(executors), &clock);
+  std::promise<Status> late_outcome, open_outcome;
+  auto late = MakeRequest(1, 10, 1);
+  late->deadline_us = clock.NowMicros() + 1500;  // admitted: 250 us of work fits
+  late->done = [&](const Status& status, std::vector<HostTensor>&&, const RequestTiming&) {
+    late_outcome.set_value(status);
+  };
+  auto open = MakeRequest(1, 12, 2);
+  open->done = [&](const Status& status, std::vector<HostTensor>&&, const RequestTiming&) {
+    open_outcome.set_value(status);
+  };
+  ASSERT_TRUE(scheduler.Enqueue(late).ok());
+  ASSERT_TRUE(scheduler.Enqueue(open).ok());
+  // 800 us later both are batched (not started: Stop runs the queue); the batch would end after
+  // 1,800 us, past the first one's deadline.
+  clock.Set(clock.NowMicros() + 800);
+  scheduler.Stop();
+  const Status late_status = late_outcome.get_future().get();
+  EXPECT_EQ(late_status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(late_status.message().find("would finish after its deadline"), std::string::npos)
+      << late_status.message();
+  EXPECT_TRUE(open_outcome.get_future().get().ok());
+  std::lock_guard<std::mutex> lock(shared->mutex);
+  ASSERT_EQ(shared->batches.size(), 1u);
+  EXPECT_EQ(shared->batches[0].lengths, (std::vector<int64_t>{12}));
+  EXPECT_EQ(scheduler.Counters().deadline_exceeded, 1u);
+}
+
 TEST(ModelSchedulerSnapshotTest, CopiesTheCountersQueueAndEachInstancesFigures) {
   auto shared = std::make_shared<FakeExecutor::Shared>();
   BucketInfo graph_bucket;

@@ -126,6 +126,13 @@ class ModelScheduler {
   // length has no measured bucket (then it is never refused for its deadline).
   double EstimateWorkUs(const PendingRequest& request) const;
   void LeaveQueue(const PendingRequest& request) REQUIRES(mutex_);
+  // Removes from `decision` the requests that would be answered after their deadline or queue
+  // timeout if the batch ended at `finish_us`, and counts them: under overload the oldest requests
+  // are the ones batched, and running them late would spend the device on answers nobody takes.
+  std::vector<std::shared_ptr<PendingRequest>> TakeDoomed(DispatchDecision* decision, double finish_us)
+      REQUIRES(mutex_);
+  // Answers them DEADLINE_EXCEEDED on the answering threads.
+  void AnswerDoomed(std::vector<std::shared_ptr<PendingRequest>> doomed, int64_t now_us);
   // The executor's and the requests' work runs without the lock, so that Enqueue never waits for it.
   std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
       EXCLUDES(mutex_);
