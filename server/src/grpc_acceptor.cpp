@@ -72,7 +72,11 @@ void GrpcAcceptor::Stop() {
     if (write(wake_fd_, &one, sizeof(one)) < 0) spdlog::warn("gRPC acceptor: cannot wake: {}", std::strerror(errno));
     thread_.join();
   }
-  if (listen_fd_ >= 0 && fcntl(listen_fd_, F_GETFD) != -1) close(listen_fd_);
+  // Once: a second Stop (the destructor's) must not close a descriptor number reused since.
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    listen_fd_ = -1;
+  }
 }
 
 void GrpcAcceptor::AcceptLoop() {

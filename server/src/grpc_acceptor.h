@@ -51,7 +51,7 @@ class GrpcAcceptor {
   // accept4 failed with EMFILE/ENFILE: make room with the spare descriptor to drop one connection.
   void ShedOne();
 
-  const int listen_fd_;
+  int listen_fd_;  // -1 once Stop closed it
   const int wake_fd_;  // an eventfd that Stop writes to
   const RefusalCounter count_refusal_;
   int port_ = 0;
