@@ -14,6 +14,8 @@ serves:
                  1000-entry embedding fails the whole batch, as a real model's would; batches of up to
                  8 wait long for company, so that a bad request rides with good ones
   tiny_bounded   tiny_strict under a config whose input_ids carry min_value/max_value
+  tiny_spin      scripted; loops as many times as the largest token id: a request with a huge id
+                 keeps its batch running (a hung device, for the shutdown tests)
   tiny_triton    tiny_scripted's model.pt in Triton's layout (tiny_triton/1/model.pt) under a
                  config as Triton's PyTorch backend takes it:
                  backend "pytorch", tensors named INPUT__N / OUTPUT__N (listed out of order, so that
@@ -65,6 +67,18 @@ class StrictProjection(torch.nn.Module):
         return self.embed(input_ids) * attention_mask[:, :, None].float()
 
 
+class Spin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        x = torch.ones(input_ids.shape[0], input_ids.shape[1], 4)
+        for _ in range(int(input_ids.max())):
+            x = torch.tanh(self.proj(x))
+        return x * attention_mask[:, :, None].float()
+
+
 TOKEN_INPUTS = """
 input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
@@ -103,6 +117,13 @@ max_batch_size: 8
 max_sequence_length: 16
 output { name: "projected" data_type: TYPE_FP32 dims: [ -1, 4 ] }
 buckets { batch_sizes: [ 8 ] sequence_lengths: [ 16 ] }
+""",
+    "tiny_spin": TOKEN_INPUTS + """
+platform: "pytorch_libtorch"
+max_batch_size: 1
+max_sequence_length: 16
+output { name: "spun" data_type: TYPE_FP32 dims: [ -1, 4 ] }
+buckets { batch_sizes: [ 1 ] sequence_lengths: [ 16 ] }
 """,
     "encoder": TOKEN_INPUTS + """
 platform: "graphserve_encoder"
@@ -158,6 +179,7 @@ def main():
         "tiny_scripted": torch.jit.script(TinyAttention().eval()),
         "tiny_traced": torch.jit.trace(TinyProjection().eval(), example),
         "tiny_strict": torch.jit.script(StrictProjection().eval()),
+        "tiny_spin": torch.jit.script(Spin().eval()),
     }
     models["tiny_bounded"] = models["tiny_strict"]
     # A multi-device run (the two-GPU issue) spreads the encoder's instances over these devices, so

@@ -679,5 +679,31 @@ TEST(ShutdownTest, SigtermWithALongQueueExitsWithinTheDrainTimeout) {
   EXPECT_EQ(answered, calls);
 }
 
+// A batch that never ends (a hung device) cannot hold the exit: past the drain timeout plus the
+// 10 s grace for one batch the process leaves, status 1, saying why.
+TEST(ShutdownTest, AHungBatchDoesNotHoldTheExitPastTheDrainTimeoutAndItsGrace) {
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", "cpu", "--model-repository", MODEL_REPOSITORY, "--drain-timeout-s", "1"},
+                       std::string(TEST_OUTPUT_DIR) + "/hung_batch_server.log");
+  ASSERT_TRUE(server.WaitUntilReady(kServerStartTimeout)) << server.Log();
+  AsyncCaller caller(server.address());
+  caller.Start(TokenRequest("tiny_spin", {{2'000'000'000, 1, 1}}), 0, std::chrono::seconds(600));
+  // The batch is running once the scheduler has dispatched it.
+  const auto dispatched = [&server] {
+    const Exposition scrape(HttpGet(server.metrics_port(), "/metrics").body);
+    return scrape.Sum("graphserve_batch_rows_total", {{"model", "tiny_spin"}}) >= 1.0;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!dispatched() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto signalled = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 1) << server.Log();
+  const auto exit_after = std::chrono::steady_clock::now() - signalled;
+  EXPECT_GE(exit_after, std::chrono::seconds(10));
+  EXPECT_LT(exit_after, std::chrono::seconds(16));
+  EXPECT_NE(server.Log().find("exiting without it"), std::string::npos) << server.Log();
+}
+
 }  // namespace
 }  // namespace graphserve::testing
