@@ -229,22 +229,35 @@ Status ResolveModelVersion(const std::string& model_dir, const inference::ModelV
   return Status::Ok();
 }
 
+namespace {
+
+// A model folder's config.pbtxt, named after the folder when it names itself nothing, and the
+// version folder its version policy picks.
+Status ReadModelVersionConfig(const std::string& model_dir, const std::string& expected_name,
+                              inference::ModelConfig* config, std::string* version, std::string* version_dir) {
+  Status status = LoadModelConfig(model_dir + "/config.pbtxt", config);
+  if (!status.ok()) return status;
+  // Triton's convention: the folder names the model when the config does not.
+  if (config->name().empty()) config->set_name(expected_name);
+  if (config->name() != expected_name) {
+    return InvalidArgument(model_dir + "/config.pbtxt: name '" + config->name() +
+                           "' differs from its folder's name");
+  }
+  status = ResolveModelVersion(model_dir, config->version_policy(), version, version_dir);
+  if (!status.ok()) return Status(status.code(), "model '" + expected_name + "': " + status.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,
                         const std::string& default_device, const Clock* clock,
                         std::shared_ptr<LoadedModel>* model) {
   inference::ModelConfig config;
-  Status status = LoadModelConfig(model_dir + "/config.pbtxt", &config);
-  if (!status.ok()) return status;
-  // Triton's convention: the folder names the model when the config does not.
-  if (config.name().empty()) config.set_name(expected_name);
-  if (config.name() != expected_name) {
-    return InvalidArgument(model_dir + "/config.pbtxt: name '" + config.name() +
-                           "' differs from its folder's name");
-  }
   std::string version;
   std::string version_dir;
-  status = ResolveModelVersion(model_dir, config.version_policy(), &version, &version_dir);
-  if (!status.ok()) return Status(status.code(), "model '" + expected_name + "': " + status.message());
+  Status status = ReadModelVersionConfig(model_dir, expected_name, &config, &version, &version_dir);
+  if (!status.ok()) return status;
   return BuildModel(std::move(config), version, version_dir, default_device, clock, model);
 }
 
@@ -271,13 +284,12 @@ int64_t LargestRequestBytes(const RepositoryOptions& options) {
   if (!ListSubdirectories(options.model_repository, &names).ok()) return 0;
   int64_t largest = 0;
   for (const std::string& name : names) {
-    const std::string model_dir = options.model_repository + "/" + name;
     inference::ModelConfig config;
     std::string version, version_dir;
-    if (!LoadModelConfig(model_dir + "/config.pbtxt", &config).ok()) continue;
-    if (config.name().empty()) config.set_name(name);
-    if (!ResolveModelVersion(model_dir, config.version_policy(), &version, &version_dir).ok()) continue;
-    if (!ResolveModelConfig(version_dir, &config, nullptr).ok()) continue;
+    if (!ReadModelVersionConfig(options.model_repository + "/" + name, name, &config, &version, &version_dir).ok() ||
+        !ResolveModelConfig(version_dir, &config, nullptr).ok()) {
+      continue;
+    }
     if (ModelSpecFromConfig(config, &spec).ok()) largest = std::max(largest, LargestRequestBytes(spec));
   }
   return largest;
