@@ -77,6 +77,10 @@ Status SchedulerOptions::Validate() const {
     return InvalidArgument("dynamic_batching.default_queue_policy.default_timeout_microseconds: " +
                            std::to_string(queue_policy.default_timeout_us) + " must not be negative");
   }
+  if (!(admission_deadline_fraction > 0 && admission_deadline_fraction <= 1)) {
+    return InvalidArgument("admission_deadline_fraction: " + std::to_string(admission_deadline_fraction) +
+                           " is out of range (0, 1]");
+  }
   if (batching_disabled && max_queue_delay_us != 0) {
     return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
                            std::to_string(max_queue_delay_us) +

@@ -68,6 +68,7 @@ struct DeviceTotals {
 struct SchedulerFamilies {
   MetricFamily build_info;
   MetricFamily queue_depth;
+  MetricFamily work_scale;
   MetricFamily batch_rows;
   MetricFamily batches;
   MetricFamily replays;
@@ -111,6 +112,11 @@ SchedulerFamilies EmptySchedulerFamilies() {
       "graphserve's version and its engine's libtorch and CUDA versions; always 1", MetricType::Gauge);
   f.queue_depth = NewFamily(
       "graphserve_queue_depth", "Requests waiting in the model's queue for a batch", MetricType::Gauge);
+  f.work_scale = NewFamily(
+      "graphserve_admission_work_scale",
+      "Device time the model's batches really took per unit of the admission estimate (full "
+      "batches at the measured bucket times); deadline-aware admission scales the queued work by it",
+      MetricType::Gauge);
   f.batch_rows = NewFamily(
       "graphserve_batch_rows_total",
       "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
@@ -227,6 +233,7 @@ void AddDeviceSamples(const SchedulerSnapshot& snapshot, const std::string& devi
 void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* families) {
   const std::string& model = snapshot.model;
   AddSample(&families->queue_depth, {{"model", model}}, static_cast<double>(snapshot.queue_depth));
+  AddSample(&families->work_scale, {{"model", model}}, snapshot.work_scale);
   AddSample(&families->batch_rows, {{"model", model}},
             static_cast<double>(snapshot.counters.batch_rows));
   for (const auto& [device, totals] : TotalsByDevice(snapshot.executors)) {
@@ -252,7 +259,7 @@ void AddDeviceMemorySamples(const std::set<std::string>& cuda_devices,
 std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
-       {&f.build_info, &f.queue_depth, &f.batch_rows, &f.batches, &f.replays, &f.eager,
+       {&f.build_info, &f.queue_depth, &f.work_scale, &f.batch_rows, &f.batches, &f.replays, &f.eager,
         &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.execute_seconds, &f.pool_bytes,
         &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));

@@ -32,17 +32,29 @@ BucketCosts CostsOf(const std::vector<std::unique_ptr<Executor>>& executors) {
   return costs;
 }
 
-// For each bucket length, the cheapest device time per row among its batch sizes: a lower bound on
-// what a queued row of that length costs however it is batched.
-std::vector<std::pair<int64_t, double>> RowCosts(const BucketCosts& costs) {
-  std::map<int64_t, double> best;
+// For each bucket length, the cheapest device time per row among its batch sizes (a lower bound on
+// what a queued row of that length costs however it is batched) and the time of that bucket's batch.
+std::vector<ModelScheduler::LengthCost> LengthCosts(const BucketCosts& costs) {
+  std::map<int64_t, ModelScheduler::LengthCost> best;
   for (const auto& [shape, cost_us] : costs) {
     if (shape.batch <= 0 || cost_us <= 0) continue;
     const double per_row = cost_us / static_cast<double>(shape.batch);
-    auto [entry, inserted] = best.emplace(shape.length, per_row);
-    if (!inserted) entry->second = std::min(entry->second, per_row);
+    auto [entry, inserted] = best.emplace(shape.length, ModelScheduler::LengthCost{shape.length, per_row, cost_us});
+    // On a tie the larger batch: it is the one a backlog fills.
+    if (!inserted && per_row <= entry->second.per_row_us) entry->second = {shape.length, per_row, cost_us};
   }
-  return {best.begin(), best.end()};
+  std::vector<ModelScheduler::LengthCost> by_length;
+  for (const auto& [length, cost] : best) by_length.push_back(cost);
+  return by_length;
+}
+
+// The cheapest bucket's time: no batch ends sooner than this after it starts.
+double CheapestBatchUs(const BucketCosts& costs) {
+  double cheapest = 0.0;
+  for (const auto& [shape, cost_us] : costs) {
+    if (cost_us > 0 && (cheapest == 0.0 || cost_us < cheapest)) cheapest = cost_us;
+  }
+  return cheapest;
 }
 
 }  // namespace
@@ -54,7 +66,8 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       clock_(clock),
       executors_(std::move(executors)),
       costs_(CostsOf(executors_)),
-      row_costs_us_(RowCosts(costs_)),
+      length_costs_(LengthCosts(costs_)),
+      cheapest_batch_us_(CheapestBatchUs(costs_)),
       answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
 
@@ -95,13 +108,19 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
     const int64_t now_us = clock_->NowMicros();
     request->enqueue_us = now_us;
     request->queue_timeout_us = options_.queue_policy.TimeoutFor(request->timeout_override_us);
-    request->work_us = EstimateWorkUs(*request);
+    const LengthCost* cost = CostOfLength(request->item.length);
+    request->work_us = cost == nullptr ? 0.0 : cost->per_row_us * static_cast<double>(request->item.rows);
     const int64_t expiry_us = request->ExpiryUs();
     if (expiry_us != 0) {
-      // Optimistic: every instance busy on the queue at full batches, none running yet.
-      const double ahead_us = queued_work_us_ / static_cast<double>(executors_.size());
-      const double done_us = static_cast<double>(now_us) + ahead_us + request->work_us;
-      if (done_us > static_cast<double>(expiry_us)) {
+      // Every instance busy on the queue at full batches, none running yet, scaled by what batches
+      // really took; the request is answered when its own batch (a full one at best) ends.
+      const double ahead_us = queued_work_us_ * work_scale_ / static_cast<double>(executors_.size());
+      const double own_us =
+          cost == nullptr ? 0.0 : std::max(request->work_us, cost->batch_us) * work_scale_;
+      const double done_us = static_cast<double>(now_us) + ahead_us + own_us;
+      const double admit_by_us = static_cast<double>(now_us) +
+                                 options_.admission_deadline_fraction * static_cast<double>(expiry_us - now_us);
+      if (done_us > admit_by_us) {
         ++counters_.rejected_deadline;
         return Status(StatusCode::kDeadlineExceeded,
                       "model '" + spec_.name + "': the request's deadline or queue timeout (in " +
@@ -148,6 +167,7 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
     MutexLock lock(&mutex_);
     snapshot.counters = counters_;
     snapshot.queue_depth = planner_.queued_requests();
+    snapshot.work_scale = work_scale_;
   }
   // Outside the lock: each executor counts under its own, and a scrape must not hold up the workers.
   snapshot.executors.reserve(executors_.size());
@@ -167,6 +187,8 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
 // A batch handed to an executor's Launch and not yet answered.
 struct ModelScheduler::InFlightBatch {
   DispatchDecision decision;
+  double work_us = 0.0;     // its requests' work_us summed
+  bool backlogged = false;  // requests were left queued when it was taken
   Batch batch;
   BatchStageTimes stage_times;  // where the executor writes them (batch.stage_times)
   std::unique_ptr<LaunchedBatch> launched;
@@ -188,12 +210,19 @@ std::unique_ptr<ModelScheduler::InFlightBatch> ModelScheduler::LaunchBatch(Execu
 }
 
 void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run,
-                                   std::deque<std::unique_ptr<InFlightBatch>>* launched_after) {
+                                   std::deque<std::unique_ptr<InFlightBatch>>* launched_after,
+                                   int64_t* last_end_us) {
   const DispatchDecision& decision = run->decision;
   BatchOutputs outputs;
   Status status = run->launch_status;
   if (status.ok()) status = executor->Complete(std::move(run->launched), &outputs);
   const int64_t end_us = clock_->NowMicros();
+  if (status.ok() && run->backlogged && run->work_us > 0) {
+    // Back to back, the time between two batches' ends is what the second cost the device.
+    const double spent_us = static_cast<double>(end_us - std::max(run->start_us, *last_end_us));
+    CalibrateWorkScale(spent_us / run->work_us);
+  }
+  *last_end_us = std::max(*last_end_us, end_us);
   if (status.ok() && outputs.size() != decision.requests.size()) {
     status = Internal("model '" + spec_.name + "': executor returned " +
                       std::to_string(outputs.size()) + " results for a batch of " +
@@ -216,7 +245,7 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
       while (!launched_after->empty()) {
         std::unique_ptr<InFlightBatch> next = std::move(launched_after->front());
         launched_after->pop_front();
-        CompleteBatch(executor, std::move(next), launched_after);
+        CompleteBatch(executor, std::move(next), launched_after, last_end_us);
       }
       IsolateFailures(executor, decision.padded_shape, decision.requests, &statuses, &outputs);
     } else {
@@ -331,6 +360,11 @@ std::vector<Status> ModelScheduler::CountDead(
                             "request deadline expired after " + waited);
     } else if (request->cancelled.load(std::memory_order_relaxed)) {
       outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
+    } else if (request->ExpiryUs() > now_us) {
+      // Taken before its expiry: no batch could end in time (see WorkerLoop).
+      outcomes.emplace_back(StatusCode::kDeadlineExceeded,
+                            "model '" + spec_.name + "': the request could not finish before its deadline "
+                            "or queue timeout after " + waited + "; not run");
     } else {
       // TakeDead hands back only cancelled and expired requests: this one's queue timeout ran out.
       const bool requested = request->timeout_override_us == request->queue_timeout_us;
@@ -390,12 +424,21 @@ void ModelScheduler::AnswerDoomed(std::vector<std::shared_ptr<PendingRequest>> d
   }
 }
 
-double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
+void ModelScheduler::CalibrateWorkScale(double sample) {
+  // Smoothed over about ten batches: quick enough to follow a change of mix within a fraction of a
+  // deadline, slow enough that one odd batch does not swing admission.
+  constexpr double kSmoothing = 0.1;
+  constexpr double kMinScale = 0.5;
+  constexpr double kMaxScale = 50.0;
+  MutexLock lock(&mutex_);
+  work_scale_ = std::clamp(work_scale_ + kSmoothing * (sample - work_scale_), kMinScale, kMaxScale);
+}
+
+const ModelScheduler::LengthCost* ModelScheduler::CostOfLength(int64_t length) const {
   const auto bucket = std::lower_bound(
-      row_costs_us_.begin(), row_costs_us_.end(), request.item.length,
-      [](const std::pair<int64_t, double>& entry, int64_t length) { return entry.first < length; });
-  if (bucket == row_costs_us_.end()) return 0.0;
-  return bucket->second * static_cast<double>(request.item.rows);
+      length_costs_.begin(), length_costs_.end(), length,
+      [](const LengthCost& entry, int64_t wanted) { return entry.length < wanted; });
+  return bucket == length_costs_.end() ? nullptr : &*bucket;
 }
 
 void ModelScheduler::LeaveQueue(const PendingRequest& request) {
@@ -404,22 +447,38 @@ void ModelScheduler::LeaveQueue(const PendingRequest& request) {
   if (planner_.queued_requests() == 0 || queued_work_us_ < 0) queued_work_us_ = 0;
 }
 
-void ModelScheduler::CountDispatched(const DispatchDecision& decision) {
-  for (const auto& request : decision.requests) LeaveQueue(*request);
+double ModelScheduler::CountDispatched(const DispatchDecision& decision) {
+  double work_us = 0.0;
+  for (const auto& request : decision.requests) {
+    LeaveQueue(*request);
+    work_us += request->work_us;
+  }
   ++counters_.batches;
   counters_.ride_alongs += static_cast<uint64_t>(decision.ride_alongs);
   for (const auto& request : decision.requests) counters_.batch_rows += request->item.rows;
+  return work_us;
 }
 
 void ModelScheduler::WorkerLoop(Executor* executor) {
   const size_t depth = static_cast<size_t>(std::max(executor->pipeline_depth(), 1));
   // Launched and not yet completed, oldest first; at most `depth`.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight;
+  int64_t last_end_us = 0;  // when this executor's latest batch ended
   MutexLock lock(&mutex_);
   while (true) {
     const int64_t now_us = clock_->NowMicros();
 
-    std::vector<std::shared_ptr<PendingRequest>> dead = planner_.TakeDead(now_us);
+    // The device time already promised on this executor: batches launched and not yet answered.
+    double ahead_us = 0.0;
+    for (const auto& launched : in_flight) ahead_us += planner_.CostUs(launched->decision.padded_shape);
+    // A request that no batch could finish before its expiry leaves now, before planning, so that
+    // under overload batches fill with requests that can still make it rather than shrink when the
+    // doomed are taken out of them. With several instances another may be idle: only the cheapest
+    // batch is then certain to come first.
+    const double hopeless_us =
+        cheapest_batch_us_ + (executors_.size() == 1 ? ahead_us : 0.0);
+    std::vector<std::shared_ptr<PendingRequest>> dead =
+        planner_.TakeDead(now_us + static_cast<int64_t>(hopeless_us));
     if (!dead.empty()) {
       std::vector<Status> outcomes = CountDead(dead, now_us);
       lock.Unlock();
@@ -444,8 +503,6 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
                                /*executor_idle=*/in_flight.empty());
     }
     if (decision) {
-      double ahead_us = 0.0;
-      for (const auto& launched : in_flight) ahead_us += planner_.CostUs(launched->decision.padded_shape);
       std::vector<std::shared_ptr<PendingRequest>> doomed =
           TakeDoomed(&*decision, now_us + ahead_us + planner_.CostUs(decision->padded_shape));
       if (decision->requests.empty()) {
@@ -454,18 +511,21 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
         lock.Lock();
         continue;
       }
-      CountDispatched(*decision);
+      const double work_us = CountDispatched(*decision);
+      const bool backlogged = planner_.queued_requests() > 0;
       // Work may remain that another sleeping worker could take right away.
-      if (planner_.queued_requests() > 0 && idle_workers_ > 0) work_available_.notify_one();
+      if (backlogged && idle_workers_ > 0) work_available_.notify_one();
       lock.Unlock();
       if (!doomed.empty()) AnswerDoomed(std::move(doomed), now_us);
       // The new batch is assembled and queued on the device while the one before it still runs;
       // only then is the older one waited for and answered.
       in_flight.push_back(LaunchBatch(executor, std::move(*decision)));
+      in_flight.back()->work_us = work_us;
+      in_flight.back()->backlogged = backlogged;
       if (in_flight.size() >= depth) {
         std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
         in_flight.pop_front();
-        CompleteBatch(executor, std::move(oldest), &in_flight);
+        CompleteBatch(executor, std::move(oldest), &in_flight, &last_end_us);
       }
       lock.Lock();
       continue;
@@ -476,7 +536,7 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
       lock.Unlock();
       std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
       in_flight.pop_front();
-      CompleteBatch(executor, std::move(oldest), &in_flight);
+      CompleteBatch(executor, std::move(oldest), &in_flight, &last_end_us);
       lock.Lock();
       continue;
     }

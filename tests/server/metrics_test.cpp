@@ -251,6 +251,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_compute_duration_seconds", "histogram"},
       {"graphserve_requests_in_flight", "gauge"},
       {"graphserve_queue_depth", "gauge"},
+      {"graphserve_admission_work_scale", "gauge"},
       {"graphserve_batches_total", "counter"},
       {"graphserve_batch_rows_total", "counter"},
       {"graphserve_graph_replays_total", "counter"},
@@ -290,6 +291,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   }
   EXPECT_EQ(exposition.One("graphserve_requests_in_flight", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_queue_depth", {{"model", "m"}}), 0.0);
+  EXPECT_EQ(exposition.One("graphserve_admission_work_scale", {{"model", "m"}}), 1.0);  // uncalibrated
   EXPECT_EQ(exposition.One("graphserve_request_duration_seconds_count", {{"model", "m"}}), 0.0);
   // 16 finite bounds and +Inf.
   EXPECT_EQ(exposition.Find("graphserve_request_duration_seconds_bucket", {{"model", "m"}}).size(), 17u);

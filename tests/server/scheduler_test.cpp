@@ -58,6 +58,9 @@ class FakeExecutor : public Executor {
     std::optional<int64_t> poison_tag;
     Status poison_error;
     BatchStageTimes stage_times;  // what every batch reports, where the scheduler asks
+    // When set, every batch advances it by execute_us, as if it took that long.
+    FakeClock* clock = nullptr;
+    int64_t execute_us = 0;
   };
 
   FakeExecutor(std::shared_ptr<Shared> shared, int instance, std::vector<BucketInfo> buckets = {})
@@ -78,6 +81,7 @@ class FakeExecutor : public Executor {
     ++shared_->started;
     shared_->changed.notify_all();
     shared_->changed.wait(lock, [this] { return !shared_->held; });
+    if (shared_->clock != nullptr) shared_->clock->Advance(shared_->execute_us);
     if (!shared_->error.ok()) return shared_->error;
     for (const InferenceItem* item : batch.items) {
       int64_t tag = 0;
@@ -801,35 +805,47 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatCannotMeetItsDeadlineIsRefusedAtOn
     pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
     return pending;
   };
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(350)).ok()) << i;  // done by 100, 200, 300
-  const Status refused = scheduler.Enqueue(request(350));  // would end at 400
+  // Each request waits for the 100 us a row queued ahead of it, then for its own batch (a full
+  // 4x16: 400 us). Admitted while that ends within 0.8 of the time left (the default
+  // admission_deadline_fraction): 600 us of 750.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(750)).ok()) << i;  // 400, 500, 600
+  const Status refused = scheduler.Enqueue(request(750));  // would end at 700
   EXPECT_EQ(refused.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(refused.message().find("about 300 us of work is queued ahead"), std::string::npos)
       << refused.message();
-  EXPECT_TRUE(scheduler.Enqueue(request(450)).ok());  // a later deadline still fits
+  // Done at 700, before a deadline at 850, but past the headroom's 680: refused too.
+  EXPECT_EQ(scheduler.Enqueue(request(850)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler.Enqueue(request(875)).ok());  // 700 <= 0.8 x 875
   EXPECT_TRUE(scheduler.Enqueue(request(0)).ok());    // no deadline: never refused for one
   const SchedulerCounters counters = scheduler.Counters();
-  EXPECT_EQ(counters.rejected_deadline, 1u);
+  EXPECT_EQ(counters.rejected_deadline, 2u);
   EXPECT_EQ(counters.accepted, 5u);
   scheduler.Stop();
 }
 
-// Under overload the oldest requests are the ones batched; one that would be answered after its
-// deadline is not run (the device's time goes to answers someone takes), the rest of its batch is.
-TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRun) {
+// Two requests on an unstarted scheduler with buckets 1x16 (500 us) and 4x16 (1,000 us, 250 us a
+// row: the admission estimate): `late`, with a deadline `deadline_in_us` away, then `open`, without
+// one. The clock then moves on by `wait_us` and Stop runs the queue.
+struct LateAndOpen {
+  Status late;
+  Status open;
+  std::vector<RecordedBatch> batches;
+  uint64_t deadline_exceeded = 0;
+};
+LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us) {
   auto shared = std::make_shared<FakeExecutor::Shared>();
   BucketInfo one, four;
   one.shape = BucketShape{1, 16};
-  one.execute_time_us = 1000;
+  one.execute_time_us = 500;
   four.shape = BucketShape{4, 16};
-  four.execute_time_us = 1000;  // 250 us a row: the admission estimate
+  four.execute_time_us = 1000;
   std::vector<std::unique_ptr<Executor>> executors;
   executors.push_back(std::make_unique<FakeExecutor>(shared, 0, std::vector<BucketInfo>{one, four}));
   FakeClock clock;
   ModelScheduler scheduler(TestSpec(), Options(10'000'000), std::move(executors), &clock);
   std::promise<Status> late_outcome, open_outcome;
   auto late = MakeRequest(1, 10, 1);
-  late->deadline_us = clock.NowMicros() + 1500;  // admitted: 250 us of work fits
+  late->deadline_us = clock.NowMicros() + deadline_in_us;
   late->done = [&](const Status& status, std::vector<HostTensor>&&, const RequestTiming&) {
     late_outcome.set_value(status);
   };
@@ -837,21 +853,85 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRu
   open->done = [&](const Status& status, std::vector<HostTensor>&&, const RequestTiming&) {
     open_outcome.set_value(status);
   };
-  ASSERT_TRUE(scheduler.Enqueue(late).ok());
-  ASSERT_TRUE(scheduler.Enqueue(open).ok());
-  // 800 us later both are batched (not started: Stop runs the queue); the batch would end after
-  // 1,800 us, past the first one's deadline.
-  clock.Set(clock.NowMicros() + 800);
+  LateAndOpen result;
+  EXPECT_TRUE(scheduler.Enqueue(late).ok());
+  EXPECT_TRUE(scheduler.Enqueue(open).ok());
+  clock.Set(clock.NowMicros() + wait_us);
   scheduler.Stop();
-  const Status late_status = late_outcome.get_future().get();
-  EXPECT_EQ(late_status.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(late_status.message().find("would finish after its deadline"), std::string::npos)
-      << late_status.message();
-  EXPECT_TRUE(open_outcome.get_future().get().ok());
+  result.late = late_outcome.get_future().get();
+  result.open = open_outcome.get_future().get();
   std::lock_guard<std::mutex> lock(shared->mutex);
-  ASSERT_EQ(shared->batches.size(), 1u);
-  EXPECT_EQ(shared->batches[0].lengths, (std::vector<int64_t>{12}));
-  EXPECT_EQ(scheduler.Counters().deadline_exceeded, 1u);
+  result.batches = shared->batches;
+  result.deadline_exceeded = scheduler.Counters().deadline_exceeded;
+  return result;
+}
+
+// Under overload the oldest requests are the ones batched; one that would be answered after its
+// deadline is not run (the device's time goes to answers someone takes), the rest of its batch is.
+TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRun) {
+  // Admitted (a 1,000 us batch ends within 0.8 of 1,500 us). 800 us later a 1x16 batch would still
+  // end in time (1,300 us), but both are batched in 4x16, which would end at 1,800 us.
+  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/1500, /*wait_us=*/800);
+  EXPECT_EQ(outcome.late.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(outcome.late.message().find("would finish after its deadline"), std::string::npos)
+      << outcome.late.message();
+  EXPECT_TRUE(outcome.open.ok());
+  ASSERT_EQ(outcome.batches.size(), 1u);
+  EXPECT_EQ(outcome.batches[0].lengths, (std::vector<int64_t>{12}));
+  EXPECT_EQ(outcome.deadline_exceeded, 1u);
+}
+
+// A queued request that not even the cheapest batch could finish before its deadline leaves the
+// queue before batches are planned, so that it takes no place in one.
+TEST(ModelSchedulerAdmissionTest, ARequestNoBatchCouldFinishInTimeLeavesBeforePlanning) {
+  // Admitted (1,000 us within 0.8 of 1,300 us). At 850 us even a 1x16 batch would end at 1,350 us,
+  // after the deadline, which has not passed yet.
+  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/1300, /*wait_us=*/850);
+  EXPECT_EQ(outcome.late.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(outcome.late.message().find("could not finish before its deadline"), std::string::npos)
+      << outcome.late.message();
+  EXPECT_TRUE(outcome.open.ok());
+  ASSERT_EQ(outcome.batches.size(), 1u);
+  // The open request alone, in the 1x16 bucket: the hopeless one took no row.
+  EXPECT_EQ(outcome.batches[0].lengths, (std::vector<int64_t>{12}));
+  EXPECT_EQ(outcome.batches[0].padded_shape, (BucketShape{1, 16}));
+  EXPECT_EQ(outcome.deadline_exceeded, 1u);
+}
+
+// Batches that take longer than the buckets' measured times (a busy host, say) raise the admission
+// estimate, measured on batches taken while others stayed queued; a lone batch does not count.
+TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyTook) {
+  BucketInfo one, four;
+  one.shape = BucketShape{1, 16};
+  one.execute_time_us = 100;
+  four.shape = BucketShape{4, 16};
+  four.execute_time_us = 400;  // 100 us a row either way: the estimate
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<FakeExecutor>(shared_, 0, std::vector<BucketInfo>{one, four}));
+  shared_->clock = &clock_;
+  shared_->execute_us = 1600;  // four times the measured 4x16
+  scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), Options(0), std::move(executors), &clock_);
+  scheduler_->Start();
+  Hold();
+  std::vector<std::future<Outcome>> outcomes(9);
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 0, &outcomes[0])).ok());
+  ASSERT_TRUE(WaitForStarted(1));  // alone, nothing queued behind it: not measured
+  for (int i = 1; i < 9; ++i) ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, i, &outcomes[i])).ok());
+  Release();
+  for (auto& outcome : outcomes) ASSERT_TRUE(Ready(outcome));
+  // Then 4 with 4 still queued (1,600 us for 400 us of estimated work: 1 + 0.1 x (4 - 1)), then
+  // the last 4 with nothing behind them (not measured).
+  EXPECT_DOUBLE_EQ(scheduler_->Snapshot().work_scale, 1.3);
+  // A full 4x16 batch is now 520 us: a deadline 640 us away leaves 512 us to be done in.
+  auto request = [&](int64_t deadline_in_us) {
+    auto pending = MakeRequest(1, 10);
+    pending->deadline_us = clock_.NowMicros() + deadline_in_us;
+    pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
+    return pending;
+  };
+  EXPECT_EQ(scheduler_->Enqueue(request(640)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler_->Enqueue(request(660)).ok());
+  scheduler_->Stop();
 }
 
 TEST(ModelSchedulerSnapshotTest, CopiesTheCountersQueueAndEachInstancesFigures) {

@@ -121,6 +121,11 @@ struct SchedulerOptions {
   // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
   bool batching_disabled = false;
   QueuePolicy queue_policy;
+  // Deadline-aware admission accepts a request only if the work queued ahead of it and its own
+  // would end within this fraction of the time left to its deadline or queue timeout. The rest is
+  // headroom for what the estimate leaves out (partial batches, the answer's way back to the
+  // client): admitting up to the deadline itself fills the queue until every answer is late.
+  double admission_deadline_fraction = 0.8;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;

@@ -12,8 +12,10 @@
 // or expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
 // (RESOURCE_EXHAUSTED, UNAVAILABLE) or whose deadline or queue timeout it cannot meet given the work
 // queued ahead of it (DEADLINE_EXCEEDED, at once rather than after the wait); every other outcome,
-// failures included, reaches the request's `done` callback. A queued request expires at its client's deadline or at the end of its queue
-// timeout (SchedulerOptions::queue_policy), whichever comes first, with DEADLINE_EXCEEDED.
+// failures included, reaches the request's `done` callback. A queued request expires at its
+// client's deadline or at the end of its queue timeout (SchedulerOptions::queue_policy), whichever
+// comes first, with DEADLINE_EXCEEDED; it leaves the queue with that status as soon as no batch
+// could end before it, rather than run and be answered late.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -64,6 +66,7 @@ struct SchedulerSnapshot {
   // Both taken under the scheduler's lock, so that they agree with each other.
   SchedulerCounters counters;
   size_t queue_depth = 0;
+  double work_scale = 1.0;  // ModelScheduler::work_scale_
   std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
@@ -77,6 +80,14 @@ Status SettleWithClient(const Status& outcome, const PendingRequest& request, in
 
 class ModelScheduler {
  public:
+  // A bucket length's fewest µs per row over its batch sizes (a queued row's work_us), and the time
+  // of the batch that gets it.
+  struct LengthCost {
+    int64_t length = 0;
+    double per_row_us = 0.0;
+    double batch_us = 0.0;
+  };
+
   // `executors` must be non-empty and already warmed up: their measured bucket times (averaged over
   // the instances) are the planner's cost table.
   ModelScheduler(const ModelSpec& spec, const SchedulerOptions& options,
@@ -121,10 +132,13 @@ class ModelScheduler {
   // Counts the requests TakeDead removed and returns the status each is answered with.
   std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
                                 int64_t now_us) REQUIRES(mutex_);
-  void CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
-  // Device time `request` needs at the best rows-per-microsecond of its length's buckets; 0 when its
-  // length has no measured bucket (then it is never refused for its deadline).
-  double EstimateWorkUs(const PendingRequest& request) const;
+  // Returns the batch's work_us summed.
+  double CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
+  // Folds in one batch's device time over its requests' estimated work (see work_scale_).
+  void CalibrateWorkScale(double sample) EXCLUDES(mutex_);
+  // The costs admission estimates a request of `length` by: those of the smallest bucket length
+  // holding it; null when none is measured (then it is never refused for its deadline).
+  const LengthCost* CostOfLength(int64_t length) const;
   void LeaveQueue(const PendingRequest& request) REQUIRES(mutex_);
   // Removes from `decision` the requests that would be answered after their deadline or queue
   // timeout if the batch ended at `finish_us`, and counts them: under overload the oldest requests
@@ -137,9 +151,11 @@ class ModelScheduler {
   std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
       EXCLUDES(mutex_);
   // Waits for the batch and answers each of its requests exactly once. `launched_after` holds the
-  // batches launched on the executor after it (completed first when the batch's failure needs reruns).
+  // batches launched on the executor after it (completed first when the batch's failure needs reruns);
+  // `last_end_us`, when the executor's previous batch ended, is advanced to this one's end.
   void CompleteBatch(Executor* executor, std::unique_ptr<InFlightBatch> run,
-                     std::deque<std::unique_ptr<InFlightBatch>>* launched_after) EXCLUDES(mutex_);
+                     std::deque<std::unique_ptr<InFlightBatch>>* launched_after, int64_t* last_end_us)
+      EXCLUDES(mutex_);
   void RecordBatch(Executor* executor, const InFlightBatch& run, int64_t end_us);
   // Reruns the requests of a failed batch in halves, on this worker, until each failure is pinned on
   // the requests that fail alone; the others get their outputs. Fills `statuses` and `outputs`.
@@ -154,8 +170,9 @@ class ModelScheduler {
   const Clock* const clock_;
   std::vector<std::unique_ptr<Executor>> executors_;
   const BucketCosts costs_;
-  // (bucket length, fewest µs per row over that length's batch sizes), by length.
-  std::vector<std::pair<int64_t, double>> row_costs_us_;
+  std::vector<LengthCost> length_costs_;  // by length
+  // The fastest bucket's measured time; 0 when none was measured.
+  const double cheapest_batch_us_;
   std::vector<std::thread> workers_;
   // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
   CallbackPool answering_;
@@ -169,6 +186,10 @@ class ModelScheduler {
   SchedulerCounters counters_ GUARDED_BY(mutex_);
   // Sum of the queued requests' work_us.
   double queued_work_us_ GUARDED_BY(mutex_) = 0.0;
+  // What the device really spends per µs of estimated work (work_us counts full batches of the
+  // request's own length; partial batches, padding and a busy host cost more), measured on batches
+  // taken while others stayed queued, when the estimate matters. Admission scales by it.
+  double work_scale_ GUARDED_BY(mutex_) = 1.0;
   int idle_workers_ GUARDED_BY(mutex_) = 0;
   bool stopping_ GUARDED_BY(mutex_) = false;
 };
