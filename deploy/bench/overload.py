@@ -16,6 +16,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +62,71 @@ def open_loop(args, server, rate, json_path):
     return merged
 
 
+class Sampler(threading.Thread):
+    """Samples, every `interval_s` while a load runs, where the calls wait: the server's CPU time by
+    thread name (gRPC's callback threads are "nexting_thread", graphserve's own are "graphserve")
+    and the bytes waiting in the TCP queues of the gRPC port's connections, on the server's side
+    (unread requests) and the clients' (unread answers, unsent requests)."""
+
+    def __init__(self, pid, port, interval_s=0.25):
+        super().__init__(daemon=True)
+        self.pid, self.port, self.interval_s = pid, str(port), interval_s
+        self.stop_event = threading.Event()
+        self.first = self.last = None
+        self.queues = []  # (server recv-q, server send-q, client recv-q, client send-q) per sample
+
+    def threads(self):
+        by_name = {}
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+            except OSError:
+                continue  # the thread ended
+            fields = rest.split()
+            by_name.setdefault(name, [0.0, 0])
+            by_name[name][0] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            by_name[name][1] += 1
+        return by_name
+
+    def socket_queues(self):
+        out = subprocess.run(["ss", "-tnH", "state", "established"], capture_output=True, text=True).stdout
+        totals = [0, 0, 0, 0]
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) < 4:
+                continue
+            recv_q, send_q, local, peer = int(fields[0]), int(fields[1]), fields[2], fields[3]
+            if local.rsplit(":", 1)[-1] == self.port:
+                totals[0] += recv_q
+                totals[1] += send_q
+            elif peer.rsplit(":", 1)[-1] == self.port:
+                totals[2] += recv_q
+                totals[3] += send_q
+        return totals
+
+    def run(self):
+        self.first = self.threads()
+        while not self.stop_event.wait(self.interval_s):
+            try:
+                self.queues.append(self.socket_queues())
+            except (OSError, ValueError):
+                pass  # no `ss`: the thread figures still come
+            self.last = self.threads()
+
+    def summary(self):
+        self.stop_event.set()
+        self.join()
+        last = self.last or self.threads()
+        cpu = {name: round(last[name][0] - self.first.get(name, [0.0])[0], 1) for name in last}
+        counts = {name: last[name][1] for name in last}
+        columns = list(zip(*self.queues)) or [[0]] * 4
+        names = ("server_recv_q", "server_send_q", "client_recv_q", "client_send_q")
+        queues = {name: {"max": max(col), "mean": round(sum(col) / len(col))} for name, col in zip(names, columns)}
+        return {"server_cpu_s_by_thread": {k: v for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v > 0},
+                "server_threads": counts, "tcp_queue_bytes": queues}
+
+
 def cpu_seconds(pid):
     """User plus system CPU time of process `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -96,7 +162,10 @@ def main():
             before = server.scrape()
             server_cpu = cpu_seconds(server.process.pid)
             client_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+            sampler = Sampler(server.process.pid, server.grpc.rsplit(":", 1)[-1])
+            sampler.start()
             report = open_loop(args, server, factor * capacity, os.path.join(args.out, "raw", f"open_{factor}x.json"))
+            where = sampler.summary()
             after = server.scrape()
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             delta = e2e.metric_delta(before, after, None)
@@ -106,13 +175,15 @@ def main():
             delta["server_cpu_s"] = cpu_seconds(server.process.pid) - server_cpu
             delta["client_cpu_s"] = (client_after.ru_utime + client_after.ru_stime
                                      - client_cpu.ru_utime - client_cpu.ru_stime)
+            delta.update(where)
             runs.append({"factor": factor, "offered_rps": factor * capacity, "loadgen": report, "metrics": delta})
             lat = report["latency_ms"]
             e2e.log(f"{factor}x: offered {factor * capacity:,.0f}/s, ok {report['requests_per_s']:,.0f}/s "
                     f"({report['requests_per_s'] / capacity:.0%} of capacity), p50 {e2e.fmt(lat['p50'])} "
                     f"p99 {e2e.fmt(lat['p99'])} ms, errors {report['errors']}; server saw {delta['server_codes']}, "
                     f"CPU s: server {delta['server_cpu_s']:.1f} client {delta['client_cpu_s']:.1f} over "
-                    f"{delta['window_s']:.1f} s")
+                    f"{delta['window_s']:.1f} s; server CPU s by thread {where['server_cpu_s_by_thread']}; "
+                    f"TCP bytes queued {where['tcp_queue_bytes']}")
     finally:
         server.stop()
 
