@@ -63,31 +63,56 @@ def open_loop(args, server, rate, json_path):
 
 
 class Sampler(threading.Thread):
-    """Samples, every `interval_s` while a load runs, where the calls wait: the server's CPU time by
-    thread name (gRPC's callback threads are "nexting_thread", graphserve's own are "graphserve")
-    and the bytes waiting in the TCP queues of the gRPC port's connections, on the server's side
-    (unread requests) and the clients' (unread answers, unsent requests)."""
+    """Samples, every `interval_s` while a load runs, where the calls wait: CPU time by thread, for
+    the server (by thread name: gRPC's callback threads are "nexting_thread", its executor's
+    "default-executo", graphserve's own "graphserve") and for the loadgens (the busiest thread: one
+    near 100% is a client that cannot keep up), and the bytes waiting in the TCP queues of the gRPC
+    port's connections, on the server's side (unread requests) and the clients' (unread answers,
+    unsent requests)."""
 
     def __init__(self, pid, port, interval_s=0.25):
         super().__init__(daemon=True)
         self.pid, self.port, self.interval_s = pid, str(port), interval_s
         self.stop_event = threading.Event()
         self.first = self.last = None
+        self.started = self.ended = None
         self.queues = []  # (server recv-q, server send-q, client recv-q, client send-q) per sample
 
-    def threads(self):
-        by_name = {}
-        for tid in os.listdir(f"/proc/{self.pid}/task"):
+    @staticmethod
+    def thread_times(pid):
+        """{tid: (name, CPU seconds)} of process `pid`'s threads."""
+        times = {}
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return times
+        for tid in tids:
             try:
-                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
                     name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
             except OSError:
                 continue  # the thread ended
             fields = rest.split()
-            by_name.setdefault(name, [0.0, 0])
-            by_name[name][0] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            by_name[name][1] += 1
-        return by_name
+            times[tid] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+        return times
+
+    def loadgen_pids(self):
+        """This script's child processes: the loadgens."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == self.pid:
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                        pids.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+        return pids
+
+    def snapshot(self):
+        return {"server": self.thread_times(self.pid),
+                "loadgens": {pid: self.thread_times(pid) for pid in self.loadgen_pids()}}
 
     def socket_queues(self):
         out = subprocess.run(["ss", "-tnH", "state", "established"], capture_output=True, text=True).stdout
@@ -106,25 +131,46 @@ class Sampler(threading.Thread):
         return totals
 
     def run(self):
-        self.first = self.threads()
+        # The loadgens start with this thread: their first figures come from the first sample.
+        self.started = time.monotonic()
+        self.first = self.snapshot()
         while not self.stop_event.wait(self.interval_s):
             try:
                 self.queues.append(self.socket_queues())
             except (OSError, ValueError):
                 pass  # no `ss`: the thread figures still come
-            self.last = self.threads()
+            latest = self.snapshot()
+            if not self.first["loadgens"]:
+                self.first["loadgens"] = latest["loadgens"]
+            self.last, self.ended = latest, time.monotonic()
 
     def summary(self):
         self.stop_event.set()
         self.join()
-        last = self.last or self.threads()
-        cpu = {name: round(last[name][0] - self.first.get(name, [0.0])[0], 1) for name in last}
-        counts = {name: last[name][1] for name in last}
+        last = self.last or self.snapshot()
+        window = max((self.ended or time.monotonic()) - self.started, 1e-9)
+
+        def deltas(before, after):
+            return {tid: (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()}
+
+        server = deltas(self.first["server"], last["server"])
+        by_name = {}
+        for name, cpu in server.values():
+            by_name[name] = by_name.get(name, 0.0) + cpu
+        busiest_loadgen_thread = 0.0
+        loadgen_cpu = 0.0
+        for pid, threads in last["loadgens"].items():
+            for _, cpu in deltas(self.first["loadgens"].get(pid, {}), threads).values():
+                loadgen_cpu += cpu
+                busiest_loadgen_thread = max(busiest_loadgen_thread, cpu)
         columns = list(zip(*self.queues)) or [[0]] * 4
         names = ("server_recv_q", "server_send_q", "client_recv_q", "client_send_q")
         queues = {name: {"max": max(col), "mean": round(sum(col) / len(col))} for name, col in zip(names, columns)}
-        return {"server_cpu_s_by_thread": {k: v for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v > 0},
-                "server_threads": counts, "tcp_queue_bytes": queues}
+        return {"server_cpu_s_by_thread": {k: round(v, 1) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05},
+                "server_busiest_thread_share": round(max((cpu for _, cpu in server.values()), default=0.0) / window, 2),
+                "loadgen_cpu_s": round(loadgen_cpu, 1),
+                "loadgen_busiest_thread_share": round(busiest_loadgen_thread / window, 2),
+                "tcp_queue_bytes": queues}
 
 
 def cpu_seconds(pid):
@@ -182,8 +228,7 @@ def main():
                     f"({report['requests_per_s'] / capacity:.0%} of capacity), p50 {e2e.fmt(lat['p50'])} "
                     f"p99 {e2e.fmt(lat['p99'])} ms, errors {report['errors']}; server saw {delta['server_codes']}, "
                     f"CPU s: server {delta['server_cpu_s']:.1f} client {delta['client_cpu_s']:.1f} over "
-                    f"{delta['window_s']:.1f} s; server CPU s by thread {where['server_cpu_s_by_thread']}; "
-                    f"TCP bytes queued {where['tcp_queue_bytes']}")
+                    f"{delta['window_s']:.1f} s; where: {where}")
     finally:
         server.stop()
 
