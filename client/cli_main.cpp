@@ -1,5 +1,5 @@
 // graphserve-cli: health checks, metadata, model configs and one-off inference against a KServe v2 gRPC
-// server.
+// server, and plan-grid, a bucket grid proposed from a graphserve's traffic.
 // Exit status: 0 on success (for `health`: live and ready), 1 otherwise, with the gRPC status code name
 // and message on stderr. 1 is also what a Docker HEALTHCHECK must return for "unhealthy".
 #include <algorithm>
@@ -19,6 +19,7 @@
 
 #include "address_flag.h"
 #include "graphserve/client/client.h"
+#include "plan_grid_command.h"
 
 namespace {
 
@@ -399,6 +400,24 @@ int main(int argc, char** argv) {
   infer->add_option("--id", infer_flags.request_id, "Request id, echoed by the server");
   infer->add_flag("--json", infer_flags.json, "Print JSON");
 
+  CLI::App* plan = app.add_subcommand(
+      "plan-grid",
+      "Propose a bucket grid for a model from its traffic and bucket times (the server's /metrics)");
+  AddConnectionFlags(plan, &connection);
+  graphserve::PlanGridFlags plan_flags;
+  plan->add_option("--model", plan_flags.model, "Model name")->required();
+  plan->add_option("--metrics-url", plan_flags.metrics_url,
+                   "The server's /metrics (default: http[s]://HOST:8002/metrics of --address, https with TLS)");
+  plan->add_option("--device", plan_flags.device,
+                   "Device whose bucket times to plan with (default: the only one, or the first CUDA one)");
+  plan->add_option("--memory-budget-mib", plan_flags.memory_budget_mib,
+                   "Graph memory the proposal may hold (default: today's, i.e. no larger largest bucket)")
+      ->check(CLI::NonNegativeNumber);
+  plan->add_option("--max-lengths", plan_flags.max_lengths, "Most sequence lengths the proposal may have")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  plan->add_flag("--json", plan_flags.json, "Print JSON");
+
   // CLI11 answers a mistyped subcommand with "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;
@@ -428,5 +447,10 @@ int main(int argc, char** argv) {
   if (health->parsed()) return RunHealth(connection, wait_s);
   if (metadata->parsed()) return RunMetadata(connection, metadata_model, metadata_json);
   if (config->parsed()) return RunConfig(connection, config_model);
+  if (plan->parsed()) {
+    graphserve::ClientOptions options = connection.options;
+    options.timeout_ms = connection.timeout_ms;
+    return graphserve::RunPlanGrid(connection.address, options, plan_flags);
+  }
   return RunInfer(connection, infer_flags);
 }

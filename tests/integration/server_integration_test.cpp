@@ -178,7 +178,7 @@ TEST_F(BuiltinEncoderTest, CliTalksToTheServer) {
 TEST(CliErrorsTest, EachMistakeIsNamedWithWhatToDo) {
   const std::string cli = std::string(GRAPHSERVE_CLI) + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"frobnicate", "unknown subcommand 'frobnicate' (one of: health, metadata, config, infer)"},
+      {"frobnicate", "unknown subcommand 'frobnicate' (one of: health, metadata, config, infer, plan-grid)"},
       {"health --address http://localhost:8001", "drop the scheme"},
       {"health --address localhost:99999", "the port must be a number from 1 to 65535"},
       {"health --address 127.0.0.1:1",
