@@ -806,16 +806,16 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatCannotMeetItsDeadlineIsRefusedAtOn
     return pending;
   };
   // Each request waits for the 100 us a row queued ahead of it, then for its own batch (a full
-  // 4x16: 400 us). Admitted while that ends within 0.8 of the time left (the default
-  // admission_deadline_fraction): 600 us of 750.
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(750)).ok()) << i;  // 400, 500, 600
-  const Status refused = scheduler.Enqueue(request(750));  // would end at 700
+  // 4x16: 400 us). Admitted while that ends within half the time left (the default
+  // admission_deadline_fraction): 600 us of 1,200.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(1200)).ok()) << i;  // 400, 500, 600
+  const Status refused = scheduler.Enqueue(request(1200));  // would end at 700
   EXPECT_EQ(refused.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(refused.message().find("about 300 us of work is queued ahead"), std::string::npos)
       << refused.message();
-  // Done at 700, before a deadline at 850, but past the headroom's 680: refused too.
-  EXPECT_EQ(scheduler.Enqueue(request(850)).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(scheduler.Enqueue(request(875)).ok());  // 700 <= 0.8 x 875
+  // Done at 700, before a deadline at 1,300, but past the headroom's 650: refused too.
+  EXPECT_EQ(scheduler.Enqueue(request(1300)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler.Enqueue(request(1400)).ok());  // 700 <= 0.5 x 1,400
   EXPECT_TRUE(scheduler.Enqueue(request(0)).ok());    // no deadline: never refused for one
   const SchedulerCounters counters = scheduler.Counters();
   EXPECT_EQ(counters.rejected_deadline, 2u);
@@ -869,9 +869,9 @@ LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us) {
 // Under overload the oldest requests are the ones batched; one that would be answered after its
 // deadline is not run (the device's time goes to answers someone takes), the rest of its batch is.
 TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRun) {
-  // Admitted (a 1,000 us batch ends within 0.8 of 1,500 us). 800 us later a 1x16 batch would still
-  // end in time (1,300 us), but both are batched in 4x16, which would end at 1,800 us.
-  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/1500, /*wait_us=*/800);
+  // Admitted (a 1,000 us batch ends within half of 2,000 us). 1,200 us later a 1x16 batch would
+  // still end in time (1,700 us), but both are batched in 4x16, which would end at 2,200 us.
+  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/2000, /*wait_us=*/1200);
   EXPECT_EQ(outcome.late.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(outcome.late.message().find("would finish after its deadline"), std::string::npos)
       << outcome.late.message();
@@ -884,9 +884,9 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRu
 // A queued request that not even the cheapest batch could finish before its deadline leaves the
 // queue before batches are planned, so that it takes no place in one.
 TEST(ModelSchedulerAdmissionTest, ARequestNoBatchCouldFinishInTimeLeavesBeforePlanning) {
-  // Admitted (1,000 us within 0.8 of 1,300 us). At 850 us even a 1x16 batch would end at 1,350 us,
-  // after the deadline, which has not passed yet.
-  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/1300, /*wait_us=*/850);
+  // Admitted (1,000 us within half of 2,000 us). At 1,600 us even a 1x16 batch would end at
+  // 2,100 us, after the deadline, which has not passed yet.
+  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/2000, /*wait_us=*/1600);
   EXPECT_EQ(outcome.late.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(outcome.late.message().find("could not finish before its deadline"), std::string::npos)
       << outcome.late.message();
@@ -922,15 +922,15 @@ TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyT
   // Then 4 with 4 still queued (1,600 us for 400 us of estimated work: 1 + 0.1 x (4 - 1)), then
   // the last 4 with nothing behind them (not measured).
   EXPECT_DOUBLE_EQ(scheduler_->Snapshot().work_scale, 1.3);
-  // A full 4x16 batch is now 520 us: a deadline 640 us away leaves 512 us to be done in.
+  // A full 4x16 batch is now 520 us: a deadline 1,000 us away leaves 500 us to be done in.
   auto request = [&](int64_t deadline_in_us) {
     auto pending = MakeRequest(1, 10);
     pending->deadline_us = clock_.NowMicros() + deadline_in_us;
     pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
     return pending;
   };
-  EXPECT_EQ(scheduler_->Enqueue(request(640)).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(scheduler_->Enqueue(request(660)).ok());
+  EXPECT_EQ(scheduler_->Enqueue(request(1000)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler_->Enqueue(request(1060)).ok());
   scheduler_->Stop();
 }
 

@@ -124,8 +124,10 @@ struct SchedulerOptions {
   // Deadline-aware admission accepts a request only if the work queued ahead of it and its own
   // would end within this fraction of the time left to its deadline or queue timeout. The rest is
   // headroom for what the estimate leaves out (partial batches, the answer's way back to the
-  // client): admitting up to the deadline itself fills the queue until every answer is late.
-  double admission_deadline_fraction = 0.8;
+  // client): admitting up to the deadline itself fills the queue until every answer is late. Half:
+  // on the H200 at 2x overload, 0.8 left the successful answers' p99 at 98.5 ms of 100, while half
+  // a deadline of queued work is still thousands of requests, enough for full batches.
+  double admission_deadline_fraction = 0.5;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;
