@@ -69,6 +69,7 @@ struct SchedulerFamilies {
   MetricFamily build_info;
   MetricFamily queue_depth;
   MetricFamily batch_rows;
+  MetricFamily max_batch_tokens;
   MetricFamily batches;
   MetricFamily replays;
   MetricFamily eager;
@@ -116,6 +117,11 @@ SchedulerFamilies EmptySchedulerFamilies() {
       "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
       "graphserve_batches_total's rate)",
       MetricType::Counter);
+  f.max_batch_tokens = NewFamily(
+      "graphserve_bucket_grid_max_batch_tokens",
+      "The model's token budget per batch beyond max_batch_size rows (buckets.max_batch_tokens; 0: "
+      "none): short requests batch up to this many batch x length tokens",
+      MetricType::Gauge);
   f.batches = NewFamily(
       "graphserve_batches_total",
       "Batches executed: graphserve_graph_replays_total plus graphserve_eager_executions_total",
@@ -229,6 +235,8 @@ void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* famil
   AddSample(&families->queue_depth, {{"model", model}}, static_cast<double>(snapshot.queue_depth));
   AddSample(&families->batch_rows, {{"model", model}},
             static_cast<double>(snapshot.counters.batch_rows));
+  AddSample(&families->max_batch_tokens, {{"model", model}},
+            static_cast<double>(snapshot.max_batch_tokens));
   for (const auto& [device, totals] : TotalsByDevice(snapshot.executors)) {
     AddDeviceSamples(snapshot, device, totals, families);
   }
@@ -252,9 +260,9 @@ void AddDeviceMemorySamples(const std::set<std::string>& cuda_devices,
 std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
-       {&f.build_info, &f.queue_depth, &f.batch_rows, &f.batches, &f.replays, &f.eager,
-        &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.execute_seconds, &f.pool_bytes,
-        &f.memory_allocated, &f.memory_reserved}) {
+       {&f.build_info, &f.queue_depth, &f.batch_rows, &f.max_batch_tokens, &f.batches, &f.replays,
+        &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.execute_seconds,
+        &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));
   }
   return families;
