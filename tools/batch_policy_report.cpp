@@ -18,22 +18,24 @@ constexpr int kSaturationClients = 512;
 struct Contender {
   const char* name;
   Policy policy;
-  bool six_by_six;
+  EncoderGrid grid;
 };
 
-// graphserve's planner on its default grid; the baselines; and the old greedy batcher on the
-// default grid too, which separates what the grid brings from what the policy brings.
+// graphserve's planner on its default grid and on the same grid without the token budget (what
+// batches beyond 32 rows bring); the baselines; and the old greedy batcher on the 32-row grid too,
+// which separates what the grid brings from what the policy brings.
 constexpr Contender kContenders[] = {
-    {"planner, default grid", Policy::kPlanner, false},
-    {"FIFO, pad to longest", Policy::kFifoPadToLongest, false},
-    {"greedy bins, 6x6 grid", Policy::kGreedyFullBins, true},
-    {"greedy bins, default grid", Policy::kGreedyFullBins, false},
+    {"planner, default grid", Policy::kPlanner, EncoderGrid::kTokenBudget},
+    {"planner, 32-row grid", Policy::kPlanner, EncoderGrid::kRowsOnly},
+    {"FIFO, pad to longest", Policy::kFifoPadToLongest, EncoderGrid::kRowsOnly},
+    {"greedy bins, 6x6 grid", Policy::kGreedyFullBins, EncoderGrid::kSixBySix},
+    {"greedy bins, 32-row grid", Policy::kGreedyFullBins, EncoderGrid::kRowsOnly},
 };
 
 SimulationConfig Config(const Contender& contender, int executors) {
   SimulationConfig config;
   config.policy = contender.policy;
-  config.spec = EncoderSpec(contender.six_by_six);
+  config.spec = EncoderSpec(contender.grid);
   config.options.max_queue_delay_us = kDelayUs;
   config.executors = executors;
   return config;
@@ -64,7 +66,7 @@ void PrintRow(const std::string& load, const Contender& contender, const Simulat
 int Main(int argc, char** argv) {
   const int requests = argc > 1 ? std::atoi(argv[1]) : 40000;
   const LengthMix mix;  // log-normal, median 48, sigma 0.8, clipped to [8, 512]
-  const ModelSpec grid = EncoderSpec(false);
+  const ModelSpec grid = EncoderSpec(EncoderGrid::kTokenBudget);
   std::printf(
       "Cost model: BERT-base bf16 on an H200 as CUDA graphs (0.73 ms up to ~1x64 .. 8.4 ms at "
       "32x512).\n");
@@ -76,9 +78,11 @@ int Main(int argc, char** argv) {
   for (int64_t b : grid.bucket_batch_sizes) std::printf(" %lld", static_cast<long long>(b));
   std::printf(" x lengths");
   for (int64_t l : grid.bucket_lengths) std::printf(" %lld", static_cast<long long>(l));
-  std::printf(" (%zu buckets). max_queue_delay %lld us. %d requests per run.\n",
-              grid.bucket_batch_sizes.size() * grid.bucket_lengths.size(),
-              static_cast<long long>(kDelayUs), requests);
+  std::printf(
+      " within %lld tokens beyond 32 rows (%zu buckets; 32-row grid: up to 32 rows at every length)."
+      " max_queue_delay %lld us. %d requests per run.\n",
+      static_cast<long long>(grid.max_batch_tokens), grid.Buckets().size(),
+      static_cast<long long>(kDelayUs), requests);
   std::printf(
       "padding = padded / real elements; riders = requests that rode in a longer bin's batch;\n"
       "wait = arrival to batch start; saturation = %d clients in a closed loop.\n\n",

@@ -68,10 +68,8 @@ class PlannerBatcher : public Batcher {
   // What warm-up would have measured: the cost model on every bucket of the grid.
   static BucketCosts CostTable(const SimulationConfig& config) {
     BucketCosts costs;
-    for (int64_t batch : config.spec.bucket_batch_sizes) {
-      for (int64_t length : config.spec.bucket_lengths) {
-        costs[BucketShape{batch, length}] = config.cost(batch, length);
-      }
+    for (const BucketShape& shape : config.spec.Buckets()) {
+      costs[shape] = config.cost(shape.batch, shape.length);
     }
     return costs;
   }
@@ -142,15 +140,15 @@ class GreedyBinBatcher : public Batcher {
   }
 
   std::optional<Choice> Next(int64_t now_us) override {
-    const int64_t largest = spec_.bucket_batch_sizes.back();
     Bin* chosen = nullptr;
     for (Bin& bin : bins_) {
       if (bin.requests.empty()) continue;
       const int64_t oldest = bin.requests.front().request.time_us;
-      if (bin.rows < largest && now_us - delay_us_ < oldest) continue;
+      if (bin.rows < LargestBatch(bin) && now_us - delay_us_ < oldest) continue;
       if (chosen == nullptr || oldest < chosen->requests.front().request.time_us) chosen = &bin;
     }
     if (chosen == nullptr) return std::nullopt;
+    const int64_t largest = LargestBatch(*chosen);
     Choice choice;
     int64_t rows = 0, longest = 0;
     while (!chosen->requests.empty() &&
@@ -183,6 +181,13 @@ class GreedyBinBatcher : public Batcher {
     std::deque<Queued> requests;
     int64_t rows = 0;
   };
+  // The most rows of a batch at the bin's length (the oversize bin: at the longest bucket's).
+  int64_t LargestBatch(const Bin& bin) const {
+    const size_t index = std::min(static_cast<size_t>(&bin - bins_.data()),
+                                  spec_.bucket_lengths.size() - 1);
+    const int64_t largest = spec_.LargestBatchFor(spec_.bucket_lengths[index]);
+    return largest > 0 ? largest : spec_.max_batch_size;
+  }
   const ModelSpec spec_;
   const int64_t delay_us_;
   std::vector<Bin> bins_;
@@ -398,16 +403,18 @@ SimulationResult SimulateClosedLoop(const SimulationConfig& config, int clients,
   return result;
 }
 
-ModelSpec EncoderSpec(bool six_by_six) {
+ModelSpec EncoderSpec(EncoderGrid grid) {
   ModelSpec spec;
   spec.name = "encoder";
   spec.platform = kPlatformBuiltinEncoder;
   spec.max_batch_size = 32;
   spec.max_sequence_length = 512;
-  spec.bucket_batch_sizes = DefaultBucketBatchSizes(32);
-  spec.bucket_lengths =
-      six_by_six ? std::vector<int64_t>{16, 32, 64, 128, 256, 512} : DefaultBucketLengths(512);
-  if (six_by_six) spec.bucket_batch_sizes = {1, 2, 4, 8, 16, 32};
+  spec.bucket_lengths = grid == EncoderGrid::kSixBySix
+                            ? std::vector<int64_t>{16, 32, 64, 128, 256, 512}
+                            : DefaultBucketLengths(512);
+  spec.max_batch_tokens = grid == EncoderGrid::kTokenBudget ? kDefaultMaxBatchTokens : 0;
+  spec.bucket_batch_sizes =
+      DefaultBucketBatchSizes(32, spec.max_batch_tokens, spec.bucket_lengths.front());
   return spec;
 }
 

@@ -13,10 +13,10 @@
 //                     do): up to max_batch_size rows in arrival order, padded to the longest
 //                     request, run eagerly at that exact shape; dispatched when full or when the
 //                     oldest request has waited the delay.
-//   kGreedyFullBins   bins on the spec's grid, a bin dispatched when it fills the largest batch or
-//   its
-//                     oldest request has waited the delay, oldest first, padded to the smallest
-//                     bucket (graphserve's batcher before the padding-aware planner).
+//   kGreedyFullBins   bins on the spec's grid, a bin dispatched when it fills the largest batch of
+//                     its length or its oldest request has waited the delay, oldest first, padded
+//                     to the smallest bucket (graphserve's batcher before the padding-aware
+//                     planner).
 //
 // Used by batch_policy_test (assertions) and batch_policy_report (the comparison table).
 // Not thread-safe; every function is a pure function of its arguments.
@@ -105,8 +105,15 @@ SimulationResult Simulate(const SimulationConfig& config, const std::vector<Arri
 SimulationResult SimulateClosedLoop(const SimulationConfig& config, int clients, int total,
                                     const LengthMix& mix, uint64_t seed);
 
-// The built-in encoder's spec (max batch 32, length 512) on its default grid, or on the 6x6 grid
-// {1..32} x {16..512} when `six_by_six`.
-ModelSpec EncoderSpec(bool six_by_six);
+// The grids EncoderSpec offers.
+enum class EncoderGrid {
+  kTokenBudget,  // graphserve's default: lengths DefaultBucketLengths(512), batch sizes 1..32 at
+                 // every length and up to 512 within kDefaultMaxBatchTokens (88 buckets)
+  kRowsOnly,     // the same lengths × batch sizes 1..32 (the default before the budget; 66)
+  kSixBySix,     // {1..32} x {16..512}
+};
+
+// The built-in encoder's spec (max batch 32, length 512) on `grid`.
+ModelSpec EncoderSpec(EncoderGrid grid);
 
 }  // namespace graphserve::sim

@@ -317,7 +317,9 @@ int main(int argc, char** argv) {
   app.add_option("--model-repository", repository, "model repository (default: the built-in encoder)");
   app.add_option("--model", model_name, "model folder in the repository");
   app.add_option("--device", device)->capture_default_str();
-  app.add_option("--batches", batches, "bucket batch sizes (default: the model's grid)")->delimiter(',');
+  app.add_option("--batches", batches,
+                 "bucket batch sizes, each at every length (default: the model's grid)")
+      ->delimiter(',');
   app.add_option("--lengths", lengths, "bucket lengths (default: the model's grid)")->delimiter(',');
   app.add_option("--iterations", iterations)->capture_default_str();
   TrafficOptions traffic;
@@ -361,8 +363,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", status.ToString().c_str());
     return 1;
   }
-  if (!batches.empty()) spec.bucket_batch_sizes = batches;
-  if (!lengths.empty()) spec.bucket_lengths = lengths;
+  if (!batches.empty()) {
+    // Every given size at every length, as asked: a rectangular grid, whatever the model's budget.
+    std::sort(batches.begin(), batches.end());
+    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+    spec.bucket_batch_sizes = batches;
+    spec.max_batch_size = std::max(spec.max_batch_size, batches.back());
+    spec.max_batch_tokens = 0;
+  }
+  if (!lengths.empty()) {
+    std::sort(lengths.begin(), lengths.end());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    spec.bucket_lengths = lengths;
+  }
   if (traffic.requests > 0) return RunTrafficMode(spec, where, traffic, iterations);
 
   const auto load_start = std::chrono::steady_clock::now();

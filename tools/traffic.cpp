@@ -57,9 +57,13 @@ Status PlanTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,
     }
     bins[bin].push_back(length);
   }
-  const int64_t largest = sizes.back();
   for (size_t bin = 0; bin < bins.size(); ++bin) {
     const std::vector<int64_t>& members = bins[bin];
+    const int64_t largest = spec.LargestBatchFor(grid_lengths[bin]);
+    if (largest == 0 && !members.empty()) {
+      return InvalidArgument("length " + std::to_string(grid_lengths[bin]) +
+                             " has no bucket within the grid's batch limits");
+    }
     for (size_t first = 0; first < members.size(); first += static_cast<size_t>(largest)) {
       const size_t count = std::min(members.size() - first, static_cast<size_t>(largest));
       TrafficBatch batch;

@@ -3,8 +3,8 @@
 // server would replay for a stream of requests, run back to back through one Executor, without
 // gRPC, queueing or batching decisions. Requests are binned the way the server's batcher bins them
 // at saturation (every bin full): each request goes to the smallest bucket length that holds it,
-// each bin is cut into full batches of the grid's largest batch size, and its remainder goes into
-// the smallest batch bucket that holds it.
+// each bin is cut into full batches of the largest batch size at its length (ModelSpec's grid is a
+// staircase), and its remainder goes into the smallest batch bucket that holds it.
 //
 // Not thread-safe: one thread plans and runs.
 #include <cstdint>

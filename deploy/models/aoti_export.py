@@ -27,6 +27,9 @@ import torch
 
 SIGNATURE_KEY = "graphserve.signature"
 SIGNATURE_VERSION = 1
+# The most rows graphserve's default grid puts in one batch of short requests (kDefaultLargestBatch,
+# model_spec.h): a formed batch may hold more rows than a request's max_batch_size.
+DEFAULT_LARGEST_BATCH = 512
 
 _DTYPE_NAMES = {
     torch.float32: "fp32",
@@ -84,10 +87,15 @@ def _signature(program: torch.export.ExportedProgram, input_names: Sequence[str]
 def export_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str, *,
                input_names: Sequence[str], output_names: Optional[Sequence[str]] = None,
                max_batch: int, max_length: Optional[int] = None,
-               variable_dims: Optional[Dict[str, int]] = None) -> str:
+               variable_dims: Optional[Dict[str, int]] = None,
+               max_formed_batch: Optional[int] = None) -> str:
     """Exports `module` to `path` and returns it.
 
-    Dimension 0 of every input is the batch, dynamic in [1, max_batch]. `variable_dims` maps an
+    Dimension 0 of every input is the batch, dynamic in [1, max_formed_batch]: the most rows of a
+    batch graphserve forms (its grid's largest batch size). By default max_batch for a fixed-shape
+    model and, for a length-varying one, at least DEFAULT_LARGEST_BATCH, since graphserve's default
+    grid batches short requests beyond the max_batch_size a request may carry (config
+    buckets.max_batch_tokens). `variable_dims` maps an
     input name to its variable (sequence) dimension, dynamic in [1, max_length]; by default every
     input of rank >= 2 varies along dimension 1 when max_length is given, and none otherwise (a
     fixed-shape model). Output names come from the module's dict keys when it returns a dict.
@@ -99,7 +107,9 @@ def export_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], 
         if example.shape[0] < 2 or (name in variable_dims and example.shape[variable_dims[name]] < 2):
             raise ValueError(f"example '{name}' has a size below 2 in a dynamic dimension; "
                              "torch.export would specialise it")
-    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    if max_formed_batch is None:
+        max_formed_batch = max(max_batch, DEFAULT_LARGEST_BATCH) if variable_dims else max_batch
+    batch = torch.export.Dim("batch", min=1, max=max_formed_batch)
     length = torch.export.Dim("length", min=1, max=max_length) if variable_dims else None
     dynamic_shapes = tuple(
         {0: batch, **({variable_dims[name]: length} if name in variable_dims else {})}

@@ -91,10 +91,22 @@ Status CheckExportedDim(const ModelSpec& spec, const TensorSpec& input, const Ex
   const auto& range = exported.dims[d];
   const std::string where = "input '" + input.name + "' dimension " + std::to_string(d);
   if (d == 0) {
-    if (RangeHolds(range, spec.bucket_batch_sizes.front(), spec.max_batch_size)) return Status::Ok();
+    // A formed batch may hold more rows than a request (buckets.max_batch_tokens): the most at the
+    // grid's shortest length.
+    const int64_t largest = std::max(spec.max_batch_size, spec.LargestBatchFor(1));
+    if (RangeHolds(range, spec.bucket_batch_sizes.front(), largest)) return Status::Ok();
+    std::string needed = std::to_string(spec.bucket_batch_sizes.front()) + " to max_batch_size " +
+                         std::to_string(spec.max_batch_size);
+    if (largest > spec.max_batch_size) {
+      needed = std::to_string(spec.bucket_batch_sizes.front()) + " to " + std::to_string(largest) +
+               ", the grid's largest batch size (max_batch_size " +
+               std::to_string(spec.max_batch_size) +
+               " a request, and batches of short requests up to buckets.max_batch_tokens " +
+               std::to_string(spec.max_batch_tokens) +
+               "): export the batch up to it, or set max_batch_tokens: 0";
+    }
     return InvalidArgument(where + " (batch): the package was exported for " + RangeToString(range) +
-                           ", the config needs " + std::to_string(spec.bucket_batch_sizes.front()) +
-                           " to max_batch_size " + std::to_string(spec.max_batch_size));
+                           ", the config needs " + needed);
   }
   const int64_t config_dim = input.dims[d - 1];
   if (config_dim != -1) {

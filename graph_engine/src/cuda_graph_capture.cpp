@@ -92,16 +92,15 @@ double RelativeDifference(const std::vector<at::Tensor>& replayed, const std::ve
 }  // namespace
 
 Status CudaGraphExecutor::AllocateStaticBuffers() {
-  BucketShape largest;
-  for (const GraphBucket& bucket : buckets_) {
-    if (bucket.info.shape.batch * bucket.info.shape.length > largest.batch * largest.length) {
-      largest = bucket.info.shape;
-    }
-  }
   uint64_t bytes = 0;
   auto allocate = [&](const TensorSpec& tensor, std::vector<at::Tensor>* device_buffers,
                       std::vector<at::Tensor> StagingSlot::*pinned_buffers) {
-    const int64_t elements = ElementCount(PaddedShape(tensor, largest));
+    // Each tensor's own largest bucket: on a staircase grid the most rows (a per-row output such
+    // as a pooled vector) and the most rows × length (a per-token one) are different buckets.
+    int64_t elements = 0;
+    for (const GraphBucket& bucket : buckets_) {
+      elements = std::max(elements, ElementCount(PaddedShape(tensor, bucket.info.shape)));
+    }
     const at::ScalarType type = ToScalarType(tensor.dtype);
     device_buffers->push_back(at::zeros({elements}, at::TensorOptions().dtype(type).device(device_)));
     for (StagingSlot& slot : staging_) {

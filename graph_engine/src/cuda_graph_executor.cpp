@@ -33,14 +33,12 @@ CudaGraphExecutor::CudaGraphExecutor(ModelSpec spec, std::unique_ptr<Model> mode
       model_(std::move(model)),
       device_(device),
       stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {
-  for (int64_t batch : spec_.bucket_batch_sizes) {
-    for (int64_t length : spec_.bucket_lengths) {
-      GraphBucket bucket;
-      bucket.info.shape = BucketShape{batch, length};
-      bucket.info.graph = false;
-      bucket.info.eager_reason = EagerReason::kCaptureFailed;  // until captured
-      buckets_.push_back(std::move(bucket));
-    }
+  for (const BucketShape& shape : spec_.Buckets()) {
+    GraphBucket bucket;
+    bucket.info.shape = shape;
+    bucket.info.graph = false;
+    bucket.info.eager_reason = EagerReason::kCaptureFailed;  // until captured
+    buckets_.push_back(std::move(bucket));
   }
 }
 

@@ -106,7 +106,7 @@ class CudaGraphExecutor : public Executor {
   const c10::Device device_;
   c10::cuda::CUDAStream stream_;
 
-  // One flat buffer per input/output sized for the largest bucket; each bucket views a prefix.
+  // One flat buffer per input/output sized for its largest bucket; each bucket views a prefix.
   std::vector<at::Tensor> static_inputs_;   // device
   std::vector<at::Tensor> static_outputs_;  // device, the spec's output dtypes
   std::array<StagingSlot, kStagingSlots> staging_;

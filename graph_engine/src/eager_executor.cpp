@@ -30,14 +30,12 @@ void WaitForDevice(const c10::Device& device) {
 
 EagerExecutor::EagerExecutor(ModelSpec spec, std::unique_ptr<Model> model, c10::Device device)
     : spec_(std::move(spec)), model_(std::move(model)), device_(device) {
-  for (int64_t batch : spec_.bucket_batch_sizes) {
-    for (int64_t length : spec_.bucket_lengths) {
-      BucketInfo info;
-      info.shape = BucketShape{batch, length};
-      info.graph = false;
-      info.eager_reason = ReasonFor(info.shape);
-      buckets_.push_back(info);
-    }
+  for (const BucketShape& shape : spec_.Buckets()) {
+    BucketInfo info;
+    info.shape = shape;
+    info.graph = false;
+    info.eager_reason = ReasonFor(info.shape);
+    buckets_.push_back(info);
   }
 }
 

@@ -41,6 +41,12 @@ std::string ModelSpec::BucketLabel(const BucketShape& shape) const {
   return graphserve::BucketLabel(shape, has_sequence_length());
 }
 
+bool IsGridPoint(int64_t batch, int64_t length, int64_t max_batch_size, int64_t max_batch_tokens) {
+  if (max_batch_tokens == 0 || batch <= max_batch_size) return true;
+  // batch × length <= budget, without the product (a config's values may be near int64's limit).
+  return length > 0 && batch <= max_batch_tokens / length;
+}
+
 BucketShape ModelSpec::BucketFor(int64_t rows, int64_t length) const {
   if (IsOversize(rows, length)) return BucketShape{rows, length};
   return BucketShape{bucket_batch_sizes[SmallestAtLeast(bucket_batch_sizes, rows)],
@@ -48,15 +54,77 @@ BucketShape ModelSpec::BucketFor(int64_t rows, int64_t length) const {
 }
 
 bool ModelSpec::IsOversize(int64_t rows, int64_t length) const {
-  return SmallestAtLeast(bucket_batch_sizes, rows) == bucket_batch_sizes.size() ||
-         SmallestAtLeast(bucket_lengths, length) == bucket_lengths.size();
+  const size_t batch = SmallestAtLeast(bucket_batch_sizes, rows);
+  const size_t padded_length = SmallestAtLeast(bucket_lengths, length);
+  // The sizes that are points at a length are a prefix of the axis (IsGridPoint only gets harder
+  // to meet as the batch grows), so the smallest size holding the rows decides.
+  return batch == bucket_batch_sizes.size() || padded_length == bucket_lengths.size() ||
+         !IsGridPoint(bucket_batch_sizes[batch], bucket_lengths[padded_length], max_batch_size,
+                      max_batch_tokens);
 }
 
-std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size) {
+bool ModelSpec::HasBucket(const BucketShape& shape) const {
+  return std::binary_search(bucket_batch_sizes.begin(), bucket_batch_sizes.end(), shape.batch) &&
+         std::binary_search(bucket_lengths.begin(), bucket_lengths.end(), shape.length) &&
+         IsGridPoint(shape.batch, shape.length, max_batch_size, max_batch_tokens);
+}
+
+int64_t ModelSpec::LargestBatchFor(int64_t length) const {
+  const size_t padded_length = SmallestAtLeast(bucket_lengths, length);
+  if (padded_length == bucket_lengths.size()) return 0;
+  for (auto size = bucket_batch_sizes.rbegin(); size != bucket_batch_sizes.rend(); ++size) {
+    if (IsGridPoint(*size, bucket_lengths[padded_length], max_batch_size, max_batch_tokens)) {
+      return *size;
+    }
+  }
+  return 0;
+}
+
+std::vector<BucketShape> ModelSpec::Buckets() const {
+  std::vector<BucketShape> points;
+  for (int64_t batch : bucket_batch_sizes) {
+    for (int64_t length : bucket_lengths) {
+      if (IsGridPoint(batch, length, max_batch_size, max_batch_tokens)) {
+        points.push_back(BucketShape{batch, length});
+      }
+    }
+  }
+  return points;
+}
+
+BucketShape ModelSpec::LargestBucket() const {
+  BucketShape largest;
+  for (const BucketShape& point : Buckets()) {
+    const double elements = static_cast<double>(point.batch) * static_cast<double>(point.length);
+    const double most = static_cast<double>(largest.batch) * static_cast<double>(largest.length);
+    if (elements > most || (elements == most && point.batch > largest.batch)) largest = point;
+  }
+  return largest;
+}
+
+// Why kDefaultMaxBatchTokens is 16384 and kDefaultLargestBatch 512: replays of BERT-base (bf16,
+// H200) run short requests far below the GPU's rate at 32 rows, and reach it near 8-16k tokens a
+// batch. Padded tokens/s: length 16, 0.62M at 32 rows, 1.15M at 128, 1.54M at 512; length 32,
+// 0.96M at 32, 1.86M at 256; length 64, 1.45M at 32, 2.12M at 256; length 128, 2.20M at 128.
+// 16384 is also 32 × 512, the largest bucket of a BERT-like model's rectangular grid, so the graph
+// pool (sized by the largest bucket's activations, attention's growing with the length) does not
+// grow; 512 rows bounds the host work of assembling and answering one batch.
+std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size, int64_t max_batch_tokens,
+                                             int64_t shortest_length) {
   std::vector<int64_t> sizes;
   if (max_batch_size < 1) return sizes;
-  for (int64_t size = 1; size < max_batch_size; size *= 2) sizes.push_back(size);
+  int64_t size = 1;
+  for (; size < max_batch_size; size *= 2) sizes.push_back(size);
   sizes.push_back(max_batch_size);
+  // Beyond the rows a request may carry, the budget alone bounds a batch: powers of two that fit
+  // it at the shortest length (and so are points of the grid at some length).
+  for (size = size == max_batch_size ? size * 2 : size; size <= kDefaultLargestBatch; size *= 2) {
+    if (max_batch_tokens == 0 ||
+        !IsGridPoint(size, shortest_length, max_batch_size, max_batch_tokens)) {
+      break;
+    }
+    sizes.push_back(size);
+  }
   return sizes;
 }
 
@@ -67,7 +135,8 @@ std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   // fixed step wastes at most 15 positions per request, a fifth of a length of 80. Above, powers of
   // two and their 1.5x midpoints (128, 192, 256, 384, 512, ...): the relative waste stays within a
   // third to a half where requests are rare, and the count (one CUDA graph per length and batch
-  // size) grows only logarithmically: 11 lengths x 6 batch sizes for 512 x 32 (66 graphs). On a
+  // size) grows only logarithmically: 11 lengths for 512 (with batch sizes up to 32, 66 graphs;
+  // the default token budget adds 22 more rows-beyond-32 points for short lengths). On a
   // log-normal mix (median 48, sigma 0.8) length padding alone is 1.18x, against 1.21x without the
   // steps of 16 and 1.43x for powers of two only (tests/server/batch_policy_test.cpp simulates the
   // whole policy).
@@ -157,6 +226,10 @@ Status CheckModelSpec(const ModelSpec& spec) {
                                std::to_string(size));
       }
     }
+  }
+  if (spec.max_batch_tokens < 0) {
+    return InvalidArgument("model '" + spec.name + "': max_batch_tokens must not be negative, got " +
+                           std::to_string(spec.max_batch_tokens));
   }
   return spec.has_sequence_length() ? Status::Ok() : CheckFixedShapeSpec(spec);
 }

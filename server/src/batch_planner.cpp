@@ -3,9 +3,10 @@
 //     request is never padded to a long one's length just because they arrived together; requests
 //     longer than the grid share an oversize bin. Within a bin requests leave in arrival order.
 //   - Candidates. A bin's batch is its oldest requests while their rows fit the largest batch
-//   bucket
-//     (the front request always goes, even alone over the limit: it cannot be split and runs as an
-//     oversize batch of its own shape), padded to the smallest batch bucket that holds them. When
+//     bucket of its length (the grid is a staircase: a short length may batch more rows than a
+//     request may carry, up to the model's token budget; ModelSpec), the front request always
+//     going, even alone over the limit (it cannot be split and runs as an oversize batch of its
+//     own shape), padded to the smallest batch bucket that holds them. When
 //     fewer of them fill a smaller bucket exactly and that does more real work per µs of measured
 //     time (on long sequences time grows with rows, so 16 rows in a 16-bucket beat 22 in a
 //     32-bucket whose 10 spare rows are mostly padding), the rest wait for the next batch.
@@ -91,47 +92,53 @@ Status SchedulerOptions::Validate() const {
 
 BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& options,
                            const BucketCosts& costs)
-    : spec_(spec),
-      options_(options),
-      largest_batch_(spec.bucket_batch_sizes.empty() ? spec.max_batch_size
-                                                     : spec.bucket_batch_sizes.back()) {
+    : spec_(spec), options_(options), largest_bucket_(spec.LargestBucket()) {
+  // A batch's rows are bounded per length: the grid is a staircase (ModelSpec), and a length
+  // without a bucket batches as many rows as a request may carry, each batch oversize.
+  auto largest_batch = [&](int64_t length) {
+    const int64_t largest = spec_.LargestBatchFor(length);
+    return largest > 0 ? largest : spec_.max_batch_size;
+  };
   for (int64_t length : spec_.bucket_lengths) {
     Bin bin;
     bin.length = length;
+    bin.largest_batch = largest_batch(length);
     bins_.push_back(std::move(bin));
   }
   // The oversize bin sorts last, so that "the first bin whose length holds the request" finds it.
+  // Its requests are longer than any bucket: they batch as the longest bucket length does.
   Bin oversize;
   oversize.length = kEndOfTime;
+  oversize.largest_batch =
+      bins_.empty() ? spec_.max_batch_size : bins_.back().largest_batch;
   bins_.push_back(std::move(oversize));
 
-  // The cost table over the grid. A bucket without a measured time is scaled from the largest timed
-  // bucket of its length with fewer rows (time grows at most linearly with rows), else from the
-  // smallest timed one with more rows (an upper bound), else by elements from the largest timed
-  // bucket. With no times at all (executors that measure nothing), a batch costs its padded
-  // elements plus a fixed overhead worth a full batch of the shortest length, so that batching
-  // still pays.
+  // The cost table over the grid's points. A bucket without a measured time is scaled from the
+  // largest timed bucket of its length with fewer rows (time grows at most linearly with rows),
+  // else from the smallest timed one with more rows (an upper bound), else by elements from the
+  // largest timed bucket. With no times at all (executors that measure nothing), a batch costs its
+  // padded elements plus a fixed overhead worth a full batch of the shortest length, so that
+  // batching still pays. The points of a length are a prefix of the batch sizes.
   const auto& batches = spec_.bucket_batch_sizes;
   const auto& lengths = spec_.bucket_lengths;
   cost_us_.assign(lengths.size(), std::vector<double>(batches.size(), 0.0));
   const BucketShape* largest_timed = nullptr;
   for (const auto& [shape, time_us] : costs) {
-    if (time_us <= 0) continue;
+    if (time_us <= 0 || !spec_.HasBucket(shape)) continue;  // not a bucket of this grid
     const size_t li = SmallestAtLeast(lengths, shape.length);
     const size_t bi = SmallestAtLeast(batches, shape.batch);
-    if (li == lengths.size() || bi == batches.size() || lengths[li] != shape.length ||
-        batches[bi] != shape.batch) {
-      continue;  // not a bucket of this grid
-    }
     cost_us_[li][bi] = time_us;
     if (largest_timed == nullptr ||
         shape.batch * shape.length > largest_timed->batch * largest_timed->length) {
       largest_timed = &shape;
     }
   }
+  const double overhead =
+      lengths.empty() ? 0.0 : static_cast<double>(bins_.front().largest_batch * lengths.front());
   for (size_t li = 0; li < lengths.size(); ++li) {
     const std::vector<double> timed = cost_us_[li];
-    for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const size_t points = SmallestAtLeast(batches, bins_[li].largest_batch + 1);
+    for (size_t bi = 0; bi < points; ++bi) {
       if (timed[bi] > 0) continue;
       const double elements = static_cast<double>(batches[bi] * lengths[li]);
       double estimate = 0;
@@ -141,16 +148,14 @@ BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& option
           break;
         }
       }
-      for (size_t j = bi + 1; estimate == 0 && j < batches.size(); ++j) {
+      for (size_t j = bi + 1; estimate == 0 && j < points; ++j) {
         if (timed[j] > 0) estimate = timed[j];
       }
       if (estimate == 0 && largest_timed != nullptr) {
         estimate = costs.at(*largest_timed) * elements /
                    static_cast<double>(largest_timed->batch * largest_timed->length);
       }
-      cost_us_[li][bi] = estimate > 0
-                             ? estimate
-                             : elements + static_cast<double>(batches.back() * lengths.front());
+      cost_us_[li][bi] = estimate > 0 ? estimate : elements + overhead;
     }
   }
 }
@@ -158,16 +163,14 @@ BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& option
 double BatchPlanner::CostUs(const BucketShape& shape) const {
   const auto& batches = spec_.bucket_batch_sizes;
   const auto& lengths = spec_.bucket_lengths;
-  const size_t li = SmallestAtLeast(lengths, shape.length);
-  const size_t bi = SmallestAtLeast(batches, shape.batch);
-  if (li < lengths.size() && bi < batches.size() && lengths[li] == shape.length &&
-      batches[bi] == shape.batch) {
-    return cost_us_[li][bi];
+  if (spec_.HasBucket(shape)) {
+    return cost_us_[SmallestAtLeast(lengths, shape.length)][SmallestAtLeast(batches, shape.batch)];
   }
   // Off the grid (an oversize batch): by elements, from the largest bucket.
   const double elements = static_cast<double>(shape.batch * shape.length);
-  if (lengths.empty() || batches.empty()) return elements;
-  return cost_us_.back().back() * elements / static_cast<double>(batches.back() * lengths.back());
+  if (largest_bucket_.batch == 0) return elements;
+  return CostUs(largest_bucket_) * elements /
+         static_cast<double>(largest_bucket_.batch * largest_bucket_.length);
 }
 
 size_t BatchPlanner::BinIndex(int64_t length) const {
@@ -266,7 +269,7 @@ double BatchPlanner::ExpectedArrivalGapUs(size_t bin, int64_t now_us) const {
   // ride-alongs, in spare rows, so they count only while the batch has some (a bucket is never
   // grown for them); the oversize bin has none.
   const auto& sizes = spec_.bucket_batch_sizes;
-  const int64_t rows = std::min(bins_[bin].rows, largest_batch_);
+  const int64_t rows = std::min(bins_[bin].rows, bins_[bin].largest_batch);
   const size_t bucket = SmallestAtLeast(sizes, rows);
   const bool spare_rows = !IsOversizeBin(bin) && bucket < sizes.size() && sizes[bucket] > rows;
   double rate_per_us = 0;
@@ -334,7 +337,7 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   const auto& sizes = spec_.bucket_batch_sizes;
   const InferenceItem& head = bin.requests.front()->item;
 
-  if (IsOversizeBin(bin_index) || head.rows > largest_batch_ || sizes.empty()) {
+  if (IsOversizeBin(bin_index) || spec_.IsOversize(head.rows, bin.length)) {
     // Oversize: the oldest requests that fit the largest batch (the head alone when it does not),
     // at their own exact shape, without riders (they would change it).
     Candidate c;
@@ -342,7 +345,7 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
     c.take.assign(bins_.size(), 0);
     int64_t longest = 0;
     for (const auto& request : bin.requests) {
-      if (c.rows > 0 && c.rows + request->item.rows > largest_batch_) break;
+      if (c.rows > 0 && c.rows + request->item.rows > bin.largest_batch) break;
       c.rows += request->item.rows;
       longest = std::max(longest, request->item.length);
       c.real_elements += static_cast<double>(request->item.rows * request->item.length);
@@ -354,14 +357,14 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   }
 
   // One option per batch bucket from the one holding the requests that must go to the one holding
-  // every own row that fits the largest batch: the oldest own requests that fill it, plus riders in
-  // its spare rows. The best does the most real work per µs; on a tie the larger serves more. A
-  // full bin takes the largest option only.
+  // every own row that fits the bin's largest batch: the oldest own requests that fill it, plus
+  // riders in its spare rows. The best does the most real work per µs; on a tie the larger serves
+  // more. A full bin takes the largest option only.
   int64_t own_rows = 0;
   int64_t must_rows = 0;
   for (size_t i = 0; i < bin.requests.size(); ++i) {
     const int64_t rows = bin.requests[i]->item.rows;
-    if (i > 0 && own_rows + rows > largest_batch_) break;
+    if (i > 0 && own_rows + rows > bin.largest_batch) break;
     own_rows += rows;
     if (i < must_own) must_rows = own_rows;
   }
@@ -423,21 +426,38 @@ std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us)
   std::vector<size_t> taken(bins_.size(), 0);
   const size_t first = OldestBin(taken);
   if (first == bins_.size()) return std::nullopt;
+  // The oldest requests while their rows fit the largest batch at the longest one's length (bins
+  // are in length order, so the longest's is the highest bin taken from): on a staircase grid a
+  // longer request lowers the limit. The batch is full when the next request does not fit, which
+  // needs at least the smallest limit of a queued request's bin of rows queued.
   int64_t queued_rows = 0;
-  for (const Bin& bin : bins_) queued_rows += bin.rows;
-  if (queued_rows < largest_batch_ && !Overdue(*bins_[first].requests.front(), now_us)) {
+  int64_t smallest_limit = std::numeric_limits<int64_t>::max();
+  for (const Bin& bin : bins_) {
+    queued_rows += bin.rows;
+    if (!bin.requests.empty()) smallest_limit = std::min(smallest_limit, bin.largest_batch);
+  }
+  if (queued_rows < smallest_limit && !Overdue(*bins_[first].requests.front(), now_us)) {
     return std::nullopt;
   }
   Candidate candidate;
   candidate.bin = first;
   int64_t longest = 0;
+  size_t longest_bin = first;
+  bool full = false;
   for (size_t next = first; next < bins_.size(); next = OldestBin(taken)) {
     const PendingRequest& request = *bins_[next].requests[taken[next]];
-    if (candidate.rows > 0 && candidate.rows + request.item.rows > largest_batch_) break;
+    const size_t padded_bin = std::max(longest_bin, next);
+    if (candidate.rows > 0 && candidate.rows + request.item.rows > bins_[padded_bin].largest_batch) {
+      full = true;
+      break;
+    }
     ++taken[next];
     candidate.rows += request.item.rows;
     longest = std::max(longest, request.item.length);
+    longest_bin = padded_bin;
   }
+  full = full || candidate.rows >= bins_[longest_bin].largest_batch;
+  if (!full && !Overdue(*bins_[first].requests.front(), now_us)) return std::nullopt;
   candidate.take = taken;
   candidate.shape = spec_.BucketFor(candidate.rows, longest);
   return Take(candidate);
@@ -470,26 +490,28 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
   }
   std::optional<Candidate> best;
   if (oldest_overdue < bins_.size()) {
-    // Below capacity (every due request fits one batch) the bin's due requests all go: then no
-    // request waits longer than the delay plus the batch running when it fell due. Beyond it, the
-    // bin may keep some back when a smaller bucket does more real work per µs.
+    // Below capacity (every due request fits one batch of the due bin's length) the bin's due
+    // requests all go: then no request waits longer than the delay plus the batch running when it
+    // fell due. Beyond it, the bin may keep some back when a smaller bucket does more real work per
+    // µs.
+    const int64_t capacity = bins_[oldest_overdue].largest_batch;
     int64_t due_rows = 0;
     size_t own_due = 0;
-    for (size_t i = 0; i < bins_.size() && due_rows <= largest_batch_; ++i) {
-      for (size_t k = 0; k < bins_[i].requests.size() && due_rows <= largest_batch_; ++k) {
+    for (size_t i = 0; i < bins_.size() && due_rows <= capacity; ++i) {
+      for (size_t k = 0; k < bins_[i].requests.size() && due_rows <= capacity; ++k) {
         if (!Overdue(*bins_[i].requests[k], now_us)) break;
         due_rows += bins_[i].requests[k]->item.rows;
         if (i == oldest_overdue) own_due = k + 1;
       }
     }
     best = BuildCandidate(oldest_overdue, now_us, /*take_all=*/false,
-                          due_rows <= largest_batch_ ? own_due : 1);
+                          due_rows <= capacity ? own_due : 1);
   } else {
     double best_score = 0;
     for (size_t i = 0; i < bins_.size(); ++i) {
       const Bin& bin = bins_[i];
       if (bin.requests.empty()) continue;
-      const bool full = bin.rows >= largest_batch_;
+      const bool full = bin.rows >= bin.largest_batch;
       if (!full && !(executor_idle && WaitingCannotHelp(i, now_us))) continue;
 
       Candidate candidate = BuildCandidate(i, now_us, /*take_all=*/full);
@@ -497,7 +519,7 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
       // (for the oversize bin, the grid's largest bucket).
       double score = candidate.real_elements / candidate.cost_us;
       if (!spec_.bucket_lengths.empty()) {
-        const BucketShape full{largest_batch_,
+        const BucketShape full{bin.largest_batch,
                                IsOversizeBin(i) ? spec_.bucket_lengths.back() : bin.length};
         score /= static_cast<double>(full.batch * full.length) / CostUs(full);
       }

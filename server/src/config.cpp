@@ -84,14 +84,15 @@ Status TensorSpecFromConfig(const Tensor& tensor, const std::string& field, Tens
   return Status::Ok();
 }
 
-// Ascending and deduplicated; every entry in [1, limit].
+// Ascending and deduplicated; every entry in [1, limit]. `limit_name` says where the limit comes
+// from.
 Status GridAxis(const google::protobuf::RepeatedField<int64_t>& values, int64_t limit,
                 const std::string& field, const std::string& limit_name, std::vector<int64_t>* axis) {
   std::set<int64_t> sorted;
   for (int64_t value : values) {
     if (value < 1 || value > limit) {
-      return InvalidArgument(field + ": " + std::to_string(value) + " is outside [1, " + limit_name +
-                             " = " + std::to_string(limit) + "]");
+      return InvalidArgument(field + ": " + std::to_string(value) + " is outside [1, " +
+                             std::to_string(limit) + "] (" + limit_name + ")");
     }
     sorted.insert(value);
   }
@@ -229,6 +230,9 @@ Status SequenceLimitFromConfig(const inference::ModelConfig& config, ModelSpec* 
   if (config.buckets().sequence_lengths_size() > 0) {
     return InvalidArgument(std::string("buckets.sequence_lengths") + fixed);
   }
+  if (config.buckets().has_max_batch_tokens()) {
+    return InvalidArgument(std::string("buckets.max_batch_tokens") + fixed);
+  }
   for (int i = 0; i < config.output_size(); ++i) {
     if (spec->outputs[i].variable_dim() >= 0) {
       return InvalidArgument("output[" + std::to_string(i) + "].dims: -1 in '" +
@@ -239,22 +243,46 @@ Status SequenceLimitFromConfig(const inference::ModelConfig& config, ModelSpec* 
   return Status::Ok();
 }
 
-// The configured grid, or the default one along an axis the config leaves empty.
+// The configured grid, or the default one along an axis the config leaves empty. The token budget
+// is the configured one, else the default where the batch sizes are the default too (a length-
+// varying model's: a fixed-shape model has none); the batch sizes above max_batch_size must fit
+// it at the shortest length, so that each is a point of the grid.
 Status BucketGridFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
-  Status status = GridAxis(config.buckets().batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
-                           "max_batch_size", &spec->bucket_batch_sizes);
+  const inference::BucketGrid& buckets = config.buckets();
+  Status status = GridAxis(buckets.sequence_lengths(), spec->max_sequence_length,
+                           "buckets.sequence_lengths", "max_sequence_length", &spec->bucket_lengths);
   if (!status.ok()) return status;
-  status = GridAxis(config.buckets().sequence_lengths(), spec->max_sequence_length,
-                    "buckets.sequence_lengths", "max_sequence_length", &spec->bucket_lengths);
-  if (!status.ok()) return status;
-  if (spec->bucket_batch_sizes.empty()) {
-    spec->bucket_batch_sizes = DefaultBucketBatchSizes(spec->max_batch_size);
-  }
   if (spec->bucket_lengths.empty()) {
     // A fixed-shape model's max_sequence_length is kFixedShapeLength: the grid's one length.
     spec->bucket_lengths = DefaultBucketLengths(spec->max_sequence_length);
   }
-  return Status::Ok();
+  if (buckets.max_batch_tokens() < 0) {
+    return InvalidArgument("buckets.max_batch_tokens: must not be negative, got " +
+                           std::to_string(buckets.max_batch_tokens()));
+  }
+  const bool default_sizes = buckets.batch_sizes().empty();
+  spec->max_batch_tokens =
+      buckets.has_max_batch_tokens() ? buckets.max_batch_tokens()
+      : default_sizes && spec->has_sequence_length() ? kDefaultMaxBatchTokens
+                                                     : 0;
+  const int64_t shortest = spec->bucket_lengths.front();
+  if (default_sizes) {
+    spec->bucket_batch_sizes =
+        DefaultBucketBatchSizes(spec->max_batch_size, spec->max_batch_tokens, shortest);
+    return Status::Ok();
+  }
+  if (spec->max_batch_tokens == 0) {
+    return GridAxis(buckets.batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
+                    "max_batch_size; batches of more rows need buckets.max_batch_tokens",
+                    &spec->bucket_batch_sizes);
+  }
+  const int64_t limit =
+      std::max<int64_t>(spec->max_batch_size, spec->max_batch_tokens / shortest);
+  return GridAxis(buckets.batch_sizes(), limit, "buckets.batch_sizes",
+                  "max_batch_size " + std::to_string(spec->max_batch_size) +
+                      ", or buckets.max_batch_tokens " + std::to_string(spec->max_batch_tokens) +
+                      " / the shortest bucket length " + std::to_string(shortest),
+                  &spec->bucket_batch_sizes);
 }
 
 Status ExecutionFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {

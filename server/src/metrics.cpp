@@ -70,6 +70,7 @@ struct SchedulerFamilies {
   MetricFamily queue_depth;
   MetricFamily work_scale;
   MetricFamily batch_rows;
+  MetricFamily max_batch_tokens;
   MetricFamily batches;
   MetricFamily replays;
   MetricFamily eager;
@@ -122,6 +123,11 @@ SchedulerFamilies EmptySchedulerFamilies() {
       "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
       "graphserve_batches_total's rate)",
       MetricType::Counter);
+  f.max_batch_tokens = NewFamily(
+      "graphserve_bucket_grid_max_batch_tokens",
+      "The model's token budget per batch beyond max_batch_size rows (buckets.max_batch_tokens; 0: "
+      "none): short requests batch up to this many batch x length tokens",
+      MetricType::Gauge);
   f.batches = NewFamily(
       "graphserve_batches_total",
       "Batches executed: graphserve_graph_replays_total plus graphserve_eager_executions_total",
@@ -236,6 +242,8 @@ void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* famil
   AddSample(&families->work_scale, {{"model", model}}, snapshot.work_scale);
   AddSample(&families->batch_rows, {{"model", model}},
             static_cast<double>(snapshot.counters.batch_rows));
+  AddSample(&families->max_batch_tokens, {{"model", model}},
+            static_cast<double>(snapshot.max_batch_tokens));
   for (const auto& [device, totals] : TotalsByDevice(snapshot.executors)) {
     AddDeviceSamples(snapshot, device, totals, families);
   }
@@ -259,9 +267,9 @@ void AddDeviceMemorySamples(const std::set<std::string>& cuda_devices,
 std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
-       {&f.build_info, &f.queue_depth, &f.work_scale, &f.batch_rows, &f.batches, &f.replays, &f.eager,
-        &f.real_elements, &f.padded_elements, &f.capture_seconds, &f.execute_seconds, &f.pool_bytes,
-        &f.memory_allocated, &f.memory_reserved}) {
+       {&f.build_info, &f.queue_depth, &f.work_scale, &f.batch_rows, &f.max_batch_tokens, &f.batches,
+        &f.replays, &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds,
+        &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));
   }
   return families;

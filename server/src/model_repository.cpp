@@ -77,6 +77,32 @@ std::string InstanceSummary(const ModelSpec& spec, const Executor& executor) {
   return std::to_string(executor.Buckets().size()) + " buckets:" + grid;
 }
 
+// The grid and what it costs, in one line: its points, largest bucket and token budget, and each
+// CUDA instance's graph pool and static buffers as captured (a CPU instance has neither).
+std::string GridSummary(const ModelSpec& spec, const std::vector<std::unique_ptr<Executor>>& executors) {
+  const BucketShape largest = spec.LargestBucket();
+  std::string line = std::to_string(spec.Buckets().size()) + " buckets, largest " +
+                     spec.BucketLabel(largest);
+  if (spec.has_sequence_length()) {
+    line += " (" + std::to_string(largest.batch * largest.length) + " tokens), max_batch_tokens " +
+            std::to_string(spec.max_batch_tokens);
+    line += spec.max_batch_tokens == 0
+                ? " (none: batches of at most max_batch_size " + std::to_string(spec.max_batch_size) +
+                      " rows)"
+                : " (up to " + std::to_string(spec.LargestBatchFor(1)) + " rows at length " +
+                      std::to_string(spec.bucket_lengths.front()) + ", max_batch_size " +
+                      std::to_string(spec.max_batch_size) + " rows a request)";
+  }
+  auto mib = [](uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; };
+  for (size_t i = 0; i < executors.size(); ++i) {
+    const CaptureSummary capture = executors[i]->capture_summary();
+    if (capture.graph_pool_bytes == 0 && capture.static_buffer_bytes == 0) continue;
+    line += "; instance " + std::to_string(i) + " on " + executors[i]->device() + ": graph pool " +
+            mib(capture.graph_pool_bytes) + ", static buffers " + mib(capture.static_buffer_bytes);
+  }
+  return line;
+}
+
 // One executor per instance: a placement's devices resolved, `count` executors on each.
 Status InstanceDevices(const inference::ModelConfig& config, const std::string& default_device,
                        std::vector<InstancePlacement>* placements, std::vector<std::string>* devices) {
@@ -157,6 +183,8 @@ Status BuildModel(inference::ModelConfig config, const std::string& version, con
   std::vector<std::unique_ptr<Executor>> executors;
   status = CreateExecutors(spec, devices, model_dir, config.default_model_filename(), &executors);
   if (!status.ok()) return status;
+
+  spdlog::info("model '{}' bucket grid: {}", spec.name, GridSummary(spec, executors));
 
   auto loaded = std::make_shared<LoadedModel>();
   loaded->version = version;

@@ -163,6 +163,7 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
   SchedulerSnapshot snapshot;
   snapshot.model = spec_.name;
   snapshot.has_sequence_length = spec_.has_sequence_length();
+  snapshot.max_batch_tokens = spec_.max_batch_tokens;
   {
     MutexLock lock(&mutex_);
     snapshot.counters = counters_;

@@ -219,19 +219,41 @@ Status ParseIntegers(const std::string& field, const std::string& text, std::vec
   return Status::Ok();
 }
 
+// "256" → 256: one integer of at least 1.
+Status ParseInteger(const std::string& field, const std::string& text, int64_t* value) {
+  std::vector<int64_t> parsed;
+  Status status = ParseIntegers(field, text, &parsed);
+  if (status.ok() && parsed.size() != 1) {
+    status = InvalidArgument(field + ": expected one integer, got \"" + text + "\"");
+  }
+  if (status.ok()) *value = parsed[0];
+  return status;
+}
+
 Status MergeLengthLimit(const std::string& field, const std::string& value,
                         inference::ModelConfig* config) {
-  std::vector<int64_t> parsed;
-  Status status = ParseIntegers(field, value, &parsed);
-  if (status.ok() && parsed.size() != 1) {
-    status = InvalidArgument(field + ": expected one integer, got \"" + value + "\"");
-  }
+  int64_t limit = 0;
+  const Status status = ParseInteger(field, value, &limit);
   if (!status.ok()) return status;
-  if (config->max_sequence_length() != 0 && config->max_sequence_length() != parsed[0]) {
+  if (config->max_sequence_length() != 0 && config->max_sequence_length() != limit) {
     return InvalidArgument(field + ": " + value + " contradicts max_sequence_length: " +
                            std::to_string(config->max_sequence_length()));
   }
-  config->set_max_sequence_length(parsed[0]);
+  config->set_max_sequence_length(limit);
+  return Status::Ok();
+}
+
+Status MergeTokenBudget(const std::string& field, const std::string& value,
+                        inference::ModelConfig* config) {
+  int64_t budget = 0;
+  const Status status = ParseInteger(field, value, &budget);
+  if (!status.ok()) return status;
+  inference::BucketGrid* buckets = config->mutable_buckets();
+  if (buckets->has_max_batch_tokens() && buckets->max_batch_tokens() != budget) {
+    return InvalidArgument(field + ": " + value + " contradicts buckets.max_batch_tokens: " +
+                           std::to_string(buckets->max_batch_tokens()));
+  }
+  buckets->set_max_batch_tokens(budget);
   return Status::Ok();
 }
 
@@ -305,6 +327,8 @@ Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
     std::vector<int64_t> values;
     if (key == kParameterMaxSequenceLength) {
       status = MergeLengthLimit(field, value, config);
+    } else if (key == kParameterMaxBatchTokens) {
+      status = MergeTokenBudget(field, value, config);
     } else if (key == kParameterBucketBatchSizes || key == kParameterBucketSequenceLengths) {
       const bool batch = key == kParameterBucketBatchSizes;
       status = ParseIntegers(field, value, &values);
@@ -325,6 +349,7 @@ Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
     } else {
       warnings->Add(field + ": not a graphserve setting (" + kParameterMaxSequenceLength + ", " +
                     kParameterBucketBatchSizes + ", " + kParameterBucketSequenceLengths + ", " +
+                    kParameterMaxBatchTokens + ", " +
                     kParameterPrecision + ", " + kParameterBatchingPolicy + "); ignored");
     }
     if (!status.ok()) return status;
@@ -380,10 +405,13 @@ Status GraphSpecPoint(const inference::ModelConfig& config, int index, bool vari
   const inference::ModelOptimizationPolicy::Cuda::GraphSpec& graph =
       config.optimization().cuda().graph_spec(index);
   const std::string field = "optimization.cuda.graph_spec[" + std::to_string(index) + "]";
-  if (graph.batch_size() < 1 || graph.batch_size() > config.max_batch_size()) {
+  // Above max_batch_size only within a token budget, which ResolveGraphSpecs checks per point.
+  const bool budget = config.buckets().max_batch_tokens() > 0;
+  if (graph.batch_size() < 1 || (graph.batch_size() > config.max_batch_size() && !budget)) {
     return InvalidArgument(field + ".batch_size: " + std::to_string(graph.batch_size()) +
                            " is outside [1, max_batch_size = " +
-                           std::to_string(config.max_batch_size()) + "]");
+                           std::to_string(config.max_batch_size()) +
+                           "]; batches of more rows need buckets.max_batch_tokens");
   }
   int64_t length = variable ? -1 : kFixedShapeLength;
   const std::map<std::string, inference::ModelOptimizationPolicy::Cuda::GraphSpec::Shape> inputs(
@@ -425,7 +453,8 @@ Status GraphSpecPoint(const inference::ModelConfig& config, int index, bool vari
 }
 
 // graph_spec as the bucket grid: its points must be every (batch size, length) pair of the sizes
-// and lengths they use, since each grid point is one graph.
+// and lengths they use that is within the batch limits (all of them without a token budget; the
+// staircase of ModelSpec with one), since each grid point is one graph.
 Status ResolveGraphSpecs(inference::ModelConfig* config) {
   const int count = config->optimization().cuda().graph_spec_size();
   if (count == 0) return Status::Ok();
@@ -440,18 +469,29 @@ Status ResolveGraphSpecs(inference::ModelConfig* config) {
     batches.insert(point.batch);
     lengths.insert(point.length);
   }
-  std::string missing;
+  const int64_t budget = config->buckets().max_batch_tokens();
+  std::string missing, beyond;
   for (int64_t batch : batches) {
     for (int64_t length : lengths) {
-      if (points.count(BucketShape{batch, length}) == 0) {
-        missing += (missing.empty() ? "" : ", ") +
-                   BucketLabel(BucketShape{batch, length}, variable);
+      const bool listed = points.count(BucketShape{batch, length}) > 0;
+      const bool within = IsGridPoint(batch, length, config->max_batch_size(), budget);
+      std::string* wrong = listed == within ? nullptr : listed ? &beyond : &missing;
+      if (wrong != nullptr) {
+        *wrong += (wrong->empty() ? "" : ", ") + BucketLabel(BucketShape{batch, length}, variable);
       }
     }
   }
+  if (!beyond.empty()) {
+    return InvalidArgument("optimization.cuda.graph_spec: " + beyond +
+                           " above max_batch_size exceed buckets.max_batch_tokens " +
+                           std::to_string(budget));
+  }
   if (!missing.empty()) {
     return InvalidArgument("optimization.cuda.graph_spec: not a full grid of batch sizes " +
-                           List(batches) + " × lengths " + List(lengths) + "; missing " + missing);
+                           List(batches) + " × lengths " + List(lengths) +
+                           (budget > 0 ? " within buckets.max_batch_tokens " + std::to_string(budget)
+                                       : std::string()) +
+                           "; missing " + missing);
   }
   Status status = MergeGridAxis("optimization.cuda.graph_spec batch sizes", batches,
                                 "buckets.batch_sizes",
@@ -479,11 +519,17 @@ Status ResolvePreferredBatchSizes(inference::ModelConfig* config, Warnings* warn
   }
   const std::set<int64_t> sizes(preferred.begin(), preferred.end());
   auto* grid = config->mutable_buckets()->mutable_batch_sizes();
+  // Triton's preferred sizes stop at max_batch_size; the grid's beyond it (a token budget's) are
+  // graphserve's own.
+  std::set<int64_t> request_sizes;
+  for (int64_t size : *grid) {
+    if (size <= config->max_batch_size()) request_sizes.insert(size);
+  }
   if (grid->empty()) {
     grid->Add(sizes.begin(), sizes.end());
     spdlog::info("model '{}': dynamic_batching.preferred_batch_size {} is the bucket grid's batch sizes",
                  config->name(), List(sizes));
-  } else if (AsSet(*grid) != sizes) {
+  } else if (request_sizes != sizes) {
     warnings->Add("dynamic_batching.preferred_batch_size: " + List(sizes) +
                   " not used; the grid's batch sizes are " + List(AsSet(*grid)) +
                   " (buckets, parameters or graph_spec)");
@@ -608,8 +654,9 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
 
   inference::ModelDynamicBatching* batching = config.mutable_dynamic_batching();
   batching->set_max_queue_delay_microseconds(static_cast<uint64_t>(model.scheduler.max_queue_delay_us));
-  batching->mutable_preferred_batch_size()->Add(spec.bucket_batch_sizes.begin(),
-                                                spec.bucket_batch_sizes.end());
+  for (int64_t size : spec.bucket_batch_sizes) {
+    if (size <= spec.max_batch_size) batching->add_preferred_batch_size(static_cast<int32_t>(size));
+  }
   *batching->mutable_default_queue_policy() = model.config.dynamic_batching().default_queue_policy();
   batching->mutable_default_queue_policy()->set_max_queue_size(
       static_cast<uint32_t>(model.scheduler.max_queue_size));
@@ -657,6 +704,7 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
     config.set_max_sequence_length(spec.max_sequence_length);
     config.mutable_buckets()->mutable_sequence_lengths()->Add(spec.bucket_lengths.begin(),
                                                               spec.bucket_lengths.end());
+    config.mutable_buckets()->set_max_batch_tokens(spec.max_batch_tokens);
   }
   config.set_precision(PrecisionToConfig(spec.precision));
   config.mutable_cuda_graphs()->set_disable(spec.cuda_graphs_disabled);

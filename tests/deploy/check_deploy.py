@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks, without a Docker engine or a cluster, that the Dockerfile, deploy/docker-compose.yml,
 deploy/k8s/ and the Prometheus files agree with the graphserve they deploy: the scripts CI runs, the
-server's default ports, the flags `graphserve --help` lists, the grpc.health.v1 service names, and the
-metric names metrics.cpp registers.
+server's default ports, the flags `graphserve --help` lists, the grpc.health.v1 service names, the
+metric names metrics.cpp registers, and the batch range AOTInductor packages are exported for.
 
 Environment: SOURCE_DIR (the repository), GRAPHSERVE (the built binary), PROMTOOL.
 Run with /usr/bin/python3 (Debian's python3-yaml). Arguments select unittest classes.
@@ -328,6 +328,17 @@ class MetricNamesTest(unittest.TestCase):
         for name in files:
             for metric in set(re.findall(r"\bgraphserve_[a-z_]+", read(name))) - {platform}:
                 self.assertIn(metric, known, f"{name} names {metric}, which graphserve does not export")
+
+
+class ExportedBatchRangeTest(unittest.TestCase):
+    def test_aoti_export_covers_the_default_grids_largest_batch(self):
+        # A package exported for fewer rows than the default grid batches is refused at load.
+        header = read("graph_engine/include/graphserve/engine/model_spec.h")
+        largest = re.search(r"kDefaultLargestBatch = (\d+);", header)
+        self.assertIsNotNone(largest, "no kDefaultLargestBatch in model_spec.h")
+        exported = re.search(r"^DEFAULT_LARGEST_BATCH = (\d+)$", read("deploy/models/aoti_export.py"), re.M)
+        self.assertIsNotNone(exported, "no DEFAULT_LARGEST_BATCH in aoti_export.py")
+        self.assertEqual(exported.group(1), largest.group(1))
 
 
 class NoRegistryHostTest(unittest.TestCase):

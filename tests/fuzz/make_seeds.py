@@ -154,6 +154,24 @@ def python_strings(path, names):
     return {name: scope[name] for name in names}
 
 
+TOKEN_BUDGET_CONFIG = """name: "staircase"
+platform: "pytorch_libtorch"
+max_batch_size: 4
+max_sequence_length: 64
+input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] }
+output { name: "hidden" data_type: TYPE_FP32 dims: [ -1, 8 ] }
+buckets { batch_sizes: [ 1, 4, 16 ] sequence_lengths: [ 16, 64 ] max_batch_tokens: 256 }
+parameters { key: "max_batch_tokens" value { string_value: "256" } }
+optimization { cuda {
+  graph_spec { batch_size: 1 input { key: "input_ids" value { dim: [ 16 ] } } }
+  graph_spec { batch_size: 1 input { key: "input_ids" value { dim: [ 64 ] } } }
+  graph_spec { batch_size: 4 input { key: "input_ids" value { dim: [ 16 ] } } }
+  graph_spec { batch_size: 4 input { key: "input_ids" value { dim: [ 64 ] } } }
+  graph_spec { batch_size: 16 input { key: "input_ids" value { dim: [ 16 ] } } }
+} }
+"""
+
+
 def config_seeds():
     seeds = {}
     found = python_strings(REPO / "tests/integration/make_model_repository.py",
@@ -170,6 +188,9 @@ def config_seeds():
                               (REPO / source).read_text(), re.S)
         for name, text in literals:  # kTritonConfig: triton_config
             seeds[re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()] = text
+    # A token budget: batch sizes above max_batch_size at the short lengths, and a staircase
+    # graph_spec beside it.
+    seeds["token_budget_grid"] = TOKEN_BUDGET_CONFIG
     sys.path.insert(0, str(REPO / "deploy/models"))
     from token_model_config import token_model_config
     seeds["export_bert_fp16"] = token_model_config("bert", "torch_aoti", "fp16", 8, 128,

@@ -83,16 +83,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // must not be one the engine refuses.
   const Status engine = CheckModelSpec(spec);
   FUZZ_CHECK(engine.ok(), "the engine accepts the loader's spec: " + engine.message());
-  CheckGrid(spec.bucket_batch_sizes, spec.max_batch_size, "bucket_batch_sizes");
   CheckGrid(spec.bucket_lengths, spec.max_sequence_length, "bucket_lengths");
+  // Batch sizes beyond max_batch_size only within the token budget, each a point of the grid at
+  // the shortest length at least.
+  FUZZ_CHECK(spec.max_batch_tokens >= 0, "max_batch_tokens not negative");
+  FUZZ_CHECK(spec.has_sequence_length() || spec.max_batch_tokens == 0,
+             "no token budget without a length");
+  CheckGrid(spec.bucket_batch_sizes, std::max<int64_t>(spec.max_batch_size, spec.bucket_batch_sizes.back()),
+            "bucket_batch_sizes");
+  for (int64_t size : spec.bucket_batch_sizes) {
+    FUZZ_CHECK(spec.HasBucket({size, spec.bucket_lengths.front()}),
+               "every batch size is a bucket at the shortest length");
+  }
 
   std::vector<InstancePlacement> placements;
   const Status placed = InstancePlacements(config, "cpu", &placements);
   FUZZ_CHECK(placed.ok(), "a resolved config's instances place: " + placed.message());
-  // The grid's corners as captured graphs: EffectiveModelConfig writes a graph_spec for each.
-  const std::vector<BucketShape> graphs = {
-      {spec.bucket_batch_sizes.front(), spec.bucket_lengths.front()},
-      {spec.bucket_batch_sizes.back(), spec.bucket_lengths.back()}};
+  // The grid's first and last points as captured graphs: EffectiveModelConfig writes a graph_spec
+  // for each.
+  const std::vector<BucketShape> points = spec.Buckets();
+  FUZZ_CHECK(!points.empty(), "the grid has points");
+  const std::vector<BucketShape> graphs = {points.front(), points.back()};
   const inference::ModelConfig effective = EffectiveModelConfig(
       ServedModel{config, spec, SchedulerOptionsFromConfig(config), placements, graphs});
   FUZZ_CHECK(!ProtoToRestJson(effective).empty(), "the REST config answer");

@@ -101,6 +101,15 @@ TEST(AotInductorTest, LargerBatchThanTheExportIsRefusedNamingBoth) {
   ExpectRefused(spec, "features_dict", {"(batch)", "[1, 4]", "max_batch_size 8"});
 }
 
+// A token budget makes batches of more rows than a request carries: the export must hold them.
+TEST(AotInductorTest, GridBatchesBeyondTheExportAreRefusedNamingTheBudget) {
+  ModelSpec spec = FeaturesSpec({PerTokenSpec(), PooledSpec()});
+  spec.bucket_batch_sizes = {2, 4, 8};
+  spec.max_batch_tokens = 32;  // 8 rows at length 4
+  ExpectRefused(spec, "features_dict",
+                {"(batch)", "[1, 4]", "2 to 8", "max_batch_size 4", "max_batch_tokens 32"});
+}
+
 TEST(AotInductorTest, InputDtypeMismatchIsRefusedNamingBoth) {
   ModelSpec spec = FeaturesSpec({PerTokenSpec(), PooledSpec()});
   spec.inputs[1].dtype = DataType::kInt32;

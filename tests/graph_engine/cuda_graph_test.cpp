@@ -176,6 +176,43 @@ TEST_F(CudaGraphTest, ReplaysEqualEagerForRandomMixedBatchesInEveryBucket) {
   EXPECT_GE(counters.padded_elements, counters.real_elements);
 }
 
+// A token budget makes the grid a staircase: the executor captures its points only, and its static
+// buffers hold each output's own largest bucket: 16 pooled rows at length 8 (16x8) and 128 tokens
+// of hidden states (8x16 or 16x8), though no single bucket is largest in both.
+TEST_F(CudaGraphTest, StaircaseGridCapturesItsPointsAndServesBatchesBeyondMaxBatchSize) {
+  ModelSpec spec = EncoderSpec({2, 4, 8, 16}, {8, 16});
+  spec.max_batch_size = 4;
+  spec.max_batch_tokens = 128;
+  auto graphs = Ready(spec, "cuda:0");
+  auto eager = EagerTwin(spec);
+  ASSERT_TRUE(graphs && eager);
+  std::vector<BucketShape> captured;
+  for (const BucketInfo& bucket : graphs->Buckets()) {
+    EXPECT_TRUE(bucket.graph) << bucket.shape.ToString() << " was not captured";
+    captured.push_back(bucket.shape);
+  }
+  EXPECT_EQ(captured, spec.Buckets());
+  EXPECT_EQ(captured.size(), 7u);  // no 16x16
+
+  std::mt19937 random(88);
+  int batches = 0;
+  for (const BucketShape& shape : spec.Buckets()) {
+    const std::vector<InferenceItem> items =
+        RandomItems(shape.batch, shape.length, spec.outputs.size(), random);
+    const Batch batch = BatchOf(items, shape);
+    ExpectSameOutputs(ExecuteOk(*graphs, batch), ExecuteOk(*eager, batch),
+                      "bucket " + shape.ToString());
+    ++batches;
+  }
+  // Beyond the budget the batch runs eagerly, as any batch off the grid.
+  const std::vector<InferenceItem> items = RandomItems(12, 16, spec.outputs.size(), random);
+  ExpectSameOutputs(ExecuteOk(*graphs, BatchOf(items, BucketShape{12, 16})),
+                    ExecuteOk(*eager, BatchOf(items, BucketShape{12, 16})), "oversize 12x16");
+  const ExecutionCounters counters = graphs->Counters();
+  EXPECT_EQ(ReplayCount(counters), static_cast<uint64_t>(batches));
+  EXPECT_EQ(EagerCount(counters, EagerReason::kOversize), 1u);
+}
+
 // A fixed-shape model's grid is one graph per batch size; replaying each, with spare rows padded,
 // gives every item what eager gives it.
 TEST_F(CudaGraphTest, FixedShapeCnnCapturesOneGraphPerBatchSizeAndReplaysEqualEager) {
@@ -340,7 +377,7 @@ TEST_F(CudaGraphTest, ReducedPrecisionEncodersCaptureAndVerify) {
 }
 
 // make_cuda_test_models.py exports the built-in encoder's architecture and weights as a CUDA
-// AOTInductor package (batch 1..8, length 1..64): every bucket is captured around the package's
+// AOTInductor package (batch 1..512, length 1..64): every bucket is captured around the package's
 // Inductor kernels and verified against its eager run, and the replays answer as the built-in
 // encoder does.
 TEST_F(CudaGraphTest, AotInductorPackageCapturesEveryBucketAndMatchesTheBuiltInEncoder) {

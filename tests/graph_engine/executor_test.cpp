@@ -1,6 +1,7 @@
 // EagerExecutor serving the built-in encoder, through the public, torch-free API only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -85,6 +86,51 @@ TEST(EagerExecutorTest, BatchedItemsGetWhatTheyGetAlone) {
   }
   // Different items get different outputs: the comparison above is not trivially satisfied.
   EXPECT_GT(RelativeDifference(Fp32Values(batch_outputs[0][1]), Fp32Values(batch_outputs[2][1])),
+            1e-2);
+}
+
+// With a token budget a formed batch holds more rows than a request may carry (max_batch_size 4
+// here): 16 rows at length 8. The executor's buckets are the grid's points, and each request of such
+// a batch gets its own rows, as alone.
+TEST(EagerExecutorTest, BatchBeyondMaxBatchSizeRunsAndEachRequestGetsItsOwnSlice) {
+  ModelSpec spec = EncoderSpec();
+  spec.bucket_batch_sizes = {2, 4, 8, 16};
+  spec.max_batch_tokens = 128;
+  auto executor = MakeExecutor(spec);
+  ASSERT_NE(executor, nullptr);
+  ASSERT_TRUE(executor->Warmup().ok());
+  std::vector<BucketShape> buckets;
+  for (const BucketInfo& bucket : executor->Buckets()) buckets.push_back(bucket.shape);
+  EXPECT_EQ(buckets, spec.Buckets());
+  EXPECT_EQ(std::count(buckets.begin(), buckets.end(), BucketShape{16, 16}), 0);
+  EXPECT_EQ(std::count(buckets.begin(), buckets.end(), BucketShape{16, 8}), 1);
+
+  // Six requests of up to 4 rows: 15 rows, padded to 16x8.
+  std::vector<InferenceItem> items;
+  for (int64_t k = 0; k < 6; ++k) {
+    items.push_back(TokenItem(k < 3 ? 4 : 1, 2 + k, static_cast<uint32_t>(20 + k), kVocab, 2));
+  }
+  std::vector<const InferenceItem*> pointers;
+  for (const InferenceItem& item : items) pointers.push_back(&item);
+  BatchOutputs batch_outputs;
+  const Status status = executor->Execute(MakeBatch(pointers, BucketShape{16, 8}), &batch_outputs);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(batch_outputs.size(), items.size());
+  const ExecutionCounters counters = executor->Counters();
+  EXPECT_EQ(counters.batches, 1u);
+  EXPECT_EQ(counters.real_elements, 4u * (2 + 3 + 4) + 1u * (5 + 6 + 7));
+  EXPECT_EQ(counters.padded_elements, 16u * 8u);
+  for (size_t k = 0; k < items.size(); ++k) {
+    SCOPED_TRACE("item " + std::to_string(k));
+    const std::vector<HostTensor> alone = RunAlone(*executor, items[k]);
+    ASSERT_EQ(alone.size(), 2u);
+    EXPECT_EQ(batch_outputs[k][0].shape,
+              (std::vector<int64_t>{items[k].rows, items[k].length, kHidden}));
+    EXPECT_EQ(batch_outputs[k][1].shape, (std::vector<int64_t>{items[k].rows, kHidden}));
+    EXPECT_LT(RelativeDifference(Fp32Values(batch_outputs[k][0]), Fp32Values(alone[0])), 1e-4);
+    EXPECT_LT(RelativeDifference(Fp32Values(batch_outputs[k][1]), Fp32Values(alone[1])), 1e-4);
+  }
+  EXPECT_GT(RelativeDifference(Fp32Values(batch_outputs[0][1]), Fp32Values(batch_outputs[5][1])),
             1e-2);
 }
 

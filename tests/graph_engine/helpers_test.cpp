@@ -96,6 +96,87 @@ TEST(ModelSpecTest, BucketForOversizeReturnsTheBatchItself) {
   EXPECT_TRUE(no_grid.IsOversize(1, 1));
 }
 
+// A BERT-like model's default grid: 32 rows a request, 512 tokens, the default token budget.
+ModelSpec StaircaseSpec() {
+  ModelSpec spec;
+  spec.max_batch_size = 32;
+  spec.max_sequence_length = 512;
+  spec.max_batch_tokens = kDefaultMaxBatchTokens;
+  spec.bucket_lengths = DefaultBucketLengths(512);
+  spec.bucket_batch_sizes = DefaultBucketBatchSizes(32, kDefaultMaxBatchTokens, 16);
+  return spec;
+}
+
+TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
+  const ModelSpec spec = StaircaseSpec();
+  EXPECT_EQ(spec.bucket_batch_sizes,
+            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
+  // Per length the largest batch: max_batch_size at least, and more while it fits 16384 tokens.
+  const std::vector<std::pair<int64_t, int64_t>> largest = {
+      {16, 512}, {32, 512}, {48, 256}, {64, 256}, {80, 128}, {96, 128},
+      {128, 128}, {192, 64}, {256, 64}, {384, 32}, {512, 32}};
+  size_t points = 0;
+  for (const auto& [length, batch] : largest) {
+    EXPECT_EQ(spec.LargestBatchFor(length), batch) << length;
+    EXPECT_TRUE(spec.HasBucket({batch, length})) << length;
+    const size_t next = SmallestAtLeast(spec.bucket_batch_sizes, batch) + 1;
+    if (next < spec.bucket_batch_sizes.size()) {
+      EXPECT_FALSE(spec.HasBucket({spec.bucket_batch_sizes[next], length})) << length;
+    }
+    points += next;
+  }
+  EXPECT_EQ(spec.Buckets().size(), points);
+  EXPECT_EQ(points, 88u);  // against 66 for batch sizes up to 32 at every length
+  EXPECT_EQ(spec.LargestBatchFor(20), 512);  // pads to 32
+  EXPECT_EQ(spec.LargestBatchFor(513), 0);   // beyond the grid
+  // Ties on batch x length go to the larger batch.
+  EXPECT_EQ(spec.LargestBucket(), (BucketShape{512, 32}));
+  EXPECT_FALSE(spec.HasBucket({512, 48}));
+  EXPECT_FALSE(spec.HasBucket({3, 16}));  // not on the axes
+}
+
+TEST(ModelSpecTest, BucketForOnTheStaircasePicksAmongTheLengthsOwnSizes) {
+  const ModelSpec spec = StaircaseSpec();
+  EXPECT_EQ(spec.BucketFor(100, 10), (BucketShape{128, 16}));
+  EXPECT_EQ(spec.BucketFor(300, 30), (BucketShape{512, 32}));
+  EXPECT_EQ(spec.BucketFor(300, 40), (BucketShape{300, 40}));  // 512x48 exceeds the budget
+  EXPECT_TRUE(spec.IsOversize(300, 40));
+  EXPECT_EQ(spec.BucketFor(200, 40), (BucketShape{256, 48}));
+  EXPECT_EQ(spec.BucketFor(33, 400), (BucketShape{33, 400}));
+  EXPECT_TRUE(spec.IsOversize(33, 400));
+  EXPECT_FALSE(spec.IsOversize(513 - 1, 17));
+  EXPECT_TRUE(spec.IsOversize(513, 1));
+  // A request's rows (at most max_batch_size) fit at every length.
+  for (int64_t length : spec.bucket_lengths) {
+    EXPECT_EQ(spec.BucketFor(32, length), (BucketShape{32, length}));
+  }
+  // Without the budget the same axes are a full grid again.
+  ModelSpec rectangle = spec;
+  rectangle.max_batch_tokens = 0;
+  EXPECT_EQ(rectangle.BucketFor(300, 500), (BucketShape{512, 512}));
+  EXPECT_EQ(rectangle.Buckets().size(), 110u);
+}
+
+TEST(ModelSpecTest, GridPointsNeedNoProductThatOverflows) {
+  EXPECT_TRUE(IsGridPoint(64, 16, 32, 1024));
+  EXPECT_FALSE(IsGridPoint(65, 16, 32, 1024));
+  EXPECT_TRUE(IsGridPoint(32, int64_t{1} << 62, 32, 1024));   // within max_batch_size
+  EXPECT_FALSE(IsGridPoint(int64_t{1} << 40, int64_t{1} << 40, 32, int64_t{1} << 62));
+  EXPECT_TRUE(IsGridPoint(int64_t{1} << 40, 1000, 32, 0));  // no budget: every pair
+}
+
+TEST(ModelSpecTest, NegativeTokenBudgetIsRefused) {
+  ModelSpec spec = StaircaseSpec();
+  spec.name = "bert";
+  spec.inputs = {TensorSpec{"ids", DataType::kInt64, {-1}, 0.0}};
+  spec.outputs = {TensorSpec{"hidden", DataType::kFp32, {-1, 8}, 0.0}};
+  EXPECT_TRUE(CheckModelSpec(spec).ok()) << CheckModelSpec(spec).ToString();
+  spec.max_batch_tokens = -1;
+  const Status status = CheckModelSpec(spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("max_batch_tokens"), std::string::npos) << status.message();
+}
+
 // An image classifier: no -1 anywhere, so a batch-only grid at kFixedShapeLength.
 ModelSpec FixedShapeSpec() {
   ModelSpec spec;
@@ -150,6 +231,14 @@ TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
   EXPECT_EQ(DefaultBucketBatchSizes(24), (std::vector<int64_t>{1, 2, 4, 8, 16, 24}));
   EXPECT_EQ(DefaultBucketBatchSizes(3), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_TRUE(DefaultBucketBatchSizes(0).empty());
+  // With a token budget, powers of two beyond max_batch_size that fit it at the shortest length,
+  // up to kDefaultLargestBatch; a model allowed more rows a request keeps its own sizes.
+  EXPECT_EQ(DefaultBucketBatchSizes(24, 16384, 16),
+            (std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512}));
+  EXPECT_EQ(DefaultBucketBatchSizes(8, 1024, 16), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_EQ(DefaultBucketBatchSizes(32, 16384, 512), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(DefaultBucketBatchSizes(1024, 16384, 16).back(), 1024);
+  EXPECT_EQ(DefaultBucketBatchSizes(1024, 16384, 16).size(), 11u);
 }
 
 TEST(ModelSpecTest, DefaultLengthsAreDenseAtSmallSizesAndEndAtTheMax) {

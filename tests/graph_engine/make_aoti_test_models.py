@@ -5,7 +5,8 @@
   features_unsigned  make_test_models.TupleModel compiled directly, without a signature (a package
                      made by other tools): outputs matched by position, nothing checked at load
   encoder_pt2        the built-in encoder's architecture and weights (deploy/models/export_encoder.py),
-                     batch 1..4, length 1..32: its answers must match the built-in encoder's
+                     batch 1..512 (the default grid's largest batch), length 1..32: its answers
+                     must match the built-in encoder's
 All for the CPU, where CI runs them.
 """
 import pathlib
@@ -31,7 +32,8 @@ def main():
     for name in ("features_dict", "features_unsigned"):
         (root / name).mkdir(parents=True, exist_ok=True)
     export_pt2(DictModel(), examples(), root / "features_dict" / "model.pt2",
-               input_names=["input_ids", "attention_mask"], max_batch=4, max_length=8)
+               input_names=["input_ids", "attention_mask"], max_batch=4, max_length=8,
+               max_formed_batch=4)
 
     batch = torch.export.Dim("batch", min=1, max=4)
     length = torch.export.Dim("length", min=1, max=8)

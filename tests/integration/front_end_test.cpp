@@ -1,5 +1,6 @@
 // The non-blocking front end, black-box: the real graphserve binary holds more than a thousand
-// ModelInfer calls at once on one connection, and answers each with its own result.
+// ModelInfer calls at once on one connection, and answers each with its own result; and many short
+// calls at once batch beyond max_batch_size within the default grid's token budget.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -9,7 +10,9 @@
 #include <regex>
 
 #include "async_calls.h"
+#include "http_get.h"
 #include "infer_helpers.h"
+#include "prometheus_text.h"
 #include "server_process.h"
 
 namespace graphserve::testing {
@@ -84,6 +87,61 @@ TEST(FrontEndTest, HoldsOverAThousandCallsInFlightAndAnswersEachWithItsOwnResult
                                 std::regex("model 'projection' on cpu: batch requests=[2-8] ")))
       << "no batch of several requests was formed";
   EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.Log();
+}
+
+// The default grid's token budget, black-box: a model whose requests carry at most 4 rows batches
+// short requests that arrive together by the hundred (the default budget is 16384 tokens), and
+// with the budget turned off (max_batch_tokens: 0) never more than 4 rows.
+TEST(FrontEndTest, ShortRequestsArrivingTogetherBatchBeyondMaxBatchSize) {
+  constexpr int kShortCalls = 256;
+  for (const bool budget : {true, false}) {
+    SCOPED_TRACE(budget ? "default token budget" : "max_batch_tokens: 0");
+    // A long delay, so that what is sent at once is queued before a batch goes.
+    std::string config = std::regex_replace(ProjectionConfig(4, 2 * kShortCalls, 1),
+                                            std::regex("max_queue_delay_microseconds: 500"),
+                                            "max_queue_delay_microseconds: 200000");
+    if (!budget) config += "buckets { max_batch_tokens: 0 }\n";
+    const std::string root = std::string(TEST_OUTPUT_DIR) + "/token_budget_repository_" +
+                             (budget ? "default" : "none");
+    ASSERT_TRUE(WriteProjectionRepository(root, config,
+                                          std::string(MODEL_REPOSITORY) + "/tiny_traced/model.pt"));
+    ServerProcess server(GRAPHSERVE_BINARY, {"--device", "cpu", "--model-repository", root},
+                         std::string(TEST_OUTPUT_DIR) + "/token_budget_server_" +
+                             (budget ? "default" : "none") + ".log");
+    ASSERT_TRUE(server.WaitUntilReady(std::chrono::seconds(240))) << server.Log();
+
+    std::mt19937 random(5);
+    AsyncCaller caller(server.address());
+    for (int i = 0; i < kShortCalls; ++i) {
+      caller.Start(TokenRequest("projection", RandomTokens(random, 1, 8)), static_cast<size_t>(i),
+                   std::chrono::seconds(120));
+    }
+    for (int received = 0; received < kShortCalls; ++received) {
+      std::unique_ptr<AsyncCall> call = caller.Next();
+      ASSERT_NE(call, nullptr);
+      ASSERT_TRUE(call->status.ok()) << call->status.error_message();
+    }
+
+    const HttpResponse response = HttpGet(server.metrics_port(), "/metrics");
+    ASSERT_EQ(response.status, 200) << response.headers;
+    const Exposition metrics(response.body);
+    const Labels model = {{"model", "projection"}};
+    const double rows = metrics.Sum("graphserve_batch_rows_total", model);
+    const double batches = metrics.Sum("graphserve_batches_total", model);
+    EXPECT_EQ(rows, kShortCalls);
+    EXPECT_EQ(metrics.One("graphserve_bucket_grid_max_batch_tokens", model), budget ? 16384.0 : 0.0);
+    if (budget) {
+      // Hundreds of rows in a batch: on average far more than the 4 a request may carry.
+      EXPECT_GT(rows / batches, 16.0) << rows << " rows in " << batches << " batches";
+      EXPECT_TRUE(std::regex_search(
+          server.Log(), std::regex("model 'projection' bucket grid: [0-9]+ buckets, largest "
+                                   "[0-9]+x[0-9]+ \\([0-9]+ tokens\\), max_batch_tokens 16384")))
+          << server.Log();
+    } else {
+      EXPECT_GE(batches, kShortCalls / 4.0);
+    }
+    EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.Log();
+  }
 }
 
 }  // namespace

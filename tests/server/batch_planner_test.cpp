@@ -17,6 +17,7 @@ namespace {
 using scheduler_test::FixedShapeTestSpec;
 using scheduler_test::MakeRequest;
 using scheduler_test::Options;
+using scheduler_test::StaircaseTestSpec;
 using scheduler_test::TestSpec;
 
 // ---------------------------------------------------------------------------------------------------
@@ -652,6 +653,110 @@ TEST(BatchPlannerTest, FifoPolicyTakesArrivalOrderAndPadsToTheLongest) {
   ASSERT_TRUE(batch);
   EXPECT_EQ(batch->requests, (std::vector<std::shared_ptr<PendingRequest>>{d}));
   EXPECT_EQ(batch->padded_shape, (BucketShape{2, 16}));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A token budget: batches of short requests beyond max_batch_size rows (StaircaseTestSpec).
+
+std::vector<std::shared_ptr<PendingRequest>> AddMany(BatchPlanner& planner, const FakeClock& clock,
+                                                     int count, int64_t rows, int64_t length) {
+  std::vector<std::shared_ptr<PendingRequest>> added;
+  for (int i = 0; i < count; ++i) {
+    added.push_back(MakeRequest(rows, length, i));
+    AddAt(planner, clock, added.back());
+  }
+  return added;
+}
+
+// `decision` is a batch of `requests` requests padded to `shape`.
+void ExpectBatch(const std::optional<DispatchDecision>& decision, size_t requests, BucketShape shape) {
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), requests);
+  EXPECT_EQ(decision->padded_shape, shape);
+}
+
+TEST(BatchPlannerTest, ShortRequestsFillABatchOfMoreRowsThanARequestMayCarry) {
+  FakeClock clock;
+  BatchPlanner planner(StaircaseTestSpec(), Options(1000));
+  AddMany(planner, clock, 127, 1, 10);
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // 127 of 128 rows, nobody due
+  AddMany(planner, clock, 3, 1, 12);
+  ExpectBatch(planner.Next(clock.NowMicros(), false), 128, {128, 16});  // full before the delay
+  EXPECT_EQ(planner.queued_requests(), 2u);
+
+  // The rest falls due and goes in the smallest bucket of its length that holds it.
+  clock.Set(1000);
+  ExpectBatch(planner.Next(clock.NowMicros(), false), 2, {2, 16});
+}
+
+TEST(BatchPlannerTest, LongRequestsStayWithinTheTokenBudget) {
+  FakeClock clock;
+  BatchPlanner planner(StaircaseTestSpec(), Options(1000));
+  // Length 40 pads to 64, where 2048 tokens hold 32 rows: 40 requests of 1 row fill one batch.
+  AddMany(planner, clock, 40, 1, 40);
+  ExpectBatch(planner.Next(clock.NowMicros(), false), 32, {32, 64});
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // 8 left, not due
+
+  // Requests of max_batch_size rows: 32 of them are 128 rows, two full batches of 64 at length 32.
+  clock.Set(1000);
+  ExpectBatch(planner.Next(clock.NowMicros(), false), 8, {8, 64});  // the 8 left, due
+  AddMany(planner, clock, 32, 4, 30);
+  for (int batch = 0; batch < 2; ++batch) {
+    SCOPED_TRACE(batch);
+    ExpectBatch(planner.Next(clock.NowMicros(), false), 16, {64, 32});
+  }
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(BatchPlannerTest, ADueShortBinGoesWholeUpToItsOwnLargestBatch) {
+  FakeClock clock;
+  BatchPlanner planner(StaircaseTestSpec(), Options(1000));
+  AddMany(planner, clock, 100, 1, 16);
+  AddMany(planner, clock, 2, 1, 60);
+  clock.Set(1000);  // all due: the oldest bin (16) goes whole, 100 rows in a 128-row bucket
+  ExpectBatch(planner.Next(clock.NowMicros(), false), 100, {128, 16});
+  ExpectBatch(planner.Next(clock.NowMicros(), false), 2, {2, 64});
+}
+
+TEST(BatchPlannerTest, CostTableCoversOnlyTheGridsPoints) {
+  const BucketCosts measured = {{BucketShape{1, 16}, 100},
+                                {BucketShape{128, 16}, 2000},
+                                {BucketShape{128, 64}, 9999}};  // not a point: ignored
+  BatchPlanner planner(StaircaseTestSpec(), Options(1000), measured);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{128, 16}), 2000);
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{64, 16}), 6400);  // from 1x16, linear in rows
+  // Off the grid (128x64 exceeds the budget): by elements from the largest point, 128x16.
+  EXPECT_DOUBLE_EQ(planner.CostUs(BucketShape{128, 64}), 8000);
+  // Nothing measured: padded elements plus a full batch of the shortest length (128 x 16).
+  BatchPlanner unmeasured(StaircaseTestSpec(), Options(1000));
+  EXPECT_DOUBLE_EQ(unmeasured.CostUs(BucketShape{32, 64}), 2048 + 2048);
+}
+
+TEST(BatchPlannerTest, FifoPolicyFormsBatchesUpToTheLongestRequestsLargestBatch) {
+  SchedulerOptions options = Options(1000);
+  options.policy = BatchingPolicy::kFifo;
+  FakeClock clock;
+  BatchPlanner planner(StaircaseTestSpec(), options);
+  AddMany(planner, clock, 127, 1, 10);
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), true));  // not full, not due
+  clock.Set(1);
+  AddMany(planner, clock, 1, 1, 10);
+  ExpectBatch(planner.Next(clock.NowMicros(), true), 128, {128, 16});
+
+  // 40 short requests, then a long one: beside it a batch holds 32 rows (at 64), so the long one
+  // ends the batch of the 40 short ones, which is full and goes at once.
+  clock.Set(2);
+  AddMany(planner, clock, 40, 1, 10);
+  clock.Set(3);
+  const auto long_one = AddMany(planner, clock, 1, 1, 50);
+  ExpectBatch(planner.Next(clock.NowMicros(), true), 40, {64, 16});
+  // Then the long one, with the 31 short ones that arrive after it: 32 rows padded to 64.
+  clock.Set(4);
+  AddMany(planner, clock, 40, 1, 10);
+  const std::optional<DispatchDecision> mixed = planner.Next(clock.NowMicros(), true);
+  ExpectBatch(mixed, 32, {32, 64});
+  ASSERT_TRUE(mixed);
+  EXPECT_EQ(mixed->requests.front(), long_one.front());
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -17,19 +17,24 @@ constexpr uint64_t kSeed = 2024;
 constexpr int64_t kDelayUs = 500;
 
 // The default grid's length for a request of `length`.
-int64_t BucketFor(int64_t length) { return EncoderSpec(false).BucketFor(1, length).length; }
+int64_t BucketFor(int64_t length) {
+  return EncoderSpec(EncoderGrid::kTokenBudget).BucketFor(1, length).length;
+}
 
-SimulationConfig Config(Policy policy, int executors, bool six_by_six = false) {
+// On the 32-row grid unless told: the scripted mixes below count on 32 rows filling a batch.
+SimulationConfig Config(Policy policy, int executors, EncoderGrid grid = EncoderGrid::kRowsOnly) {
   SimulationConfig config;
   config.policy = policy;
-  config.spec = EncoderSpec(six_by_six);
+  config.spec = EncoderSpec(grid);
   config.options.max_queue_delay_us = kDelayUs;
   config.executors = executors;
   return config;
 }
 
-// Every request ran in exactly one batch, and every batch held its requests.
-void ExpectEveryRequestAnsweredOnceInAFittingBatch(const SimulationResult& result) {
+// Every request ran in exactly one batch, and every batch held its requests, in a bucket of
+// `spec`'s grid unless no bucket holds its first request.
+void ExpectEveryRequestAnsweredOnceInAFittingBatch(
+    const SimulationResult& result, const ModelSpec& spec = EncoderSpec(EncoderGrid::kRowsOnly)) {
   for (size_t i = 0; i < result.answers.size(); ++i) {
     ASSERT_EQ(result.answers[i], 1) << "request " << i;
   }
@@ -40,6 +45,10 @@ void ExpectEveryRequestAnsweredOnceInAFittingBatch(const SimulationResult& resul
       EXPECT_LE(result.requests[index].length, batch.padded_shape.length);
     }
     EXPECT_LE(rows, batch.padded_shape.batch);
+    const Arrival& first = result.requests[static_cast<size_t>(batch.requests.front())];
+    if (!spec.IsOversize(first.rows, first.length)) {
+      EXPECT_TRUE(spec.HasBucket(batch.padded_shape)) << batch.padded_shape.ToString();
+    }
   }
 }
 
@@ -107,7 +116,7 @@ TEST(BatchPolicyTest, AtSaturationPlannerPadsAtMost1_2AndOutrunsFifoAndGreedy) {
     const SimulationResult fifo =
         SimulateClosedLoop(Config(Policy::kFifoPadToLongest, executors), 512, 20000, mix, kSeed);
     const SimulationResult greedy = SimulateClosedLoop(
-        Config(Policy::kGreedyFullBins, executors, /*six_by_six=*/true), 512, 20000, mix, kSeed);
+        Config(Policy::kGreedyFullBins, executors, EncoderGrid::kSixBySix), 512, 20000, mix, kSeed);
     ExpectEveryRequestAnsweredOnceInAFittingBatch(planner);
 
     EXPECT_LE(planner.padding_ratio(), 1.2);
@@ -121,6 +130,29 @@ TEST(BatchPolicyTest, AtSaturationPlannerPadsAtMost1_2AndOutrunsFifoAndGreedy) {
   }
 }
 
+TEST(BatchPolicyTest, AtSaturationTheTokenBudgetBatchesShortRequestsBeyond32Rows) {
+  // The default grid against the same grid without its token budget: short requests batch up to
+  // hundreds of rows, which the cost model (like the H200) runs at several times the tokens/s of
+  // 32 rows, while long ones stay within 32 rows and no batch exceeds the budget.
+  const SimulationConfig budget = Config(Policy::kPlanner, 1, EncoderGrid::kTokenBudget);
+  const SimulationResult wide = SimulateClosedLoop(budget, 1024, 20000, LengthMix{}, kSeed);
+  const SimulationResult narrow = SimulateClosedLoop(Config(Policy::kPlanner, 1), 1024, 20000,
+                                                     LengthMix{}, kSeed);
+  ExpectEveryRequestAnsweredOnceInAFittingBatch(wide, budget.spec);
+  int64_t beyond_32 = 0;
+  for (const SimulatedBatch& batch : wide.batches) {
+    const BucketShape& shape = batch.padded_shape;
+    if (shape.batch > 32) {
+      ++beyond_32;
+      EXPECT_LE(shape.batch * shape.length, kDefaultMaxBatchTokens) << shape.ToString();
+    }
+  }
+  EXPECT_GT(beyond_32, 0);
+  EXPECT_GT(wide.mean_batch_rows(), 2 * narrow.mean_batch_rows());
+  EXPECT_GT(wide.real_tokens_per_second(), 1.3 * narrow.real_tokens_per_second());
+  EXPECT_LE(wide.padding_ratio(), 1.25);
+}
+
 TEST(BatchPolicyTest, BelowCapacityPlannerPadsLessThanFifoAndGreedyAtTheSameThroughput) {
   for (double rate : {2000.0, 6000.0}) {
     SCOPED_TRACE(std::to_string(rate) + " requests/s");
@@ -128,7 +160,7 @@ TEST(BatchPolicyTest, BelowCapacityPlannerPadsLessThanFifoAndGreedyAtTheSameThro
     const SimulationResult planner = Simulate(Config(Policy::kPlanner, 1), arrivals);
     const SimulationResult fifo = Simulate(Config(Policy::kFifoPadToLongest, 1), arrivals);
     const SimulationResult greedy =
-        Simulate(Config(Policy::kGreedyFullBins, 1, /*six_by_six=*/true), arrivals);
+        Simulate(Config(Policy::kGreedyFullBins, 1, EncoderGrid::kSixBySix), arrivals);
     ExpectEveryRequestAnsweredOnceInAFittingBatch(planner);
 
     EXPECT_LT(planner.padding_ratio(), fifo.padding_ratio());
@@ -230,10 +262,13 @@ TEST(BatchPolicyTest, OnlyOlderDueRequestsOvertakeADueRequestAtAnyLoad) {
     for (size_t i = 0; i < arrivals.size(); ++i)
       arrivals[i].rows = 1 + static_cast<int64_t>(i * 7 % 8);
     for (int executors : {1, 3}) {
-      SCOPED_TRACE(std::to_string(executors) + " executor(s)");
-      const SimulationResult result = Simulate(Config(Policy::kPlanner, executors), arrivals);
-      ExpectEveryRequestAnsweredOnceInAFittingBatch(result);
-      ExpectOnlyOlderDueRequestsGoFirst(result, kDelayUs);
+      for (EncoderGrid grid : {EncoderGrid::kRowsOnly, EncoderGrid::kTokenBudget}) {
+        SCOPED_TRACE(std::to_string(executors) + " executor(s), grid " +
+                     std::to_string(static_cast<int>(grid)));
+        const SimulationResult result = Simulate(Config(Policy::kPlanner, executors, grid), arrivals);
+        ExpectEveryRequestAnsweredOnceInAFittingBatch(result, EncoderSpec(grid));
+        ExpectOnlyOlderDueRequestsGoFirst(result, kDelayUs);
+      }
     }
   }
 }

@@ -64,9 +64,10 @@ TEST(ConfigTest, ValidConfigBecomesSpec) {
   EXPECT_EQ(spec.inputs[0].variable_dim(), 0);
   ASSERT_EQ(spec.outputs.size(), 1u);
   EXPECT_EQ(spec.outputs[0].dims, (std::vector<int64_t>{-1, 8}));
-  // Sorted and deduplicated, as given (no default filled in).
+  // Sorted and deduplicated, as given (no default filled in), and no token budget with them.
   EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4}));
   EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{16, 64}));
+  EXPECT_EQ(spec.max_batch_tokens, 0);
 
   const SchedulerOptions options = SchedulerOptionsFromConfig(Parse(kValidConfig));
   EXPECT_EQ(options.max_queue_delay_us, 250);
@@ -126,10 +127,74 @@ TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {
   config.clear_buckets();
   ModelSpec spec;
   ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
-  EXPECT_EQ(spec.bucket_batch_sizes, DefaultBucketBatchSizes(8));
-  EXPECT_EQ(spec.bucket_batch_sizes.back(), 8);
   EXPECT_EQ(spec.bucket_lengths, DefaultBucketLengths(100));
   EXPECT_EQ(spec.bucket_lengths.back(), 100);
+  // Rows a request may carry at every length, and short batches up to the default token budget.
+  EXPECT_EQ(spec.max_batch_tokens, kDefaultMaxBatchTokens);
+  EXPECT_EQ(spec.bucket_batch_sizes,
+            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
+  EXPECT_EQ(spec.LargestBatchFor(16), 512);
+  EXPECT_EQ(spec.LargestBatchFor(100), 128);
+  EXPECT_EQ(spec.BucketFor(8, 100), (BucketShape{8, 100}));
+  EXPECT_TRUE(spec.IsOversize(200, 100));
+
+  // An explicit 0 keeps batches within max_batch_size: the grid of old.
+  config.mutable_buckets()->set_max_batch_tokens(0);
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.max_batch_tokens, 0);
+  EXPECT_EQ(spec.bucket_batch_sizes, DefaultBucketBatchSizes(8));
+  EXPECT_EQ(spec.bucket_batch_sizes.back(), 8);
+
+  // A budget of one's own: the default sizes that fit it at the shortest length.
+  config.mutable_buckets()->set_max_batch_tokens(1024);
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_EQ(spec.LargestBatchFor(100), 8);
+}
+
+TEST(ConfigTest, BatchSizesBeyondMaxBatchSizeNeedATokenBudget) {
+  inference::ModelConfig config = Parse(kValidConfig);
+  config.mutable_buckets()->clear_batch_sizes();
+  for (int64_t size : {1, 2, 4, 8, 16, 32}) config.mutable_buckets()->add_batch_sizes(size);
+  ModelSpec spec;
+  Status status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("buckets.batch_sizes: 16 is outside [1, 8]"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("need buckets.max_batch_tokens"), std::string::npos)
+      << status.message();
+
+  // Lengths 16 and 64: 32 rows fit 512 tokens at 16 only.
+  config.mutable_buckets()->set_max_batch_tokens(512);
+  status = ModelSpecFromConfig(config, &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(spec.max_batch_tokens, 512);
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(spec.Buckets().size(), 6u + 4u);
+  EXPECT_EQ(spec.BucketFor(20, 10), (BucketShape{32, 16}));
+  EXPECT_TRUE(spec.IsOversize(9, 64));
+  EXPECT_EQ(spec.BucketFor(8, 64), (BucketShape{8, 64}));
+
+  // A size that fits the budget at no length is refused, naming the field and the budget.
+  config.mutable_buckets()->add_batch_sizes(64);
+  status = ModelSpecFromConfig(config, &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("buckets.batch_sizes: 64 is outside [1, 32]"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("buckets.max_batch_tokens 512"), std::string::npos)
+      << status.message();
+}
+
+TEST(ConfigTest, BuiltinEncoderGetsTheStaircaseGrid) {
+  ModelSpec spec;
+  ASSERT_TRUE(ModelSpecFromConfig(BuiltinEncoderConfig(), &spec).ok());
+  EXPECT_EQ(spec.max_batch_size, 32);
+  EXPECT_EQ(spec.max_batch_tokens, 16384);
+  EXPECT_EQ(spec.Buckets().size(), 88u);  // 66 with batch sizes up to 32 at each of 11 lengths
+  EXPECT_EQ(spec.LargestBatchFor(16), 512);
+  EXPECT_EQ(spec.LargestBatchFor(64), 256);
+  EXPECT_EQ(spec.LargestBatchFor(512), 32);
+  EXPECT_EQ(spec.LargestBucket().batch * spec.LargestBucket().length, 16384);
 }
 
 TEST(ConfigTest, BuiltinEncoderConfigIsValid) {
@@ -225,6 +290,10 @@ INSTANTIATE_TEST_SUITE_P(
                     BadConfigCase{"output { name: \"y\" data_type: TYPE_FP32 dims: [ 0 ] }", "output[1].dims"},
                     BadConfigCase{"buckets { batch_sizes: [ 16 ] }", "buckets.batch_sizes"},
                     BadConfigCase{"buckets { sequence_lengths: [ 101 ] }", "buckets.sequence_lengths"},
+                    BadConfigCase{"buckets { max_batch_tokens: -1 }",
+                                  "buckets.max_batch_tokens: must not be negative"},
+                    BadConfigCase{"buckets { batch_sizes: [ 128 ] max_batch_tokens: 1024 }",
+                                  "buckets.batch_sizes: 128 is outside [1, 64]"},
                     BadConfigCase{"cuda_graphs { verify_rtol: -1 }", "cuda_graphs.verify_rtol"},
                     BadConfigCase{"dynamic_batching { max_queue_delay_microseconds: 60000000 }",
                                   "max_queue_delay"},
@@ -241,6 +310,7 @@ TEST(ConfigTest, FixedShapeModelGetsABatchOnlyGrid) {
   EXPECT_EQ(spec.max_sequence_length, kFixedShapeLength);
   EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{kFixedShapeLength}));
   EXPECT_EQ(spec.bucket_batch_sizes, DefaultBucketBatchSizes(8));
+  EXPECT_EQ(spec.max_batch_tokens, 0);  // no length, no token budget: batches stay within 8 rows
   EXPECT_EQ(spec.BucketFor(3, kFixedShapeLength), (BucketShape{4, kFixedShapeLength}));
   EXPECT_EQ(spec.BucketLabel(BucketShape{4, kFixedShapeLength}), "4x-");
 
@@ -277,6 +347,10 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(BadConfigCase{"max_sequence_length: 224", "max_sequence_length: no input has a -1"},
                     BadConfigCase{"buckets { sequence_lengths: [ 1 ] }",
                                   "buckets.sequence_lengths: no input has a -1"},
+                    BadConfigCase{"buckets { max_batch_tokens: 64 }",
+                                  "buckets.max_batch_tokens: no input has a -1"},
+                    BadConfigCase{"buckets { max_batch_tokens: 0 }",
+                                  "buckets.max_batch_tokens: no input has a -1"},
                     BadConfigCase{"output { name: \"map\" data_type: TYPE_FP32 dims: [ -1, 4 ] }",
                                   "output[1].dims: -1 in 'map'"}));
 

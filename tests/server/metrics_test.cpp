@@ -65,15 +65,13 @@ class FakeExecutor : public Executor {
 
   std::vector<BucketInfo> Buckets() const override {
     std::vector<BucketInfo> buckets;
-    for (int64_t batch : spec_.bucket_batch_sizes) {
-      for (int64_t length : spec_.bucket_lengths) {
-        BucketInfo info;
-        info.shape = BucketShape{batch, length};
-        info.graph = graphs_.count(info.shape) > 0;
-        info.eager_reason = EagerReason::kVerifyFailed;
-        info.execute_time_us = static_cast<double>(100 * batch + length);
-        buckets.push_back(info);
-      }
+    for (const BucketShape& shape : spec_.Buckets()) {
+      BucketInfo info;
+      info.shape = shape;
+      info.graph = graphs_.count(info.shape) > 0;
+      info.eager_reason = EagerReason::kVerifyFailed;
+      info.execute_time_us = static_cast<double>(100 * shape.batch + shape.length);
+      buckets.push_back(info);
     }
     return buckets;
   }
@@ -254,6 +252,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_admission_work_scale", "gauge"},
       {"graphserve_batches_total", "counter"},
       {"graphserve_batch_rows_total", "counter"},
+      {"graphserve_bucket_grid_max_batch_tokens", "gauge"},
       {"graphserve_graph_replays_total", "counter"},
       {"graphserve_eager_executions_total", "counter"},
       {"graphserve_real_elements_total", "counter"},
@@ -292,6 +291,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.One("graphserve_requests_in_flight", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_queue_depth", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_admission_work_scale", {{"model", "m"}}), 1.0);  // uncalibrated
+  EXPECT_EQ(exposition.One("graphserve_bucket_grid_max_batch_tokens", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_request_duration_seconds_count", {{"model", "m"}}), 0.0);
   // 16 finite bounds and +Inf.
   EXPECT_EQ(exposition.Find("graphserve_request_duration_seconds_bucket", {{"model", "m"}}).size(), 17u);
@@ -352,6 +352,7 @@ TEST(MetricsTest, IdentitiesHoldAfterRequests) {
   }
   EXPECT_EQ(exposition.One("graphserve_requests_in_flight", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_queue_depth", {{"model", "m"}}), 0.0);
+  EXPECT_EQ(exposition.One("graphserve_bucket_grid_max_batch_tokens", {{"model", "m"}}), 0.0);
 
   // replays + eager = batches, per device and in total; the scheduler agrees on the batch count.
   for (const char* device : {"cuda:0", "cpu"}) {
@@ -402,6 +403,16 @@ TEST(MetricsTest, InstancesOnOneDeviceAreSummed) {
   EXPECT_DOUBLE_EQ(exposition.One("graphserve_graph_capture_seconds", on_device), 3.0);
   EXPECT_EQ(exposition.One("graphserve_graph_pool_bytes", on_device), 2000.0);
   EXPECT_EQ(exposition.One("graphserve_gpu_memory_allocated_bytes", {{"device", "cuda:1"}}), 2000.0);
+}
+
+TEST(MetricsTest, TheGridsTokenBudgetIsAGaugePerModel) {
+  SteadyClock clock;
+  ServerMetrics metrics(TestOptions());
+  auto scheduler =
+      MakeScheduler(scheduler_test::StaircaseTestSpec("wide"), Options(0), {"cpu"}, {}, &clock);
+  metrics.AddModel(scheduler.get());
+  const Exposition exposition(metrics.TextExposition());
+  EXPECT_EQ(exposition.One("graphserve_bucket_grid_max_batch_tokens", {{"model", "wide"}}), 2048.0);
 }
 
 TEST(MetricsTest, FixedShapeBucketsAreLabelledBatchByDash) {

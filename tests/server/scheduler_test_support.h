@@ -25,6 +25,15 @@ inline ModelSpec TestSpec(const std::string& name = "echo") {
   return spec;
 }
 
+// TestSpec's lengths with a token budget: a request carries at most 4 rows, but batches of short
+// requests grow up to 2048 tokens: 128 rows at length 16, 64 at 32, 32 at 64.
+inline ModelSpec StaircaseTestSpec(const std::string& name = "echo") {
+  ModelSpec spec = TestSpec(name);
+  spec.bucket_batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128};
+  spec.max_batch_tokens = 2048;
+  return spec;
+}
+
 // A fixed-shape model (no -1 anywhere): batch {1, 2, 4} × the one length kFixedShapeLength. Its
 // fixed dim of 1 matches MakeRequest(rows, kFixedShapeLength)'s tensors.
 inline ModelSpec FixedShapeTestSpec(const std::string& name = "cnn") {

@@ -395,6 +395,9 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedCase{"buckets { batch_sizes: [ 1 ] } "
                     "parameters { key: \"bucket_batch_sizes\" value { string_value: \"1,2\" } }",
                     "parameters[\"bucket_batch_sizes\"]: [1, 2] contradicts buckets.batch_sizes: [1]"},
+        RefusedCase{"buckets { max_batch_tokens: 64 } "
+                    "parameters { key: \"max_batch_tokens\" value { string_value: \"128\" } }",
+                    "parameters[\"max_batch_tokens\"]: 128 contradicts buckets.max_batch_tokens: 64"},
         RefusedCase{"dynamic_batching { max_queue_size: 10 }",
                     "dynamic_batching.default_queue_policy.max_queue_size: 64 contradicts"},
         RefusedCase{"dynamic_batching { preferred_batch_size: [ 32 ] }",
@@ -478,33 +481,105 @@ TEST(TritonConfigTest, EffectiveConfigDescribesWhatIsServed) {
   EXPECT_EQ(EffectiveModelConfig(served).optimization().cuda().graph_spec_size(), 0);
 }
 
+// On preferred_batch_size's grid, and on the default one, whose token budget takes batches of
+// short requests beyond max_batch_size (Triton's preferred sizes stop at it).
 TEST(TritonConfigTest, EffectiveConfigReadBackServesTheSameModel) {
-  ModelFolder folder({"model.pt"});
-  ServedModel served;
-  served.config = TritonConfig();
-  ASSERT_TRUE(ResolveModelConfig(folder.path(), &served.config, nullptr).ok());
-  ASSERT_TRUE(ModelSpecFromConfig(served.config, &served.spec).ok());
-  served.scheduler = SchedulerOptionsFromConfig(served.config);
-  ASSERT_TRUE(InstancePlacements(served.config, "cpu", &served.placements).ok());
-  for (int64_t batch : served.spec.bucket_batch_sizes) {
-    for (int64_t length : served.spec.bucket_lengths) served.graph_buckets.push_back({batch, length});
-  }
+  for (bool preferred : {true, false}) {
+    SCOPED_TRACE(preferred ? "preferred_batch_size" : "default grid");
+    ModelFolder folder({"model.pt"});
+    ServedModel served;
+    served.config = TritonConfig();
+    if (!preferred) served.config.mutable_dynamic_batching()->clear_preferred_batch_size();
+    ASSERT_TRUE(ResolveModelConfig(folder.path(), &served.config, nullptr).ok());
+    ASSERT_TRUE(ModelSpecFromConfig(served.config, &served.spec).ok());
+    served.scheduler = SchedulerOptionsFromConfig(served.config);
+    ASSERT_TRUE(InstancePlacements(served.config, "cpu", &served.placements).ok());
+    served.graph_buckets = served.spec.Buckets();
 
-  inference::ModelConfig effective = EffectiveModelConfig(served);
+    inference::ModelConfig effective = EffectiveModelConfig(served);
+    for (int32_t size : effective.dynamic_batching().preferred_batch_size()) {
+      EXPECT_LE(size, effective.max_batch_size());
+    }
+    EXPECT_EQ(effective.buckets().max_batch_tokens(), preferred ? 0 : kDefaultMaxBatchTokens);
+    ConfigWarnings warnings;
+    const Status status = ResolveModelConfig(folder.path(), &effective, &warnings);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_TRUE(warnings.empty()) << Joined(warnings);
+    ModelSpec spec;
+    ASSERT_TRUE(ModelSpecFromConfig(effective, &spec).ok());
+    EXPECT_EQ(spec.bucket_batch_sizes, served.spec.bucket_batch_sizes);
+    EXPECT_EQ(spec.bucket_lengths, served.spec.bucket_lengths);
+    EXPECT_EQ(spec.max_batch_tokens, served.spec.max_batch_tokens);
+    EXPECT_EQ(spec.Buckets(), served.spec.Buckets());
+    EXPECT_EQ(spec.max_sequence_length, served.spec.max_sequence_length);
+    EXPECT_EQ(SchedulerOptionsFromConfig(effective).max_queue_size, served.scheduler.max_queue_size);
+    std::vector<InstancePlacement> placements;
+    ASSERT_TRUE(InstancePlacements(effective, "cpu", &placements).ok());
+    ASSERT_EQ(placements.size(), 1u);
+    EXPECT_EQ(placements[0].devices, served.placements[0].devices);
+  }
+}
+
+// graph_spec entries for (batch, length) at these points, both inputs of each.
+std::string GraphSpecs(const std::vector<BucketShape>& points) {
+  std::string edit = "optimization { cuda { graphs: true ";
+  for (const BucketShape& point : points) {
+    const std::string length = std::to_string(point.length);
+    edit += "graph_spec { batch_size: " + std::to_string(point.batch) +
+            " input { key: \"input_ids\" value { dim: [ " + length +
+            " ] } } input { key: \"attention_mask\" value { dim: [ " + length + " ] } } } ";
+  }
+  return edit + "} }";
+}
+
+TEST(TritonConfigTest, TokenBudgetTravelsAsAParameterAndGraphSpecsFormItsStaircase) {
+  ModelFolder folder({"model.pt"});
+  inference::ModelConfig config = TritonConfig(R"pb(
+    parameters { key: "max_batch_tokens" value { string_value: "1024" } }
+    parameters { key: "bucket_batch_sizes" value { string_value: "4,8,16,32,64" } }
+    parameters { key: "bucket_sequence_lengths" value { string_value: "16,32,64" } }
+  )pb");
   ConfigWarnings warnings;
-  const Status status = ResolveModelConfig(folder.path(), &effective, &warnings);
+  Status status = ResolveModelConfig(folder.path(), &config, &warnings);
   ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_TRUE(warnings.empty()) << Joined(warnings);
+  // preferred_batch_size [4, 8, 16] is the grid's sizes up to max_batch_size 16: no warning.
+  EXPECT_FALSE(Mentions(warnings, "preferred_batch_size")) << Joined(warnings);
   ModelSpec spec;
-  ASSERT_TRUE(ModelSpecFromConfig(effective, &spec).ok());
-  EXPECT_EQ(spec.bucket_batch_sizes, served.spec.bucket_batch_sizes);
-  EXPECT_EQ(spec.bucket_lengths, served.spec.bucket_lengths);
-  EXPECT_EQ(spec.max_sequence_length, served.spec.max_sequence_length);
-  EXPECT_EQ(SchedulerOptionsFromConfig(effective).max_queue_size, served.scheduler.max_queue_size);
-  std::vector<InstancePlacement> placements;
-  ASSERT_TRUE(InstancePlacements(effective, "cpu", &placements).ok());
-  ASSERT_EQ(placements.size(), 1u);
-  EXPECT_EQ(placements[0].devices, served.placements[0].devices);
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.max_batch_tokens, 1024);
+  EXPECT_EQ(spec.LargestBatchFor(16), 64);
+  EXPECT_EQ(spec.LargestBatchFor(32), 32);
+  EXPECT_EQ(spec.LargestBatchFor(64), 16);
+
+  // graph_spec: 32 rows fit 512 tokens at length 16, not at 32; 4 rows at both.
+  const std::string budget = R"pb(
+    parameters { key: "max_batch_tokens" value { string_value: "512" } })pb";
+  config = TritonConfig(budget + GraphSpecs({{4, 16}, {4, 32}, {32, 16}}));
+  config.mutable_dynamic_batching()->clear_preferred_batch_size();
+  status = ResolveModelConfig(folder.path(), &config, nullptr);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(Values(config.buckets().batch_sizes()), (std::vector<int64_t>{4, 32}));
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.Buckets(), (std::vector<BucketShape>{{4, 16}, {4, 32}, {32, 16}}));
+
+  config = TritonConfig(budget + GraphSpecs({{4, 16}, {4, 32}, {32, 16}, {32, 32}}));
+  status = ResolveModelConfig(folder.path(), &config, nullptr);
+  EXPECT_NE(status.message().find("graph_spec: 32x32 above max_batch_size exceed "
+                                  "buckets.max_batch_tokens 512"),
+            std::string::npos)
+      << status.message();
+  config = TritonConfig(budget + GraphSpecs({{4, 16}, {32, 16}, {16, 32}}));
+  status = ResolveModelConfig(folder.path(), &config, nullptr);
+  EXPECT_NE(status.message().find("within buckets.max_batch_tokens 512; missing 4x32, 16x16"),
+            std::string::npos)
+      << status.message();
+  // Without a budget a graph above max_batch_size is refused, saying what would allow it.
+  config = TritonConfig(GraphSpecs({{32, 16}}));
+  status = ResolveModelConfig(folder.path(), &config, nullptr);
+  EXPECT_NE(status.message().find("graph_spec[0].batch_size: 32 is outside [1, max_batch_size = "
+                                  "16]; batches of more rows need buckets.max_batch_tokens"),
+            std::string::npos)
+      << status.message();
 }
 
 }  // namespace

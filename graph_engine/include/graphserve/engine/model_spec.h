@@ -75,28 +75,43 @@ struct ModelSpec {
   int64_t max_sequence_length = 1;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
-  // Ascending, deduplicated, capped by max_batch_size / max_sequence_length, and ending at them.
-  // A fixed-shape model has max_sequence_length and bucket_lengths {kFixedShapeLength}.
+  // The grid's axes: ascending, deduplicated, capped by max_sequence_length and (but for sizes
+  // that only max_batch_tokens admits) by max_batch_size. A fixed-shape model has
+  // max_sequence_length and bucket_lengths {kFixedShapeLength}.
   std::vector<int64_t> bucket_batch_sizes;
   std::vector<int64_t> bucket_lengths;
+  // The token budget of a batch beyond max_batch_size rows; 0: none. With a budget the grid's
+  // points (its buckets) are the (b, L) of the axes with b <= max_batch_size or b × L <=
+  // max_batch_tokens (IsGridPoint): a staircase, as many rows at every length as a request may
+  // carry, and more for short lengths, so a formed batch may hold more rows than a request.
+  // Without one every (b, L) of the axes is a point (the config loader keeps b <= max_batch_size).
+  int64_t max_batch_tokens = 0;
   Precision precision = Precision::kFp32;
   bool cuda_graphs_disabled = false;
   double verify_rtol = 0.0;  // 0: the precision's default
   // One per input, in input order, or empty when no input is bounded.
   std::vector<ValueRange> input_ranges;
 
-  // The smallest bucket that holds `rows` × `length`, or {rows, length} itself (an oversize batch)
-  // when none does.
+  // The smallest bucket that holds `rows` × `length`: the smallest bucket length >= length, and at
+  // it the smallest batch size >= rows among those that are points there; {rows, length} itself
+  // (an oversize batch) when none does.
   BucketShape BucketFor(int64_t rows, int64_t length) const;
   bool IsOversize(int64_t rows, int64_t length) const;
+  // Whether `shape` is a point of the grid.
+  bool HasBucket(const BucketShape& shape) const;
+  // The largest batch size at the bucket length a batch of `length` pads to (the smallest >= it);
+  // 0 when the length is beyond the grid or no size is a point there.
+  int64_t LargestBatchFor(int64_t length) const;
+  // Every point of the grid, batch-major: each batch size's lengths in ascending order.
+  std::vector<BucketShape> Buckets() const;
+  // The point with the most batch × length (the larger batch on a tie); {0, 0} for an empty grid.
+  BucketShape LargestBucket() const;
   // Whether some input has a -1 dimension; false for a fixed-shape model.
   bool has_sequence_length() const;
   // graphserve::BucketLabel for this model.
   std::string BucketLabel(const BucketShape& shape) const;
 };
 
-// The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
-// capped by (and always including) the model's limits.
 // Index of the smallest entry of the ascending `grid` that is >= value; grid.size() when none is (an
 // oversize value). The one bucket lookup of the engine, the batcher and the tools.
 size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value);
@@ -114,7 +129,22 @@ Status CheckTensorDims(const std::string& tensor, const std::vector<int64_t>& di
 // INVALID_ARGUMENT naming the model otherwise. The platform checks the rest.
 Status CheckModelSpec(const ModelSpec& spec);
 
-std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size);
+// Whether (batch, length) of a grid's axes is one of its points (ModelSpec::max_batch_tokens):
+// always without a budget (0); with one, when batch <= max_batch_size or batch × length <=
+// max_batch_tokens. Free of overflow.
+bool IsGridPoint(int64_t batch, int64_t length, int64_t max_batch_size, int64_t max_batch_tokens);
+
+// The default grid's token budget and its largest batch size (a length-varying model whose config
+// names no batch sizes); model_spec.cpp has the measurements behind them.
+inline constexpr int64_t kDefaultMaxBatchTokens = 16384;
+inline constexpr int64_t kDefaultLargestBatch = 512;
+
+// The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
+// capped by (and always including) the model's limits. Batch sizes are powers of two and
+// max_batch_size itself; with a budget, powers of two above max_batch_size follow, up to
+// kDefaultLargestBatch, while they fit the budget at `shortest_length` (the grid's first length).
+std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size, int64_t max_batch_tokens = 0,
+                                             int64_t shortest_length = 1);
 std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length);
 
 }  // namespace graphserve

@@ -150,10 +150,11 @@ struct DispatchDecision {
 // ModelScheduler calls it under its lock. The policy, in short (batch_planner.cpp has the reasons):
 //   - A request joins the bin of the smallest bucket length that holds it; requests longer than the
 //     grid share an oversize bin. Within a bin requests leave in arrival order.
-//   - A bin's batch is its oldest requests up to the largest batch size, padded to the smallest
-//   batch
-//     bucket holding them (or fewer of them in a smaller bucket, when that does more real work per
-//     µs); the bucket's spare rows, padding otherwise, carry ride-alongs from shorter bins.
+//   - A bin's batch is its oldest requests up to the largest batch size at its length (the grid is
+//     a staircase: short lengths may batch more rows than max_batch_size, ModelSpec), padded to
+//     the smallest batch bucket holding them (or fewer of them in a smaller bucket, when that does
+//     more real work per µs); the bucket's spare rows, padding otherwise, carry ride-alongs from
+//     shorter bins.
 //   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
 //     max_queue_delay_us), or, with an executor idle, when fewer than one joining arrival is
 //     expected before the delay runs out (from the arrival rates the planner observes).
@@ -202,6 +203,7 @@ class BatchPlanner {
  private:
   struct Bin {
     int64_t length = 0;  // the bucket length this bin pads to
+    int64_t largest_batch = 0;  // the most rows of a batch padded to it (oversize: as the longest)
     std::deque<std::shared_ptr<PendingRequest>> requests;
     int64_t rows = 0;
     // Arrivals seen, for the rate estimate: the last one, and the mean gap between them (EWMA).
@@ -227,8 +229,8 @@ class BatchPlanner {
     return a.deadline_us > b.deadline_us;
   }
 
-  // Policy kFifo: the oldest requests across all bins, once they fill the largest batch or the
-  // oldest is due.
+  // Policy kFifo: the oldest requests across all bins, once they fill the largest batch at the
+  // longest one's length or the oldest is due.
   std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
   // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
   size_t OldestBin(const std::vector<size_t>& skip) const;
@@ -256,9 +258,10 @@ class BatchPlanner {
 
   const ModelSpec spec_;
   const SchedulerOptions options_;
-  const int64_t largest_batch_;
-  // cost_us_[length index][batch index] over the grid.
+  // cost_us_[length index][batch index] over the grid's axes; only its points are read.
   std::vector<std::vector<double>> cost_us_;
+  // The grid's largest point, which the cost of an off-grid (oversize) batch is scaled from.
+  BucketShape largest_bucket_;
 
   std::vector<Bin> bins_;  // one per bucket length, plus one for oversize requests, in length order
   size_t queued_ = 0;

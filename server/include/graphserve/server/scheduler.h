@@ -63,6 +63,7 @@ struct ExecutorSnapshot {
 struct SchedulerSnapshot {
   std::string model;
   bool has_sequence_length = true;  // false: a fixed-shape model, whose buckets read "8x-"
+  int64_t max_batch_tokens = 0;     // the grid's token budget (ModelSpec::max_batch_tokens)
   // Both taken under the scheduler's lock, so that they agree with each other.
   SchedulerCounters counters;
   size_t queue_depth = 0;

@@ -22,6 +22,7 @@ inline constexpr int64_t kDefaultMaxSequenceLength = 512;
 inline constexpr const char* kParameterMaxSequenceLength = "max_sequence_length";  // "256"
 inline constexpr const char* kParameterBucketBatchSizes = "bucket_batch_sizes";    // "1,2,4,8"
 inline constexpr const char* kParameterBucketSequenceLengths = "bucket_sequence_lengths";
+inline constexpr const char* kParameterMaxBatchTokens = "max_batch_tokens";  // "16384"
 inline constexpr const char* kParameterPrecision = "precision";             // fp32, fp16, bf16
 inline constexpr const char* kParameterBatchingPolicy = "batching_policy";  // size_binned, fifo
 
@@ -31,8 +32,9 @@ inline constexpr const char* kParameterBatchingPolicy = "batching_policy";  // s
 //     version folder where there is one): default_model_filename when set, else model.pt2
 //     (torch_aoti), else model.pt (pytorch_libtorch);
 //   - graphserve's parameters keys (above) into their fields;
-//   - optimization.cuda.graphs: false into cuda_graphs.disable; graph_spec (a full grid of batch
-//     sizes × lengths) into buckets;
+//   - optimization.cuda.graphs: false into cuda_graphs.disable; graph_spec (every point of a grid
+//     of batch sizes × lengths, ModelSpec's staircase where buckets.max_batch_tokens is set) into
+//     buckets;
 //   - dynamic_batching.preferred_batch_size into buckets.batch_sizes when nothing else gives them;
 //     default_queue_policy.max_queue_size into max_queue_size;
 //   - a variable-length model without max_sequence_length gets its largest bucket length, else
@@ -72,7 +74,8 @@ struct ServedModel {
 };
 
 // The config graphserve serves the model with, in Triton's fields (for Triton's clients) and
-// graphserve's: defaults filled in, preferred_batch_size = the grid's batch sizes, one instance
+// graphserve's: defaults filled in, preferred_batch_size = the grid's batch sizes up to
+// max_batch_size (Triton's bound; buckets lists them all, with max_batch_tokens), one instance
 // group per kind, and one optimization.cuda.graph_spec per graph bucket, each input's -1 replaced
 // by the bucket's length.
 inference::ModelConfig EffectiveModelConfig(const ServedModel& model);
