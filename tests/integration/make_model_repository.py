@@ -73,7 +73,8 @@ class Spin(torch.nn.Module):
         self.proj = torch.nn.Linear(4, 4)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        x = torch.ones(input_ids.shape[0], input_ids.shape[1], 4)
+        # On the inputs' device: a CPU tensor here fails the model's warm-up on a CUDA device.
+        x = torch.ones(input_ids.shape[0], input_ids.shape[1], 4, device=input_ids.device)
         for _ in range(int(input_ids.max())):
             x = torch.tanh(self.proj(x))
         return x * attention_mask[:, :, None].float()
