@@ -39,9 +39,10 @@ std::vector<ModelScheduler::LengthCost> LengthCosts(const BucketCosts& costs) {
   for (const auto& [shape, cost_us] : costs) {
     if (shape.batch <= 0 || cost_us <= 0) continue;
     const double per_row = cost_us / static_cast<double>(shape.batch);
-    auto [entry, inserted] = best.emplace(shape.length, ModelScheduler::LengthCost{shape.length, per_row, cost_us});
+    const ModelScheduler::LengthCost cost{shape.length, per_row, cost_us};
+    auto [entry, inserted] = best.emplace(shape.length, cost);
     // On a tie the larger batch: it is the one a backlog fills.
-    if (!inserted && per_row <= entry->second.per_row_us) entry->second = {shape.length, per_row, cost_us};
+    if (!inserted && per_row <= entry->second.per_row_us) entry->second = cost;
   }
   std::vector<ModelScheduler::LengthCost> by_length;
   for (const auto& [length, cost] : best) by_length.push_back(cost);
@@ -109,7 +110,8 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
     request->enqueue_us = now_us;
     request->queue_timeout_us = options_.queue_policy.TimeoutFor(request->timeout_override_us);
     const LengthCost* cost = CostOfLength(request->item.length);
-    request->work_us = cost == nullptr ? 0.0 : cost->per_row_us * static_cast<double>(request->item.rows);
+    request->work_us =
+        cost == nullptr ? 0.0 : cost->per_row_us * static_cast<double>(request->item.rows);
     const int64_t expiry_us = request->ExpiryUs();
     if (expiry_us != 0) {
       // Every instance busy on the queue at full batches, none running yet, scaled by what batches

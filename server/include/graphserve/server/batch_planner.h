@@ -184,7 +184,8 @@ class BatchPlanner {
   // A queued request's `cancelled` flag was set: the next TakeDead looks for it.
   void NoteCancellation() { cancellation_noted_ = true; }
   // Removes and returns the requests whose expiry (PendingRequest::ExpiryUs: deadline or queue
-  // timeout) is <= `now_us`, and the cancelled ones noted.
+  // timeout) is <= `now_us`, and the cancelled ones noted. A later `now_us` also takes those that
+  // cannot finish before it (the scheduler passes now plus the cheapest batch).
   std::vector<std::shared_ptr<PendingRequest>> TakeDead(int64_t now_us);
 
   // The batch to run now, if any. `executor_idle`: a worker is waiting for work right now (so a
