@@ -32,21 +32,17 @@ BucketCosts CostsOf(const std::vector<std::unique_ptr<Executor>>& executors) {
   return costs;
 }
 
-// For each bucket length, the cheapest device time per row among its batch sizes (a lower bound on
-// what a queued row of that length costs however it is batched) and the time of that bucket's batch.
-std::vector<ModelScheduler::LengthCost> LengthCosts(const BucketCosts& costs) {
-  std::map<int64_t, ModelScheduler::LengthCost> best;
+// For each bucket length, the cheapest device time per row among its batch sizes: a lower bound on
+// what a queued row of that length costs however it is batched.
+std::vector<std::pair<int64_t, double>> RowCosts(const BucketCosts& costs) {
+  std::map<int64_t, double> best;
   for (const auto& [shape, cost_us] : costs) {
     if (shape.batch <= 0 || cost_us <= 0) continue;
     const double per_row = cost_us / static_cast<double>(shape.batch);
-    const ModelScheduler::LengthCost cost{shape.length, per_row, cost_us};
-    auto [entry, inserted] = best.emplace(shape.length, cost);
-    // On a tie the larger batch: it is the one a backlog fills.
-    if (!inserted && per_row <= entry->second.per_row_us) entry->second = cost;
+    auto [entry, inserted] = best.emplace(shape.length, per_row);
+    if (!inserted) entry->second = std::min(entry->second, per_row);
   }
-  std::vector<ModelScheduler::LengthCost> by_length;
-  for (const auto& [length, cost] : best) by_length.push_back(cost);
-  return by_length;
+  return {best.begin(), best.end()};
 }
 
 // The cheapest bucket's time: no batch ends sooner than this after it starts.
@@ -67,7 +63,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       clock_(clock),
       executors_(std::move(executors)),
       costs_(CostsOf(executors_)),
-      length_costs_(LengthCosts(costs_)),
+      row_costs_us_(RowCosts(costs_)),
       cheapest_batch_us_(CheapestBatchUs(costs_)),
       answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
@@ -109,16 +105,19 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
     const int64_t now_us = clock_->NowMicros();
     request->enqueue_us = now_us;
     request->queue_timeout_us = options_.queue_policy.TimeoutFor(request->timeout_override_us);
-    const LengthCost* cost = CostOfLength(request->item.length);
-    request->work_us =
-        cost == nullptr ? 0.0 : cost->per_row_us * static_cast<double>(request->item.rows);
+    request->work_us = EstimateWorkUs(*request);
     const int64_t expiry_us = request->ExpiryUs();
     if (expiry_us != 0) {
       // Every instance busy on the queue at full batches, none running yet, scaled by what batches
-      // really took; the request is answered when its own batch (a full one at best) ends.
+      // really took; then the request's own batch, no shorter than its smallest bucket takes (a
+      // full batch of its length would overstate it at low load: on a staircase grid that is
+      // hundreds of rows).
       const double ahead_us = queued_work_us_ * work_scale_ / static_cast<double>(executors_.size());
       const double own_us =
-          cost == nullptr ? 0.0 : std::max(request->work_us, cost->batch_us) * work_scale_;
+          request->work_us > 0
+              ? std::max(request->work_us * work_scale_,
+                         planner_.CostUs(spec_.BucketFor(request->item.rows, request->item.length)))
+              : 0.0;
       const double done_us = static_cast<double>(now_us) + ahead_us + own_us;
       const double admit_by_us = static_cast<double>(now_us) +
                                  options_.admission_deadline_fraction * static_cast<double>(expiry_us - now_us);
@@ -437,11 +436,12 @@ void ModelScheduler::CalibrateWorkScale(double sample) {
   work_scale_ = std::clamp(work_scale_ + kSmoothing * (sample - work_scale_), kMinScale, kMaxScale);
 }
 
-const ModelScheduler::LengthCost* ModelScheduler::CostOfLength(int64_t length) const {
+double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
   const auto bucket = std::lower_bound(
-      length_costs_.begin(), length_costs_.end(), length,
-      [](const LengthCost& entry, int64_t wanted) { return entry.length < wanted; });
-  return bucket == length_costs_.end() ? nullptr : &*bucket;
+      row_costs_us_.begin(), row_costs_us_.end(), request.item.length,
+      [](const std::pair<int64_t, double>& entry, int64_t length) { return entry.first < length; });
+  if (bucket == row_costs_us_.end()) return 0.0;
+  return bucket->second * static_cast<double>(request.item.rows);
 }
 
 void ModelScheduler::LeaveQueue(const PendingRequest& request) {

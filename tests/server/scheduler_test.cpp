@@ -805,17 +805,17 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatCannotMeetItsDeadlineIsRefusedAtOn
     pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
     return pending;
   };
-  // Each request waits for the 100 us a row queued ahead of it, then for its own batch (a full
-  // 4x16: 400 us). Admitted while that ends within half the time left (the default
-  // admission_deadline_fraction): 600 us of 1,200.
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(1200)).ok()) << i;  // 400, 500, 600
-  const Status refused = scheduler.Enqueue(request(1200));  // would end at 700
+  // Each request waits for the 100 us a row queued ahead of it, then for its own batch (1x16, its
+  // smallest bucket: 250 us). Admitted while that ends within half the time left (the default
+  // admission_deadline_fraction): 450 us of 900.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(scheduler.Enqueue(request(900)).ok()) << i;  // 250, 350, 450
+  const Status refused = scheduler.Enqueue(request(900));  // would end at 550
   EXPECT_EQ(refused.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(refused.message().find("about 300 us of work is queued ahead"), std::string::npos)
       << refused.message();
-  // Done at 700, before a deadline at 1,300, but past the headroom's 650: refused too.
-  EXPECT_EQ(scheduler.Enqueue(request(1300)).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(scheduler.Enqueue(request(1400)).ok());  // 700 <= 0.5 x 1,400
+  // Done at 550, before a deadline at 1,000, but past the headroom's 500: refused too.
+  EXPECT_EQ(scheduler.Enqueue(request(1000)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler.Enqueue(request(1100)).ok());  // 550 <= 0.5 x 1,100
   EXPECT_TRUE(scheduler.Enqueue(request(0)).ok());    // no deadline: never refused for one
   const SchedulerCounters counters = scheduler.Counters();
   EXPECT_EQ(counters.rejected_deadline, 2u);
@@ -869,7 +869,7 @@ LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us) {
 // Under overload the oldest requests are the ones batched; one that would be answered after its
 // deadline is not run (the device's time goes to answers someone takes), the rest of its batch is.
 TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRun) {
-  // Admitted (a 1,000 us batch ends within half of 2,000 us). 1,200 us later a 1x16 batch would
+  // Admitted (a 500 us batch ends within half of 2,000 us). 1,200 us later a 1x16 batch would
   // still end in time (1,700 us), but both are batched in 4x16, which would end at 2,200 us.
   const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/2000, /*wait_us=*/1200);
   EXPECT_EQ(outcome.late.code(), StatusCode::kDeadlineExceeded);
@@ -884,7 +884,7 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRu
 // A queued request that not even the cheapest batch could finish before its deadline leaves the
 // queue before batches are planned, so that it takes no place in one.
 TEST(ModelSchedulerAdmissionTest, ARequestNoBatchCouldFinishInTimeLeavesBeforePlanning) {
-  // Admitted (1,000 us within half of 2,000 us). At 1,600 us even a 1x16 batch would end at
+  // Admitted (500 us within half of 2,000 us). At 1,600 us even a 1x16 batch would end at
   // 2,100 us, after the deadline, which has not passed yet.
   const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/2000, /*wait_us=*/1600);
   EXPECT_EQ(outcome.late.code(), StatusCode::kDeadlineExceeded);
@@ -922,15 +922,23 @@ TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyT
   // Then 4 with 4 still queued (1,600 us for 400 us of estimated work: 1 + 0.1 x (4 - 1)), then
   // the last 4 with nothing behind them (not measured).
   EXPECT_DOUBLE_EQ(scheduler_->Snapshot().work_scale, 1.3);
-  // A full 4x16 batch is now 520 us: a deadline 1,000 us away leaves 500 us to be done in.
+  // With the executor busy and four rows queued (400 us of estimate, 520 us scaled), a request's
+  // own row (130 us scaled, more than its 1x16 bucket's 100) ends at 650 us: refused with 1,200 us
+  // to go (600), admitted with 1,300 (650); unscaled (500) the first would have been admitted.
+  Hold();
+  std::vector<std::future<Outcome>> more(5);
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 10, &more[0])).ok());
+  ASSERT_TRUE(WaitForStarted(4));  // the executor is busy with it
+  for (int i = 1; i < 5; ++i) ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 10 + i, &more[i])).ok());
   auto request = [&](int64_t deadline_in_us) {
     auto pending = MakeRequest(1, 10);
     pending->deadline_us = clock_.NowMicros() + deadline_in_us;
     pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
     return pending;
   };
-  EXPECT_EQ(scheduler_->Enqueue(request(1000)).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(scheduler_->Enqueue(request(1060)).ok());
+  EXPECT_EQ(scheduler_->Enqueue(request(1200)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler_->Enqueue(request(1300)).ok());
+  Release();
   scheduler_->Stop();
 }
 

@@ -9,9 +9,10 @@
 // Start and Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued
 // request is owned by the scheduler until its `done` callback has run, which happens exactly once
 // per accepted request, on one of the scheduler's answering threads (CallbackPool), whether it ran
-// or expired or was cancelled in the queue. Errors: Enqueue refuses a request it cannot queue
-// (RESOURCE_EXHAUSTED, UNAVAILABLE) or whose deadline or queue timeout it cannot meet given the work
-// queued ahead of it (DEADLINE_EXCEEDED, at once rather than after the wait); every other outcome,
+// or expired or was cancelled in the queue.
+// Errors: Enqueue refuses a request it cannot queue (RESOURCE_EXHAUSTED, UNAVAILABLE) or whose
+// deadline or queue timeout it cannot meet given the work queued ahead of it (DEADLINE_EXCEEDED, at
+// once rather than after the wait); every other outcome,
 // failures included, reaches the request's `done` callback. A queued request expires at its
 // client's deadline or at the end of its queue timeout (SchedulerOptions::queue_policy), whichever
 // comes first, with DEADLINE_EXCEEDED; it leaves the queue with that status as soon as no batch
@@ -81,13 +82,6 @@ Status SettleWithClient(const Status& outcome, const PendingRequest& request, in
 
 class ModelScheduler {
  public:
-  // A bucket length's fewest µs per row over its batch sizes (a queued row's work_us), and the time
-  // of the batch that gets it.
-  struct LengthCost {
-    int64_t length = 0;
-    double per_row_us = 0.0;
-    double batch_us = 0.0;
-  };
 
   // `executors` must be non-empty and already warmed up: their measured bucket times (averaged over
   // the instances) are the planner's cost table.
@@ -137,9 +131,9 @@ class ModelScheduler {
   double CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
   // Folds in one batch's device time over its requests' estimated work (see work_scale_).
   void CalibrateWorkScale(double sample) EXCLUDES(mutex_);
-  // The costs admission estimates a request of `length` by: those of the smallest bucket length
-  // holding it; null when none is measured (then it is never refused for its deadline).
-  const LengthCost* CostOfLength(int64_t length) const;
+  // Device time `request` needs at the best rows-per-microsecond of its length's buckets; 0 when its
+  // length has no measured bucket.
+  double EstimateWorkUs(const PendingRequest& request) const;
   void LeaveQueue(const PendingRequest& request) REQUIRES(mutex_);
   // Removes from `decision` the requests that would be answered after their deadline or queue
   // timeout if the batch ended at `finish_us`, and counts them: under overload the oldest requests
@@ -171,7 +165,8 @@ class ModelScheduler {
   const Clock* const clock_;
   std::vector<std::unique_ptr<Executor>> executors_;
   const BucketCosts costs_;
-  std::vector<LengthCost> length_costs_;  // by length
+  // (bucket length, fewest µs per row over that length's batch sizes), by length.
+  std::vector<std::pair<int64_t, double>> row_costs_us_;
   // The fastest bucket's measured time; 0 when none was measured.
   const double cheapest_batch_us_;
   std::vector<std::thread> workers_;
