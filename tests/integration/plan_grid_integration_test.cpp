@@ -115,9 +115,14 @@ TEST_F(PlanGridTest, JsonHasBothGridsTheFitAndTheFragment) {
     EXPECT_TRUE(plan["graph_memory_bytes"].is_null()) << grid;
     EXPECT_LE(plan["largest_bucket_tokens"].get<int64_t>(), 32 * 512) << grid;
   }
-  // Today's grid is the built-in encoder's default: 6 batch sizes × 11 lengths.
-  EXPECT_EQ(report["today"]["graphs"], 66);
-  EXPECT_LE(report["proposal"]["sequence_lengths"].size(), 4u);
+  // Today's grid is the built-in encoder's default: the token-budget staircase of 11 lengths.
+  EXPECT_EQ(report["today"]["graphs"], 88);
+  EXPECT_EQ(report["today"]["max_batch_tokens"], 16384);
+  // At most --max-lengths lengths, unless the proposal is to keep today's grid (the search keeps it
+  // as a candidate, so that it never proposes a grid worse under its own model).
+  if (report["proposal"]["sequence_lengths"] != report["today"]["sequence_lengths"]) {
+    EXPECT_LE(report["proposal"]["sequence_lengths"].size(), 4u) << report.dump(2);
+  }
   const auto sizes = report["proposal"]["batch_sizes"].get<std::vector<int64_t>>();
   EXPECT_NE(std::find(sizes.begin(), sizes.end(), 32), sizes.end()) << report.dump(2);  // max_batch_size
   int64_t max_batch_tokens = 0;
