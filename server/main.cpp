@@ -37,6 +37,11 @@ int main(int argc, char** argv) {
                  "calls one gRPC connection may have open at once (HTTP/2 streams); more wait in the client")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--grpc-infer-threads", options.grpc_infer_threads,
+                 "threads taking ModelInfer calls off gRPC (each drains a completion queue of its own); "
+                 "0: half the cores, 2 to 16")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   double idle_timeout_s = options.connection_idle_timeout.count() / 1000.0;
   app.add_option("--connection-idle-timeout-s", idle_timeout_s,
                  "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")

@@ -12,7 +12,7 @@ namespace graphserve {
 namespace {
 
 // The gRPC deadline as an absolute time on the scheduler's clock; 0 when the call has none.
-int64_t DeadlineMicros(const grpc::CallbackServerContext& context, const Clock& clock) {
+int64_t DeadlineMicros(const grpc::ServerContextBase& context, const Clock& clock) {
   const auto deadline = context.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return 0;
   const int64_t remaining_us =
@@ -47,7 +47,7 @@ void PreparedInference::Cancel() const {
   scheduler->Poke();
 }
 
-Status InferPath::Prepare(const grpc::CallbackServerContext& context,
+Status InferPath::Prepare(const grpc::ServerContextBase& context,
                           inference::ModelInferRequest* request, PreparedInference* prepared) const {
   prepared->arrival_us = clock_->NowMicros();
   if (!ready_->load()) {

@@ -69,7 +69,7 @@ class InferPath {
   // contents; the request's deadline is the call's. A refusal (UNAVAILABLE when not ready or while
   // the model loads, NOT_FOUND for an unknown model or a version not served, INVALID_ARGUMENT naming
   // the field) is counted and returned, and nothing is queued.
-  Status Prepare(const grpc::CallbackServerContext& context, inference::ModelInferRequest* request,
+  Status Prepare(const grpc::ServerContextBase& context, inference::ModelInferRequest* request,
                  PreparedInference* prepared) const;
 
   // Queues a prepared request and returns at once; never blocks on inference. `receiver` is answered

@@ -14,22 +14,6 @@ namespace {
 
 constexpr const char* kServerName = "graphserve";
 
-// One ModelInfer call in flight. Lives until gRPC reports the RPC done; the scheduler's completion
-// callback finishes it from a worker thread, so no RPC thread waits for inference.
-class InferReactor final : public grpc::ServerUnaryReactor, public InferenceReceiver {
- public:
-  explicit InferReactor(PreparedInference prepared) : prepared_(std::move(prepared)) {}
-
-  const PreparedInference& prepared() const { return prepared_; }
-
-  void Answered(const Status& outcome) override { Finish(ToGrpcStatus(outcome)); }
-  void OnCancel() override { prepared_.Cancel(); }
-  void OnDone() override { delete this; }
-
- private:
-  const PreparedInference prepared_;
-};
-
 Status CheckRepositoryName(const std::string& name) {
   if (name.empty()) return Status::Ok();
   return InvalidArgument("repository_name: graphserve serves one repository; leave it empty");
@@ -60,6 +44,8 @@ grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
+
+InferPath InferenceService::infer_path() const { return InferPath(repository_, clock_, metrics_, &ready_); }
 
 Status InferenceService::FindServedModel(const std::string& name, const std::string& version,
                                          std::shared_ptr<LoadedModel>* model) const {
@@ -137,24 +123,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
   return FinishNow(context, grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const inference::ModelInferRequest* request,
-                                                       inference::ModelInferResponse* response) {
-  const InferPath path(repository_, clock_, metrics_, &ready_);
-  PreparedInference prepared;
-  // The request belongs to this RPC until it finishes; decoding moves its raw buffers out instead of
-  // copying them, hence the const_cast.
-  const Status status =
-      path.Prepare(*context, const_cast<inference::ModelInferRequest*>(request), &prepared);
-  if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
-  auto* reactor = new InferReactor(std::move(prepared));
-  path.Start(reactor->prepared(), *request, response, reactor);
-  return reactor;
-}
-
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new StreamInferReactor(context, InferPath(repository_, clock_, metrics_, &ready_));
+  return new StreamInferReactor(context, infer_path());
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,

@@ -14,6 +14,8 @@
 #include "graphserve/server/metrics_endpoint.h"
 #include "graphserve/server/rest_endpoint.h"
 #include "grpc_acceptor.h"
+#include "infer_path.h"
+#include "unary_infer_queues.h"
 
 namespace graphserve {
 namespace {
@@ -122,6 +124,8 @@ Status GraphServer::Start(const ServerOptions& options) {
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
           credentials);
   builder.RegisterService(service_.get());
+  const int infer_threads = options.grpc_infer_threads > 0 ? options.grpc_infer_threads : DefaultInferThreadCount();
+  infer_queues_ = std::make_unique<UnaryInferQueues>(&builder, infer_threads);
   const RequestLimits limits = LimitsFor(options);
   spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
                limits.rest_body_bytes,
@@ -143,11 +147,13 @@ Status GraphServer::Start(const ServerOptions& options) {
   }
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_) return Unavailable("--grpc-address: the gRPC server did not start on " + options.grpc_address);
+  infer_queues_->Start(service_.get(), service_->infer_path());
   grpc_acceptor_->Start(std::move(handoff));
   grpc_server_->GetHealthCheckService()->SetServingStatus(kLivenessServiceName, true);
   SetReady(false);
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
+  spdlog::info("ModelInfer calls taken by {} threads, each with its own completion queue", infer_threads);
   if (!options.http_address.empty()) {
     grpc::ChannelArguments channel_arguments;
     channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -218,9 +224,12 @@ void GraphServer::Shutdown() {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
     grpc_server_->Wait();
   }
+  // Only now: until the gRPC server has shut down, its calls' answers go through these queues.
+  if (infer_queues_) infer_queues_->Stop();
   // Once the gRPC calls it made are answered, and before the channel's server goes away.
   rest_endpoint_.reset();
   grpc_server_.reset();
+  infer_queues_.reset();
   grpc_acceptor_.reset();
   // Scrapes read the schedulers: stop serving them before the schedulers go away.
   metrics_endpoint_.reset();

@@ -1,7 +1,8 @@
 #pragma once
-// The KServe v2 gRPC service on gRPC's callback API: no RPC thread ever waits on inference. ModelInfer
-// validates, enqueues into the model's scheduler and returns; the scheduler's completion callback
-// finishes the RPC. ModelStreamInfer does the same for each request of a bidirectional stream and
+// The KServe v2 gRPC service: no RPC thread ever waits on inference. ModelInfer runs on gRPC's
+// completion-queue API (unary_infer_queues.h, which says why): its queues' threads validate and
+// enqueue into the model's scheduler, and the scheduler's completion finishes the RPC. The other RPCs
+// are on gRPC's callback API. ModelStreamInfer does the same for each request of a bidirectional stream and
 // writes each answer (or its error_message) as it finishes. Converts graphserve::Status to
 // grpc::Status here and nowhere else, and counts every inference request's final status and latency
 // in ServerMetrics and in its model's statistics just before answering it, alike for both RPCs.
@@ -26,7 +27,34 @@ grpc::Status ToGrpcStatus(const Status& status);
 // An RPC answered on the calling thread: finishes `context`'s default reactor with `status`.
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status);
 
-class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+class InferPath;
+
+// Every RPC on the callback API except ModelInfer, which is left to completion queues: the async
+// marking has to come first (innermost), since gRPC marks a method async by dropping the handler
+// that only a not-yet-callback method has.
+using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
+    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+    inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
+    inference::GRPCInferenceService::WithCallbackMethod_RepositoryIndex<
+    inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelLoad<
+    inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelUnload<
+    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryStatus<
+    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryRegister<
+    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryUnregister<
+    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryStatus<
+    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryRegister<
+    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryUnregister<
+    inference::GRPCInferenceService::WithCallbackMethod_TraceSetting<
+    inference::GRPCInferenceService::WithCallbackMethod_LogSettings<
+    inference::GRPCInferenceService::WithAsyncMethod_ModelInfer<
+    inference::GRPCInferenceService::Service>>>>>>>>>>>>>>>>>>>>;
+
+class InferenceService final : public InferenceServiceBase {
  public:
   InferenceService(ModelRepository* repository, const Clock* clock, ServerMetrics* metrics)
       : repository_(repository), clock_(clock), metrics_(metrics) {}
@@ -34,6 +62,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // Ready: models loaded and warmed up, and not draining. Every model of the repository must have been
   // added to the metrics (ServerMetrics::AddModel) before the service turns ready.
   void SetReady(bool ready) { ready_.store(ready); }
+
+  // What ModelInfer's completion queues and ModelStreamInfer prepare and queue requests with.
+  InferPath infer_path() const;
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -53,9 +84,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
 

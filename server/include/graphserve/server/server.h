@@ -30,11 +30,14 @@ class InferenceService;
 class MetricsEndpoint;
 class RestEndpoint;
 class ServerMetrics;
+class UnaryInferQueues;
 
 struct ServerOptions {
   std::string grpc_address = "0.0.0.0:8001";
   // Calls one gRPC connection may have open at once; more wait in the client.
   int grpc_max_concurrent_streams = 4096;
+  // Threads (each with its completion queue) that take ModelInfer calls; 0: half the cores, 2 to 16.
+  int grpc_infer_threads = 0;
   // The largest gRPC request message and REST request body accepted; 0: derived from the largest
   // request the repository's models take (LargestRequestBytes), at least 4 MiB (16 MiB of REST body).
   int64_t max_request_bytes = 0;
@@ -88,6 +91,7 @@ class GraphServer {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<UnaryInferQueues> infer_queues_;
   int grpc_port_ = 0;
   // After grpc_server_: it calls the gRPC service through an in-process channel.
   std::unique_ptr<RestEndpoint> rest_endpoint_;

@@ -1,0 +1,170 @@
+#include "unary_infer_queues.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace graphserve {
+namespace {
+
+// Calls requested ahead on each queue: a burst finds calls waiting for it instead of queueing in
+// gRPC until the queue's thread requests the next one.
+constexpr int kCallsRequestedAheadPerQueue = 64;
+
+}  // namespace
+
+class UnaryInferQueues::Queue {
+ public:
+  explicit Queue(std::unique_ptr<grpc::ServerCompletionQueue> completion_queue)
+      : completion_queue_(std::move(completion_queue)) {}
+
+  void Start(InferenceService* service, const InferPath& path) {
+    service_ = service;
+    path_.emplace(path);
+    for (int i = 0; i < kCallsRequestedAheadPerQueue; ++i) RequestCall();
+    thread_ = std::thread([this] { Drain(); });
+  }
+
+  // Once the gRPC server has shut down: no call is requested after this, and Next returns false
+  // once every event queued has been handled.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shut_down_ = true;
+    }
+    completion_queue_->Shutdown();
+    if (thread_.joinable()) {
+      thread_.join();
+    } else {
+      Drain();  // never started (the server did not start): gRPC still wants the queue drained
+    }
+  }
+
+  // A fresh call in place of one that arrived. Under the mutex: requesting on a queue already shut
+  // down is a gRPC assertion.
+  void RequestCall();
+
+  const InferPath& path() const { return *path_; }
+
+ private:
+  void Drain();
+
+  const std::unique_ptr<grpc::ServerCompletionQueue> completion_queue_;
+  InferenceService* service_ = nullptr;
+  std::optional<InferPath> path_;
+  std::thread thread_;
+  std::mutex mutex_;
+  bool shut_down_ GUARDED_BY(mutex_) = false;
+};
+
+namespace {
+
+// One ModelInfer call, from being requested to being deleted (see the header for its course). Each
+// of its three events is a tag of its own; all three are handled on its queue's thread, so its
+// flags need no lock. Answered may run on any thread.
+class UnaryInferCall final : public InferenceReceiver {
+ public:
+  // What a completion queue hands back: the call and which of its events completed.
+  struct Event {
+    UnaryInferCall* call;
+    void (UnaryInferCall::*handle)(bool ok);
+    void Handle(bool ok) { (call->*handle)(ok); }
+  };
+
+  explicit UnaryInferCall(UnaryInferQueues::Queue* queue) : queue_(queue), responder_(&context_) {}
+
+  void Request(InferenceService* service, grpc::ServerCompletionQueue* completion_queue) {
+    context_.AsyncNotifyWhenDone(&done_event_);
+    service->RequestModelInfer(&context_, &request_, &responder_, completion_queue, completion_queue,
+                               &arrived_event_);
+  }
+
+  void Answered(const Status& outcome) override {
+    // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
+    if (outcome.ok()) {
+      responder_.Finish(response_, grpc::Status::OK, &finished_event_);
+    } else {
+      responder_.FinishWithError(ToGrpcStatus(outcome), &finished_event_);
+    }
+  }
+
+ private:
+  void OnArrived(bool ok) {
+    if (!ok) {
+      // The server is shutting down and no call came: gRPC sends no done notification then.
+      delete this;
+      return;
+    }
+    queue_->RequestCall();
+    const InferPath& path = queue_->path();
+    // Decoding moves the request's raw buffers out instead of copying them.
+    const Status refusal = path.Prepare(context_, &request_, &prepared_);
+    if (!refusal.ok()) {
+      Answered(refusal);
+      return;
+    }
+    started_ = true;
+    path.Start(prepared_, request_, &response_, this);
+  }
+
+  void OnFinished(bool) {
+    finished_ = true;
+    if (done_) delete this;
+  }
+
+  void OnDone(bool) {
+    done_ = true;
+    // The client went away (or its deadline passed) before its answer was written: a request still
+    // queued leaves the queue, and its answer, when it comes, goes nowhere.
+    if (started_ && context_.IsCancelled()) prepared_.Cancel();
+    if (finished_) delete this;
+  }
+
+  UnaryInferQueues::Queue* const queue_;
+  grpc::ServerContext context_;
+  inference::ModelInferRequest request_;
+  inference::ModelInferResponse response_;
+  grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_;
+  PreparedInference prepared_;
+  bool started_ = false;
+  bool finished_ = false;
+  bool done_ = false;
+  Event arrived_event_{this, &UnaryInferCall::OnArrived};
+  Event finished_event_{this, &UnaryInferCall::OnFinished};
+  Event done_event_{this, &UnaryInferCall::OnDone};
+};
+
+}  // namespace
+
+void UnaryInferQueues::Queue::RequestCall() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_) return;
+  (new UnaryInferCall(this))->Request(service_, completion_queue_.get());
+}
+
+void UnaryInferQueues::Queue::Drain() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (completion_queue_->Next(&tag, &ok)) static_cast<UnaryInferCall::Event*>(tag)->Handle(ok);
+}
+
+UnaryInferQueues::UnaryInferQueues(grpc::ServerBuilder* builder, int thread_count) {
+  for (int i = 0; i < thread_count; ++i) queues_.push_back(std::make_unique<Queue>(builder->AddCompletionQueue()));
+}
+
+UnaryInferQueues::~UnaryInferQueues() { Stop(); }
+
+void UnaryInferQueues::Start(InferenceService* service, const InferPath& path) {
+  for (auto& queue : queues_) queue->Start(service, path);
+}
+
+void UnaryInferQueues::Stop() {
+  for (auto& queue : queues_) queue->Stop();
+  queues_.clear();
+}
+
+int DefaultInferThreadCount() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores / 2, 2, 16);
+}
+
+}  // namespace graphserve

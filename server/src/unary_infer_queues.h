@@ -1,0 +1,58 @@
+#pragma once
+// ModelInfer on gRPC's completion-queue (async) API, while the service's other RPCs stay on the
+// callback API. Why: on the H200 at 84k calls/s, gRPC 1.51's callback server handed ModelInfer
+// about 10k calls/s (its executor threads busy on 4.4 cores), so calls waited inside gRPC, ahead of
+// admission control, until their clients' deadlines passed: goodput fell to zero at 4x capacity.
+// Here each completion queue has a thread of its own draining it, and calls are requested ahead on
+// every queue, so each call reaches InferPath (decode, admission, the scheduler) as it arrives, and
+// the scheduler's answer is written from the thread that completes it.
+//
+// A call: requested ahead -> arrives (a fresh call is requested in its place) -> prepared and
+// queued through InferPath, or refused -> answered once (InferenceReceiver) -> deleted once both its
+// finish and its done notification came back. A client's cancellation or expiry, seen in the done
+// notification, reaches the scheduler (PreparedInference::Cancel).
+//
+// Lifetime: construct (adds the queues to the builder) before ServerBuilder::BuildAndStart, Start
+// after it, and Stop only once grpc::Server::Shutdown has returned: gRPC's shutdown waits for the
+// calls in flight, whose answers these threads must still deliver. The service, and everything
+// InferPath reaches, must outlive Stop.
+// Thread safety: construct, Start and Stop from one controlling thread; the rest runs on the queues'
+// threads and on the schedulers' threads that answer.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "graphserve/server/inference_service.h"
+#include "graphserve/server/thread_annotations.h"
+#include "infer_path.h"
+
+namespace graphserve {
+
+class UnaryInferQueues {
+ public:
+  // `thread_count` queues, one thread each.
+  UnaryInferQueues(grpc::ServerBuilder* builder, int thread_count);
+  ~UnaryInferQueues();
+  UnaryInferQueues(const UnaryInferQueues&) = delete;
+  UnaryInferQueues& operator=(const UnaryInferQueues&) = delete;
+
+  void Start(InferenceService* service, const InferPath& path);
+  // Shuts the queues down, lets their threads drain them, joins the threads.
+  void Stop();
+
+  // One queue, its thread and whether it still takes calls; the calls (in the .cpp) reach it.
+  class Queue;
+
+ private:
+  std::vector<std::unique_ptr<Queue>> queues_;
+};
+
+// Threads for ModelInfer's completion queues when the flag says 0: half the cores (gRPC's polling
+// and the decoding run on them; the other half is left to the schedulers, executors and gRPC's own
+// threads), at least 2, at most 16.
+int DefaultInferThreadCount();
+
+}  // namespace graphserve
