@@ -265,18 +265,27 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
   };
   auto answers =
       std::make_shared<Answers>(Answers{std::move(run), std::move(statuses), std::move(outputs), end_us});
-  for (size_t i = 0; i < answers->run->decision.requests.size(); ++i) {
-    answering_.Post([answers, i] {
-      const auto& request = answers->run->decision.requests[i];
-      RequestTiming timing;
-      timing.queue_us = answers->run->start_us - request->enqueue_us;
-      timing.compute_us = answers->end_us - answers->run->start_us;
-      timing.padded_shape = answers->run->decision.padded_shape;
-      timing.stages = answers->run->stage_times;
-      std::vector<HostTensor> own =
-          answers->statuses[i].ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
-      request->done(answers->statuses[i], std::move(own), timing);
-    });
+  const auto answer = [](Answers* answers, size_t i) {
+    const auto& request = answers->run->decision.requests[i];
+    RequestTiming timing;
+    timing.queue_us = answers->run->start_us - request->enqueue_us;
+    timing.compute_us = answers->end_us - answers->run->start_us;
+    timing.padded_shape = answers->run->decision.padded_shape;
+    timing.stages = answers->run->stage_times;
+    std::vector<HostTensor> own =
+        answers->statuses[i].ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
+    request->done(answers->statuses[i], std::move(own), timing);
+  };
+  const size_t count = answers->run->decision.requests.size();
+  if (count == 1) {
+    // A lone request is answered here: handing it to an answering thread would add that thread's
+    // wake-up to its latency, and at the low load that forms batches of one there is seldom a
+    // next batch waiting for this worker.
+    answer(answers.get(), 0);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    answering_.Post([answers, i, answer] { answer(answers.get(), i); });
   }
 }
 

@@ -9,7 +9,8 @@
 // Start and Stop from one controlling thread. Ownership: the scheduler owns its executors; a queued
 // request is owned by the scheduler until its `done` callback has run, which happens exactly once
 // per accepted request, on one of the scheduler's answering threads (CallbackPool), whether it ran
-// or expired or was cancelled in the queue.
+// or expired or was cancelled in the queue; the lone request of a batch of one is answered on the
+// executor's worker thread instead (`done` must not wait on the scheduler).
 // Errors: Enqueue refuses a request it cannot queue (RESOURCE_EXHAUSTED, UNAVAILABLE) or whose
 // deadline or queue timeout it cannot meet given the work queued ahead of it (DEADLINE_EXCEEDED, at
 // once rather than after the wait); every other outcome,
