@@ -258,7 +258,7 @@ def one_model_server(args):
     args.out = os.path.abspath(args.out)
     args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
     build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.join(build, "server", "graphserve")
+    args.graphserve = os.path.abspath(args.server_binary or os.path.join(build, "server", "graphserve"))
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
     for sub in ("raw", "logs"):
         os.makedirs(os.path.join(args.out, sub), exist_ok=True)
@@ -530,6 +530,8 @@ def markdown(args, results):
     if args.max_batch_size is not None or args.max_sequence_length is not None:
         lines += [f"The models' limits are overridden: max_batch_size {args.max_batch_size or 'as configured'}, "
                   f"max_sequence_length {args.max_sequence_length or 'as configured'}.", ""]
+    if args.server_binary:
+        lines += [f"Server binary: `{args.graphserve}` (client and ceiling tool from `{args.build_dir}`).", ""]
     lines += ["Modes: " + "; ".join(f"**{m}** {MODE_NAMES[m]}" for m in args.modes) + ".", ""]
     for model, result in results.items():
         lines += [f"## {model}", ""]
@@ -650,6 +652,9 @@ def main():
                         help="requests of the in-process ceiling (default 20000 on CUDA, 200 on a CPU)")
     parser.add_argument("--start-timeout-s", type=float, default=240,
                         help="longest wait for a server to be ready, or for the ceiling run")
+    parser.add_argument("--server-binary",
+                        help="another build's graphserve (e.g. an older commit's, for a before/after in one "
+                        "run); the client and the ceiling tool stay --build-dir's")
     args = parser.parse_args()
 
     args.models = csv(args.models)
@@ -663,7 +668,7 @@ def main():
     args.out = os.path.abspath(args.out)
     args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
     build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.join(build, "server", "graphserve")
+    args.graphserve = os.path.abspath(args.server_binary or os.path.join(build, "server", "graphserve"))
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
     args.bucket_bench = os.path.join(build, "tools", "graphserve-bucket-bench")
     for binary in (args.graphserve, args.loadgen, args.bucket_bench):
