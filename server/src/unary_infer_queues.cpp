@@ -26,9 +26,9 @@ class UnaryInferQueues::Queue {
 
   // Once the gRPC server has shut down: no call is requested after this, and Next returns false
   // once every event queued has been handled.
-  void Stop() {
+  void Stop() EXCLUDES(mutex_) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       shut_down_ = true;
     }
     completion_queue_->Shutdown();
@@ -41,7 +41,7 @@ class UnaryInferQueues::Queue {
 
   // A fresh call in place of one that arrived. Under the mutex: requesting on a queue already shut
   // down is a gRPC assertion.
-  void RequestCall();
+  void RequestCall() EXCLUDES(mutex_);
 
   const InferPath& path() const { return *path_; }
 
@@ -52,7 +52,7 @@ class UnaryInferQueues::Queue {
   InferenceService* service_ = nullptr;
   std::optional<InferPath> path_;
   std::thread thread_;
-  std::mutex mutex_;
+  Mutex mutex_;
   bool shut_down_ GUARDED_BY(mutex_) = false;
 };
 
@@ -136,7 +136,7 @@ class UnaryInferCall final : public InferenceReceiver {
 }  // namespace
 
 void UnaryInferQueues::Queue::RequestCall() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (shut_down_) return;
   (new UnaryInferCall(this))->Request(service_, completion_queue_.get());
 }

@@ -21,7 +21,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
