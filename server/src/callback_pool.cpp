@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <utility>
 
+#include "graphserve/server/thread_name.h"
+
 namespace graphserve {
 
 CallbackPool::CallbackPool(int threads) {
-  for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] {
+    NameThisThread("gs-answer");
+    Run();
+  });
 }
 
 CallbackPool::~CallbackPool() {

@@ -15,6 +15,7 @@
 #include "graphserve/engine/device.h"
 #include "graphserve/server/config.h"
 #include "graphserve/server/triton_config.h"
+#include "graphserve/server/thread_name.h"
 
 namespace graphserve {
 namespace {
@@ -373,7 +374,10 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
     status = LoadNamed(name);
     if (!status.ok()) return status;
   }
-  control_thread_ = std::thread([this] { ControlLoop(); });
+  control_thread_ = std::thread([this] {
+    NameThisThread("gs-control");
+    ControlLoop();
+  });
   return Status::Ok();
 }
 

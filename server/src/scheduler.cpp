@@ -13,6 +13,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "graphserve/server/thread_name.h"
+
 namespace graphserve {
 namespace {
 
@@ -74,7 +76,10 @@ void ModelScheduler::Start() {
   MutexLock lock(&mutex_);
   if (stopping_ || !workers_.empty()) return;
   for (const auto& executor : executors_) {
-    workers_.emplace_back([this, e = executor.get()] { WorkerLoop(e); });
+    workers_.emplace_back([this, e = executor.get()] {
+      NameThisThread("gs-batch");
+      WorkerLoop(e);
+    });
   }
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "graphserve/server/thread_name.h"
+
 namespace graphserve {
 namespace {
 
@@ -21,7 +23,10 @@ class UnaryInferQueues::Queue {
     service_ = service;
     path_.emplace(path);
     for (int i = 0; i < kCallsRequestedAheadPerQueue; ++i) RequestCall();
-    thread_ = std::thread([this] { Drain(); });
+    thread_ = std::thread([this] {
+      NameThisThread("gs-infer");
+      Drain();
+    });
   }
 
   // Once the gRPC server has shut down: no call is requested after this, and Next returns false
