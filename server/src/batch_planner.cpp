@@ -284,7 +284,7 @@ double BatchPlanner::ExpectedArrivalGapUs(size_t bin, int64_t now_us) const {
 }
 
 bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, size_t bucket,
-                           int64_t now_us, Candidate* candidate) const {
+                           int64_t now_us, bool grow, Candidate* candidate) const {
   const int64_t batch_rows = spec_.bucket_batch_sizes[bucket];
   Candidate& c = *candidate;
   c = Candidate{};
@@ -327,8 +327,27 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
   }
   c.shape = BucketShape{batch_rows, bins_[bin_index].length};
   c.cost_us = cost_us_[bin_index][bucket];
-  // Riders fill a bucket; they never make one larger than the rows that had to go need.
+  // Riders fill a bucket; only a growing option (BuildCandidate) makes one larger than the rows
+  // that had to go need, and only to carry more of them.
+  if (grow) return c.rows > own_and_must_rows;
   return SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows) == bucket;
+}
+
+double BatchPlanner::RiderAloneUs(const Candidate& base, const Candidate& grown) const {
+  double alone_us = 0.0;
+  for (size_t j = 0; j < bins_.size(); ++j) {
+    if (j == grown.bin || grown.take[j] <= base.take[j]) continue;
+    // What a row of bin j costs in the batch that bin would form alone now: all of a launch-bound
+    // small batch when the bin is nearly empty, a full batch's share when it is deep.
+    const Bin& bin = bins_[j];
+    const int64_t alone_rows = std::max<int64_t>(std::min(bin.rows, bin.largest_batch), 1);
+    const double per_row_us =
+        CostUs(spec_.BucketFor(alone_rows, bin.length)) / static_cast<double>(alone_rows);
+    for (size_t k = base.take[j]; k < grown.take[j]; ++k) {
+      alone_us += per_row_us * static_cast<double>(bin.requests[k]->item.rows);
+    }
+  }
+  return alone_us;
 }
 
 BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t now_us,
@@ -375,12 +394,24 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   Candidate best, option;
   double best_score = -1;
   for (size_t bucket = first_bucket; bucket <= all_bucket; ++bucket) {
-    if (!Compose(bin_index, must, bucket, now_us, &option)) continue;
+    if (!Compose(bin_index, must, bucket, now_us, /*grow=*/false, &option)) continue;
     const double score = option.real_elements / option.cost_us;
     if (score >= best_score) {
       best_score = score;
       best = std::move(option);
     }
+  }
+  if (best_score < 0) return best;
+  // Larger buckets of this length, to carry riders the chosen one has no rows for: worth it when
+  // the extra device time is less than those riders would cost in batches of their own. Below
+  // capacity, where small batches cost about a launch whatever their size, that gathers what is
+  // queued into one batch, as arrival-order batching does; at saturation, where their own bins
+  // fill batches cheaply, it pads no rider into a longer bucket.
+  const size_t largest_bucket = SmallestAtLeast(sizes, bin.largest_batch);
+  for (size_t bucket = SmallestAtLeast(sizes, best.rows + 1); bucket <= largest_bucket && bucket < sizes.size();
+       ++bucket) {
+    if (!Compose(bin_index, must, bucket, now_us, /*grow=*/true, &option)) break;  // no riders left
+    if (option.cost_us - best.cost_us < RiderAloneUs(best, option)) best = std::move(option);
   }
   return best;
 }

@@ -285,3 +285,27 @@ TEST(BatchPolicyTest, LoneRequestsOnAnIdleModelDoNotWait) {
 
 }  // namespace
 }  // namespace graphserve::sim
+
+namespace graphserve::sim {
+namespace {
+struct Figures { double tokens_per_s; int64_t p50_us; int64_t p99_us; double rows; };
+Figures FiguresOf(const SimulationResult& r) {
+  std::vector<int64_t> latency(r.requests.size(), 0);
+  for (const SimulatedBatch& b : r.batches)
+    for (int i : b.requests) latency[i] = b.end_us - r.requests[i].time_us;
+  std::sort(latency.begin(), latency.end());
+  return {r.real_tokens_per_second(), latency[latency.size() / 2], latency[latency.size() * 99 / 100], r.mean_batch_rows()};
+}
+TEST(FifoParityProbe, Print) {
+  for (int clients : {1, 8, 64, 512}) {
+    SimulationConfig binned = Config(Policy::kPlanner, 1, EncoderGrid::kTokenBudget);
+    SimulationConfig fifo = binned;
+    fifo.options.policy = BatchingPolicy::kFifo;
+    const Figures b = FiguresOf(SimulateClosedLoop(binned, clients, 6000, LengthMix{}, kSeed));
+    const Figures f = FiguresOf(SimulateClosedLoop(fifo, clients, 6000, LengthMix{}, kSeed));
+    printf("c=%d binned %.0f tok/s p50 %ld p99 %ld rows %.1f | fifo %.0f tok/s p50 %ld p99 %ld rows %.1f\n", clients,
+           b.tokens_per_s, b.p50_us, b.p99_us, b.rows, f.tokens_per_s, f.p50_us, f.p99_us, f.rows);
+  }
+}
+}  // namespace
+}  // namespace graphserve::sim

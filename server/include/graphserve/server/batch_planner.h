@@ -241,9 +241,12 @@ class BatchPlanner {
   Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
   // A batch in bin `bin`'s length and batch bucket index `bucket`: the first must[j] requests of
   // every bin j, then more of the bin's own, then ride-alongs. False when the bucket is larger than
-  // the own and required rows need (riders never make a bucket larger).
-  bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
+  // the own and required rows need, unless `grow`; with `grow`, false when no rider came.
+  bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us, bool grow,
                Candidate* candidate) const;
+  // The device time the riders `grown` carries beyond `base` would take in batches of their own
+  // bins, formed from what those bins hold now.
+  double RiderAloneUs(const Candidate& base, const Candidate& grown) const;
   DispatchDecision Take(const Candidate& candidate);
   // Batching disabled: the oldest queued request alone; nullopt when none is queued.
   std::optional<DispatchDecision> TakeOldestAlone();
