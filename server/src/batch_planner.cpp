@@ -14,10 +14,16 @@
 //   cost
 //     the same whether zeros or real requests fill them. So they are filled with requests from
 //     shorter bins, which then need no batch of their own: due ones first (oldest first), then from
-//     the longest shorter bin down, since a longer rider saves more padded work later. A ride-along
-//     never makes a bucket larger: growing one to carry short requests would trade padding for
-//     launches, which the simulator showed to raise the padding ratio well above 1.2 at moderate
-//     loads.
+//     the longest shorter bin down, since a longer rider saves more padded work later. A bucket
+//     grows to carry more riders only while that costs less device time than the riders' own
+//     batch would (counting the company their bin can expect meanwhile) and the batch still does as
+//     much real work per µs: a launch-bound batch gathers what is queued, a long one pads no short
+//     rider to its length.
+//   - Arrival order as an alternative. The batch FIFO would send (the oldest requests, padded to
+//     the longest) replaces the chosen one when it does more real work per µs relative to a full
+//     batch of its length, costs at most twice as much, and fits the grid. Below capacity, where a
+//     batch costs about a launch whatever it holds, that is one launch where binning would need
+//     one per bin: binning alone lost to FIFO there (issue #17), e.g. at 8 clients in a closed loop.
 //   - When. A bin may go when its rows fill the largest batch bucket (waiting cannot make the batch
 //     larger), when its oldest request is due (has waited max_queue_delay_us), or when an executor
 //     is idle and waiting cannot help: the arrivals that could join (this bin's, and the shorter
@@ -333,14 +339,20 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
   return SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows) == bucket;
 }
 
-double BatchPlanner::RiderAloneUs(const Candidate& base, const Candidate& grown) const {
+double BatchPlanner::RiderAloneUs(const Candidate& base, const Candidate& grown,
+                                  int64_t now_us) const {
   double alone_us = 0.0;
   for (size_t j = 0; j < bins_.size(); ++j) {
     if (j == grown.bin || grown.take[j] <= base.take[j]) continue;
-    // What a row of bin j costs in the batch that bin would form alone now: all of a launch-bound
-    // small batch when the bin is nearly empty, a full batch's share when it is deep.
+    // Left behind, the riders wait at least until this batch ends, while their bin gathers the
+    // arrivals its rate promises: a row then costs its share of the batch the bin forms with them.
     const Bin& bin = bins_[j];
-    const int64_t alone_rows = std::max<int64_t>(std::min(bin.rows, bin.largest_batch), 1);
+    double expected_rows = static_cast<double>(bin.rows);
+    if (bin.mean_gap_us > 0) {
+      const double quiet_us = static_cast<double>(now_us - bin.last_arrival_us);
+      expected_rows += base.cost_us / std::max(bin.mean_gap_us, quiet_us);
+    }
+    const int64_t alone_rows = std::clamp<int64_t>(std::llround(expected_rows), 1, bin.largest_batch);
     const double per_row_us =
         CostUs(spec_.BucketFor(alone_rows, bin.length)) / static_cast<double>(alone_rows);
     for (size_t k = base.take[j]; k < grown.take[j]; ++k) {
@@ -411,7 +423,13 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   for (size_t bucket = SmallestAtLeast(sizes, best.rows + 1); bucket <= largest_bucket && bucket < sizes.size();
        ++bucket) {
     if (!Compose(bin_index, must, bucket, now_us, /*grow=*/true, &option)) break;  // no riders left
-    if (option.cost_us - best.cost_us < RiderAloneUs(best, option)) best = std::move(option);
+    // Only while the batch still does at least as much real work per µs: a long batch does not pad
+    // short riders to its length just because their own launch would cost more.
+    const bool denser =
+        option.real_elements / option.cost_us >= best.real_elements / best.cost_us;
+    if (denser && option.cost_us - best.cost_us < RiderAloneUs(best, option, now_us)) {
+      best = std::move(option);
+    }
   }
   return best;
 }
@@ -452,45 +470,52 @@ size_t BatchPlanner::OldestBin(const std::vector<size_t>& skip) const {
   return oldest;
 }
 
-std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
-  // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time.
+BatchPlanner::Candidate BatchPlanner::ArrivalOrderCandidate(bool* full) const {
+  // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time. The oldest
+  // requests go while their rows fit the largest batch at the longest one's length (bins are in
+  // length order, so the longest's is the highest bin taken from): on a staircase grid a longer
+  // request lowers the limit.
   std::vector<size_t> taken(bins_.size(), 0);
-  const size_t first = OldestBin(taken);
-  if (first == bins_.size()) return std::nullopt;
-  // The oldest requests while their rows fit the largest batch at the longest one's length (bins
-  // are in length order, so the longest's is the highest bin taken from): on a staircase grid a
-  // longer request lowers the limit. The batch is full when the next request does not fit, which
-  // needs at least the smallest limit of a queued request's bin of rows queued.
+  Candidate candidate;
+  candidate.bin = OldestBin(taken);
+  int64_t longest = 0;
+  size_t longest_bin = candidate.bin;
+  *full = false;
+  for (size_t next = candidate.bin; next < bins_.size(); next = OldestBin(taken)) {
+    const PendingRequest& request = *bins_[next].requests[taken[next]];
+    const size_t padded_bin = std::max(longest_bin, next);
+    if (candidate.rows > 0 && candidate.rows + request.item.rows > bins_[padded_bin].largest_batch) {
+      *full = true;
+      break;
+    }
+    ++taken[next];
+    candidate.rows += request.item.rows;
+    candidate.real_elements += static_cast<double>(request.item.rows * request.item.length);
+    longest = std::max(longest, request.item.length);
+    longest_bin = padded_bin;
+  }
+  *full = *full || candidate.rows >= bins_[longest_bin].largest_batch;
+  candidate.take = std::move(taken);
+  candidate.shape = spec_.BucketFor(candidate.rows, longest);
+  candidate.cost_us = CostUs(candidate.shape);
+  return candidate;
+}
+
+std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
+  if (queued_ == 0) return std::nullopt;
+  const PendingRequest& oldest = *bins_[OldestBin(std::vector<size_t>(bins_.size(), 0))].requests.front();
+  // The batch is full when the next request does not fit, which needs at least the smallest limit
+  // of a queued request's bin of rows queued.
   int64_t queued_rows = 0;
   int64_t smallest_limit = std::numeric_limits<int64_t>::max();
   for (const Bin& bin : bins_) {
     queued_rows += bin.rows;
     if (!bin.requests.empty()) smallest_limit = std::min(smallest_limit, bin.largest_batch);
   }
-  if (queued_rows < smallest_limit && !Overdue(*bins_[first].requests.front(), now_us)) {
-    return std::nullopt;
-  }
-  Candidate candidate;
-  candidate.bin = first;
-  int64_t longest = 0;
-  size_t longest_bin = first;
+  if (queued_rows < smallest_limit && !Overdue(oldest, now_us)) return std::nullopt;
   bool full = false;
-  for (size_t next = first; next < bins_.size(); next = OldestBin(taken)) {
-    const PendingRequest& request = *bins_[next].requests[taken[next]];
-    const size_t padded_bin = std::max(longest_bin, next);
-    if (candidate.rows > 0 && candidate.rows + request.item.rows > bins_[padded_bin].largest_batch) {
-      full = true;
-      break;
-    }
-    ++taken[next];
-    candidate.rows += request.item.rows;
-    longest = std::max(longest, request.item.length);
-    longest_bin = padded_bin;
-  }
-  full = full || candidate.rows >= bins_[longest_bin].largest_batch;
-  if (!full && !Overdue(*bins_[first].requests.front(), now_us)) return std::nullopt;
-  candidate.take = taken;
-  candidate.shape = spec_.BucketFor(candidate.rows, longest);
+  Candidate candidate = ArrivalOrderCandidate(&full);
+  if (!full && !Overdue(oldest, now_us)) return std::nullopt;
   return Take(candidate);
 }
 
@@ -546,14 +571,7 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
       if (!full && !(executor_idle && WaitingCannotHelp(i, now_us))) continue;
 
       Candidate candidate = BuildCandidate(i, now_us, /*take_all=*/full);
-      // Real work per µs, relative to the best this length can do: a full batch without padding
-      // (for the oversize bin, the grid's largest bucket).
-      double score = candidate.real_elements / candidate.cost_us;
-      if (!spec_.bucket_lengths.empty()) {
-        const BucketShape full{bin.largest_batch,
-                               IsOversizeBin(i) ? spec_.bucket_lengths.back() : bin.length};
-        score /= static_cast<double>(full.batch * full.length) / CostUs(full);
-      }
+      const double score = RelativeScore(candidate, i);
       const bool better =
           !best || score > best_score * (1 + kScoreTolerance) ||
           (score >= best_score * (1 - kScoreTolerance) &&
@@ -565,7 +583,33 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
     }
   }
   if (!best) return std::nullopt;
+  // Arrival order's batch instead, when it does more real work per µs relative to a full batch of
+  // its length: below capacity, where a batch costs about a launch whatever it holds, one batch of
+  // everything queued beats a launch per bin, which is how FIFO keeps its latency low there. It
+  // holds the oldest requests, so no due request is passed over; and it may cost at most twice
+  // the planner's batch, so that the requests that batch would answer wait at most one batch
+  // longer, as the wait bound allows (a due short request is not padded into a long batch). Only
+  // on the grid: a batch holding an oversize request runs eagerly, so those go on their own.
+  bool full = false;
+  Candidate in_arrival_order = ArrivalOrderCandidate(&full);
+  if (spec_.HasBucket(in_arrival_order.shape) && in_arrival_order.cost_us <= 2 * best->cost_us &&
+      RelativeScore(in_arrival_order, BinIndex(in_arrival_order.shape.length)) >
+          RelativeScore(*best, best->bin)) {
+    return Take(in_arrival_order);
+  }
   return Take(*best);
+}
+
+double BatchPlanner::RelativeScore(const Candidate& candidate, size_t bin) const {
+  // Real work per µs, relative to the best this length can do: a full batch without padding (for
+  // the oversize bin, the grid's largest bucket).
+  double score = candidate.real_elements / candidate.cost_us;
+  if (!spec_.bucket_lengths.empty()) {
+    const BucketShape full{bins_[bin].largest_batch,
+                           IsOversizeBin(bin) ? spec_.bucket_lengths.back() : bins_[bin].length};
+    score /= static_cast<double>(full.batch * full.length) / CostUs(full);
+  }
+  return score;
 }
 
 bool BatchPlanner::WaitingCannotHelp(size_t bin, int64_t now_us) const {

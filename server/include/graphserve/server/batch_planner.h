@@ -154,7 +154,9 @@ struct DispatchDecision {
 //     a staircase: short lengths may batch more rows than max_batch_size, ModelSpec), padded to
 //     the smallest batch bucket holding them (or fewer of them in a smaller bucket, when that does
 //     more real work per µs); the bucket's spare rows, padding otherwise, carry ride-alongs from
-//     shorter bins.
+//     shorter bins, and a bucket grows for more of them while that saves device time.
+//   - The batch arrival order would form replaces the planner's when it does more real work per µs
+//     (relative to a full batch of its length) at most twice the cost: never worse than FIFO.
 //   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
 //     max_queue_delay_us), or, with an executor idle, when fewer than one joining arrival is
 //     expected before the delay runs out (from the arrival rates the planner observes).
@@ -232,6 +234,9 @@ class BatchPlanner {
   // Policy kFifo: the oldest requests across all bins, once they fill the largest batch at the
   // longest one's length or the oldest is due.
   std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
+  // The oldest requests across all bins while they fit the largest batch at the longest one's
+  // length, padded to the smallest bucket holding them; `full`: the next request would not fit.
+  Candidate ArrivalOrderCandidate(bool* full) const;
   // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
   size_t OldestBin(const std::vector<size_t>& skip) const;
   size_t BinIndex(int64_t length) const;
@@ -245,8 +250,8 @@ class BatchPlanner {
   bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us, bool grow,
                Candidate* candidate) const;
   // The device time the riders `grown` carries beyond `base` would take in batches of their own
-  // bins, formed from what those bins hold now.
-  double RiderAloneUs(const Candidate& base, const Candidate& grown) const;
+  // bins, formed from what those bins hold now and expect to gather while `base` runs.
+  double RiderAloneUs(const Candidate& base, const Candidate& grown, int64_t now_us) const;
   DispatchDecision Take(const Candidate& candidate);
   // Batching disabled: the oldest queued request alone; nullopt when none is queued.
   std::optional<DispatchDecision> TakeOldestAlone();
@@ -255,6 +260,8 @@ class BatchPlanner {
   double ExpectedArrivalGapUs(size_t bin, int64_t now_us) const;
   // Fewer than one such arrival is expected before the (non-empty) bin's oldest request falls due.
   bool WaitingCannotHelp(size_t bin, int64_t now_us) const;
+  // The candidate's real work per µs relative to a full unpadded batch of bin `bin`'s length.
+  double RelativeScore(const Candidate& candidate, size_t bin) const;
   bool Overdue(const PendingRequest& request, int64_t now_us) const;
   void DropStaleDeadlines();
   void RebuildDeadlines();
