@@ -14,16 +14,16 @@
 //   cost
 //     the same whether zeros or real requests fill them. So they are filled with requests from
 //     shorter bins, which then need no batch of their own: due ones first (oldest first), then from
-//     the longest shorter bin down, since a longer rider saves more padded work later. A bucket
-//     grows to carry more riders only while that costs less device time than the riders' own
-//     batch would (counting the company their bin can expect meanwhile) and the batch still does as
-//     much real work per µs: a launch-bound batch gathers what is queued, a long one pads no short
-//     rider to its length.
-//   - Arrival order as an alternative. The batch FIFO would send (the oldest requests, padded to
-//     the longest) replaces the chosen one when it does more real work per µs relative to a full
-//     batch of its length, costs at most twice as much, and fits the grid. Below capacity, where a
-//     batch costs about a launch whatever it holds, that is one launch where binning would need
-//     one per bin: binning alone lost to FIFO there (issue #17), e.g. at 8 clients in a closed loop.
+//     the longest shorter bin down, since a longer rider saves more padded work later. A ride-along
+//     never makes a bucket larger: the batch arrival order would form (below) is the one way short
+//     requests are padded to a longer bucket, and only when that does more work per µs.
+//   - Arrival order as an alternative. The batch FIFO would send from the bins up to some length
+//     (the oldest of them, padded to the longest) replaces the chosen one when it does more real
+//     work per µs relative to a full batch of its length, costs at most twice as much, and fits the
+//     grid. Below capacity, where a batch costs about a launch whatever it holds, that is one
+//     launch where binning would need one per bin: binning alone lost to FIFO there (issue #17),
+//     e.g. at 8 clients in a closed loop. It pads more than binning alone (the price of the
+//     launches saved), though less than FIFO.
 //   - When. A bin may go when its rows fill the largest batch bucket (waiting cannot make the batch
 //     larger), when its oldest request is due (has waited max_queue_delay_us), or when an executor
 //     is idle and waiting cannot help: the arrivals that could join (this bin's, and the shorter
@@ -290,7 +290,7 @@ double BatchPlanner::ExpectedArrivalGapUs(size_t bin, int64_t now_us) const {
 }
 
 bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, size_t bucket,
-                           int64_t now_us, bool grow, Candidate* candidate) const {
+                           int64_t now_us, Candidate* candidate) const {
   const int64_t batch_rows = spec_.bucket_batch_sizes[bucket];
   Candidate& c = *candidate;
   c = Candidate{};
@@ -333,33 +333,8 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
   }
   c.shape = BucketShape{batch_rows, bins_[bin_index].length};
   c.cost_us = cost_us_[bin_index][bucket];
-  // Riders fill a bucket; only a growing option (BuildCandidate) makes one larger than the rows
-  // that had to go need, and only to carry more of them.
-  if (grow) return c.rows > own_and_must_rows;
+  // Riders fill a bucket; they never make one larger than the rows that had to go need.
   return SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows) == bucket;
-}
-
-double BatchPlanner::RiderAloneUs(const Candidate& base, const Candidate& grown,
-                                  int64_t now_us) const {
-  double alone_us = 0.0;
-  for (size_t j = 0; j < bins_.size(); ++j) {
-    if (j == grown.bin || grown.take[j] <= base.take[j]) continue;
-    // Left behind, the riders wait at least until this batch ends, while their bin gathers the
-    // arrivals its rate promises: a row then costs its share of the batch the bin forms with them.
-    const Bin& bin = bins_[j];
-    double expected_rows = static_cast<double>(bin.rows);
-    if (bin.mean_gap_us > 0) {
-      const double quiet_us = static_cast<double>(now_us - bin.last_arrival_us);
-      expected_rows += base.cost_us / std::max(bin.mean_gap_us, quiet_us);
-    }
-    const int64_t alone_rows = std::clamp<int64_t>(std::llround(expected_rows), 1, bin.largest_batch);
-    const double per_row_us =
-        CostUs(spec_.BucketFor(alone_rows, bin.length)) / static_cast<double>(alone_rows);
-    for (size_t k = base.take[j]; k < grown.take[j]; ++k) {
-      alone_us += per_row_us * static_cast<double>(bin.requests[k]->item.rows);
-    }
-  }
-  return alone_us;
 }
 
 BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t now_us,
@@ -406,28 +381,10 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   Candidate best, option;
   double best_score = -1;
   for (size_t bucket = first_bucket; bucket <= all_bucket; ++bucket) {
-    if (!Compose(bin_index, must, bucket, now_us, /*grow=*/false, &option)) continue;
+    if (!Compose(bin_index, must, bucket, now_us, &option)) continue;
     const double score = option.real_elements / option.cost_us;
     if (score >= best_score) {
       best_score = score;
-      best = std::move(option);
-    }
-  }
-  if (best_score < 0) return best;
-  // Larger buckets of this length, to carry riders the chosen one has no rows for: worth it when
-  // the extra device time is less than those riders would cost in batches of their own. Below
-  // capacity, where small batches cost about a launch whatever their size, that gathers what is
-  // queued into one batch, as arrival-order batching does; at saturation, where their own bins
-  // fill batches cheaply, it pads no rider into a longer bucket.
-  const size_t largest_bucket = SmallestAtLeast(sizes, bin.largest_batch);
-  for (size_t bucket = SmallestAtLeast(sizes, best.rows + 1); bucket <= largest_bucket && bucket < sizes.size();
-       ++bucket) {
-    if (!Compose(bin_index, must, bucket, now_us, /*grow=*/true, &option)) break;  // no riders left
-    // Only while the batch still does at least as much real work per µs: a long batch does not pad
-    // short riders to its length just because their own launch would cost more.
-    const bool denser =
-        option.real_elements / option.cost_us >= best.real_elements / best.cost_us;
-    if (denser && option.cost_us - best.cost_us < RiderAloneUs(best, option, now_us)) {
       best = std::move(option);
     }
   }
@@ -470,12 +427,13 @@ size_t BatchPlanner::OldestBin(const std::vector<size_t>& skip) const {
   return oldest;
 }
 
-BatchPlanner::Candidate BatchPlanner::ArrivalOrderCandidate(bool* full) const {
+BatchPlanner::Candidate BatchPlanner::ArrivalOrderCandidate(size_t last_bin, bool* full) const {
   // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time. The oldest
   // requests go while their rows fit the largest batch at the longest one's length (bins are in
   // length order, so the longest's is the highest bin taken from): on a staircase grid a longer
-  // request lowers the limit.
+  // request lowers the limit. Bins after `last_bin` count as empty.
   std::vector<size_t> taken(bins_.size(), 0);
+  for (size_t j = last_bin + 1; j < bins_.size(); ++j) taken[j] = bins_[j].requests.size();
   Candidate candidate;
   candidate.bin = OldestBin(taken);
   int64_t longest = 0;
@@ -495,6 +453,7 @@ BatchPlanner::Candidate BatchPlanner::ArrivalOrderCandidate(bool* full) const {
     longest_bin = padded_bin;
   }
   *full = *full || candidate.rows >= bins_[longest_bin].largest_batch;
+  for (size_t j = last_bin + 1; j < bins_.size(); ++j) taken[j] = 0;
   candidate.take = std::move(taken);
   candidate.shape = spec_.BucketFor(candidate.rows, longest);
   candidate.cost_us = CostUs(candidate.shape);
@@ -514,7 +473,7 @@ std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us)
   }
   if (queued_rows < smallest_limit && !Overdue(oldest, now_us)) return std::nullopt;
   bool full = false;
-  Candidate candidate = ArrivalOrderCandidate(&full);
+  Candidate candidate = ArrivalOrderCandidate(bins_.size() - 1, &full);
   if (!full && !Overdue(oldest, now_us)) return std::nullopt;
   return Take(candidate);
 }
@@ -585,18 +544,27 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
   if (!best) return std::nullopt;
   // Arrival order's batch instead, when it does more real work per µs relative to a full batch of
   // its length: below capacity, where a batch costs about a launch whatever it holds, one batch of
-  // everything queued beats a launch per bin, which is how FIFO keeps its latency low there. It
-  // holds the oldest requests, so no due request is passed over; and it may cost at most twice
-  // the planner's batch, so that the requests that batch would answer wait at most one batch
-  // longer, as the wait bound allows (a due short request is not padded into a long batch). Only
-  // on the grid: a batch holding an oversize request runs eagerly, so those go on their own.
-  bool full = false;
-  Candidate in_arrival_order = ArrivalOrderCandidate(&full);
-  if (spec_.HasBucket(in_arrival_order.shape) && in_arrival_order.cost_us <= 2 * best->cost_us &&
-      RelativeScore(in_arrival_order, BinIndex(in_arrival_order.shape.length)) >
-          RelativeScore(*best, best->bin)) {
-    return Take(in_arrival_order);
+  // what is queued beats a launch per bin, which is how FIFO keeps its latency low there. Arrival
+  // order up to each bucket length is tried, so that one long request does not keep the shorter
+  // ones apart; from the due bin's on while a request is due, so that the oldest goes first. It
+  // may cost at most twice the planner's batch: the requests that batch would answer then wait at
+  // most one batch longer, as the wait bound allows (a due short request is not padded into a long
+  // batch). Only on the grid: a batch holding an oversize request runs eagerly.
+  std::optional<Candidate> in_arrival_order;
+  double arrival_order_score = RelativeScore(*best, best->bin);
+  const size_t first_last_bin = oldest_overdue < bins_.size() ? oldest_overdue : 0;
+  for (size_t last_bin = first_last_bin; last_bin + 1 < bins_.size(); ++last_bin) {
+    if (bins_[last_bin].requests.empty()) continue;
+    bool full = false;
+    Candidate candidate = ArrivalOrderCandidate(last_bin, &full);
+    if (!spec_.HasBucket(candidate.shape) || candidate.cost_us > 2 * best->cost_us) continue;
+    const double score = RelativeScore(candidate, BinIndex(candidate.shape.length));
+    if (score > arrival_order_score) {
+      arrival_order_score = score;
+      in_arrival_order = std::move(candidate);
+    }
   }
+  if (in_arrival_order) return Take(*in_arrival_order);
   return Take(*best);
 }
 

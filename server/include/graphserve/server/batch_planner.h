@@ -154,7 +154,7 @@ struct DispatchDecision {
 //     a staircase: short lengths may batch more rows than max_batch_size, ModelSpec), padded to
 //     the smallest batch bucket holding them (or fewer of them in a smaller bucket, when that does
 //     more real work per µs); the bucket's spare rows, padding otherwise, carry ride-alongs from
-//     shorter bins, and a bucket grows for more of them while that saves device time.
+//     shorter bins.
 //   - The batch arrival order would form replaces the planner's when it does more real work per µs
 //     (relative to a full batch of its length) at most twice the cost: never worse than FIFO.
 //   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
@@ -234,9 +234,10 @@ class BatchPlanner {
   // Policy kFifo: the oldest requests across all bins, once they fill the largest batch at the
   // longest one's length or the oldest is due.
   std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
-  // The oldest requests across all bins while they fit the largest batch at the longest one's
-  // length, padded to the smallest bucket holding them; `full`: the next request would not fit.
-  Candidate ArrivalOrderCandidate(bool* full) const;
+  // The oldest requests of the bins up to `last_bin` while they fit the largest batch at the
+  // longest one's length, padded to the smallest bucket holding them; `full`: the next request
+  // would not fit.
+  Candidate ArrivalOrderCandidate(size_t last_bin, bool* full) const;
   // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
   size_t OldestBin(const std::vector<size_t>& skip) const;
   size_t BinIndex(int64_t length) const;
@@ -246,12 +247,9 @@ class BatchPlanner {
   Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
   // A batch in bin `bin`'s length and batch bucket index `bucket`: the first must[j] requests of
   // every bin j, then more of the bin's own, then ride-alongs. False when the bucket is larger than
-  // the own and required rows need, unless `grow`; with `grow`, false when no rider came.
-  bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us, bool grow,
+  // the own and required rows need (riders never make a bucket larger).
+  bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
                Candidate* candidate) const;
-  // The device time the riders `grown` carries beyond `base` would take in batches of their own
-  // bins, formed from what those bins hold now and expect to gather while `base` runs.
-  double RiderAloneUs(const Candidate& base, const Candidate& grown, int64_t now_us) const;
   DispatchDecision Take(const Candidate& candidate);
   // Batching disabled: the oldest queued request alone; nullopt when none is queued.
   std::optional<DispatchDecision> TakeOldestAlone();
