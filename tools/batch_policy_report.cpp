@@ -1,7 +1,7 @@
 // Prints the batching policies' comparison on the simulated H200 BERT-base cost model (see
 // batch_simulator.h): padding ratio, throughput and queue wait, below capacity and at saturation,
 // for one and two executors. Simulated time: the figures are the same on any host. Run by hand:
-// <build>/tools/batch_policy_report [requests per run, default 40000]
+// <build>/tools/batch_policy_report [requests per run, default 40000] [fifo-parity: that table only]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,7 +43,7 @@ SimulationConfig Config(const Contender& contender, int executors) {
 
 void PrintHeader() {
   std::printf("| %-28s | %-25s | %7s | %11s | %7s | %6s | %6s | %7s | %7s | %8s |\n", "load",
-              "policy", "padding", "real Mtok/s", "req/s", "rows/b", "riders", "p50 us", "p99 us",
+              "policy", "padding", "real ktok/s", "req/s", "rows/b", "riders", "p50 us", "p99 us",
               "max us");
   std::printf(
       "|------------------------------|---------------------------|---------|-------------|--------"
@@ -63,9 +63,44 @@ void PrintRow(const std::string& load, const Contender& contender, const Simulat
       static_cast<long long>(result.wait_percentile_us(100)));
 }
 
+// Issue #17's criterion: at each load, the planner's throughput at least FIFO's and its p50 and p99
+// latency at most 1.05 x FIFO's, both graphserve's policies (SchedulerOptions::policy) on the
+// default grid, one executor. Capacity is FIFO's saturation throughput: the loads both serve.
+void PrintFifoParity(int requests, const LengthMix& mix) {
+  SimulationConfig binned = Config(kContenders[0], 1);
+  SimulationConfig fifo = binned;
+  fifo.options.policy = BatchingPolicy::kFifo;
+  const double capacity = CapacityPerSecond(fifo, requests, mix, kSeed);
+  std::printf(
+      "\nFIFO parity (issue #17): the planner (binned) against graphserve's FIFO policy on the default "
+      "grid, 1 executor;\ncapacity = FIFO at saturation, %.0f requests/s; latency = arrival to "
+      "answer; ok = tok/s >= FIFO's (open loop: within\n0.1%%, the last batch's drain), p50 and p99 <= 1.05 x FIFO's.\n\n",
+      capacity);
+  std::printf("| %-28s | %-7s | %11s | %7s | %7s | %7s | %-4s |\n", "load", "policy", "real ktok/s",
+              "p50 us", "p99 us", "padding", "ok");
+  std::printf("|------------------------------|---------|-------------|---------|---------|---------|------|\n");
+  for (const LoadPoint& load : FifoParityLoads()) {
+    const SimulationResult b = SimulateLoad(binned, load, capacity, requests, mix, kSeed);
+    const SimulationResult f = SimulateLoad(fifo, load, capacity, requests, mix, kSeed);
+    const bool ok = MeetsFifoParity(b, f, load);
+    auto row = [&](const char* policy, const SimulationResult& r, const char* verdict) {
+      std::printf("| %-28s | %-7s | %11.1f | %7lld | %7lld | %7.3f | %-4s |\n", load.Name().c_str(),
+                  policy, r.real_tokens_per_second() / 1e3,
+                  static_cast<long long>(r.latency_percentile_us(50)),
+                  static_cast<long long>(r.latency_percentile_us(99)), r.padding_ratio(), verdict);
+    };
+    row("binned", b, ok ? "yes" : "NO");
+    row("FIFO", f, "");
+  }
+}
+
 int Main(int argc, char** argv) {
   const int requests = argc > 1 ? std::atoi(argv[1]) : 40000;
   const LengthMix mix;  // log-normal, median 48, sigma 0.8, clipped to [8, 512]
+  if (argc > 2 && std::string(argv[2]) == "fifo-parity") {
+    PrintFifoParity(requests, mix);
+    return 0;
+  }
   const ModelSpec grid = EncoderSpec(EncoderGrid::kTokenBudget);
   std::printf(
       "Cost model: BERT-base bf16 on an H200 as CUDA graphs (0.73 ms up to ~1x64 .. 8.4 ms at "
@@ -105,6 +140,7 @@ int Main(int argc, char** argv) {
                                   kSeed));
     }
   }
+  PrintFifoParity(requests, mix);
   return 0;
 }
 

@@ -359,6 +359,18 @@ int64_t SimulationResult::wait_percentile_us(double percentile) const {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
+int64_t SimulationResult::latency_percentile_us(double percentile) const {
+  if (requests.empty()) return 0;
+  std::vector<int64_t> latency(requests.size(), 0);
+  for (const SimulatedBatch& batch : batches) {
+    for (int index : batch.requests) latency[index] = batch.end_us - requests[index].time_us;
+  }
+  std::sort(latency.begin(), latency.end());
+  const size_t rank =
+      static_cast<size_t>(std::ceil(percentile / 100.0 * static_cast<double>(latency.size())));
+  return latency[std::clamp<size_t>(rank, 1, latency.size()) - 1];
+}
+
 int64_t SimulationResult::ride_alongs() const {
   int64_t total = 0;
   for (const SimulatedBatch& batch : batches) total += batch.ride_alongs;
@@ -401,6 +413,40 @@ SimulationResult SimulateClosedLoop(const SimulationConfig& config, int clients,
     }
   });
   return result;
+}
+
+std::string LoadPoint::Name() const {
+  if (clients > 0) return "closed loop, " + std::to_string(clients) + " clients";
+  return "Poisson, " + std::to_string(static_cast<int>(std::lround(100 * capacity_fraction))) +
+         "% of capacity";
+}
+
+std::vector<LoadPoint> FifoParityLoads() {
+  std::vector<LoadPoint> loads;
+  for (int clients : {1, 8, 64, 512}) loads.push_back(LoadPoint{clients, 0});
+  for (double fraction : {0.25, 0.50, 0.75, 0.95}) loads.push_back(LoadPoint{0, fraction});
+  return loads;
+}
+
+double CapacityPerSecond(const SimulationConfig& config, int requests, const LengthMix& mix,
+                         uint64_t seed) {
+  return SimulateClosedLoop(config, 512, requests, mix, seed).requests_per_second();
+}
+
+SimulationResult SimulateLoad(const SimulationConfig& config, const LoadPoint& load,
+                              double capacity_per_s, int requests, const LengthMix& mix,
+                              uint64_t seed) {
+  if (load.clients > 0) return SimulateClosedLoop(config, load.clients, requests, mix, seed);
+  return Simulate(config,
+                  PoissonArrivals(load.capacity_fraction * capacity_per_s, requests, mix, seed));
+}
+
+bool MeetsFifoParity(const SimulationResult& binned, const SimulationResult& fifo,
+                     const LoadPoint& load) {
+  const double drain_allowance = load.clients > 0 ? 1.0 : 0.999;
+  return binned.real_tokens_per_second() >= drain_allowance * fifo.real_tokens_per_second() &&
+         binned.latency_percentile_us(50) <= 1.05 * fifo.latency_percentile_us(50) &&
+         binned.latency_percentile_us(99) <= 1.05 * fifo.latency_percentile_us(99);
 }
 
 ModelSpec EncoderSpec(EncoderGrid grid) {

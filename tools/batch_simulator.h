@@ -91,6 +91,8 @@ struct SimulationResult {
   double requests_per_second() const;
   double real_tokens_per_second() const;  // real elements per second of makespan
   int64_t wait_percentile_us(double percentile) const;
+  // Arrival to answer (the end of the request's batch): what a client sees.
+  int64_t latency_percentile_us(double percentile) const;
   int64_t ride_alongs() const;
   double mean_batch_rows() const;
   double longest_batch_us() const;
@@ -104,6 +106,35 @@ SimulationResult Simulate(const SimulationConfig& config, const std::vector<Arri
 // queue as deep as the clients allow: the saturation throughput.
 SimulationResult SimulateClosedLoop(const SimulationConfig& config, int clients, int total,
                                     const LengthMix& mix, uint64_t seed);
+
+// A load of issue #17's FIFO-parity criterion: a closed loop of `clients` clients, or (clients 0)
+// Poisson arrivals at `capacity_fraction` of the capacity the caller measured.
+struct LoadPoint {
+  int clients = 0;
+  double capacity_fraction = 0;
+  std::string Name() const;
+};
+
+// The criterion's eight loads: closed loops of 1, 8, 64 and 512 clients; Poisson at 25, 50, 75 and
+// 95% of capacity.
+std::vector<LoadPoint> FifoParityLoads();
+
+// Capacity, in requests per second: what `config` sustains with 512 clients in a closed loop, the
+// report's saturation.
+double CapacityPerSecond(const SimulationConfig& config, int requests, const LengthMix& mix,
+                         uint64_t seed);
+
+// `requests` requests of `mix` at `load`, capacity being `capacity_per_s`.
+SimulationResult SimulateLoad(const SimulationConfig& config, const LoadPoint& load,
+                              double capacity_per_s, int requests, const LengthMix& mix,
+                              uint64_t seed);
+
+// Issue #17's criterion at `load`: `binned`'s throughput at least `fifo`'s, and its p50 and p99
+// latency at most 1.05 x `fifo`'s. In an open loop both serve the offered load and their
+// throughputs differ only by when the last batch ends, so there it may be 0.1% lower (about a
+// millisecond of a run of seconds).
+bool MeetsFifoParity(const SimulationResult& binned, const SimulationResult& fifo,
+                     const LoadPoint& load);
 
 // The grids EncoderSpec offers.
 enum class EncoderGrid {

@@ -15,9 +15,15 @@
 //     the same whether zeros or real requests fill them. So they are filled with requests from
 //     shorter bins, which then need no batch of their own: due ones first (oldest first), then from
 //     the longest shorter bin down, since a longer rider saves more padded work later. A ride-along
-//     never makes a bucket larger: growing one to carry short requests would trade padding for
-//     launches, which the simulator showed to raise the padding ratio well above 1.2 at moderate
-//     loads.
+//     never makes a bucket larger: the batch arrival order would form (below) is the one way short
+//     requests are padded to a longer bucket, and only when that does more work per µs.
+//   - Arrival order as an alternative. The batch FIFO would send from the bins up to some length
+//     (the oldest of them, padded to the longest) replaces the chosen one when it does more real
+//     work per µs relative to a full batch of its length, costs at most twice as much, and fits the
+//     grid. Below capacity, where a batch costs about a launch whatever it holds, that is one
+//     launch where binning would need one per bin: binning alone lost to FIFO there (issue #17),
+//     e.g. at 8 clients in a closed loop. It pads more than binning alone (the price of the
+//     launches saved), though less than FIFO.
 //   - When. A bin may go when its rows fill the largest batch bucket (waiting cannot make the batch
 //     larger), when its oldest request is due (has waited max_queue_delay_us), or when an executor
 //     is idle and waiting cannot help: the arrivals that could join (this bin's, and the shorter
@@ -421,45 +427,54 @@ size_t BatchPlanner::OldestBin(const std::vector<size_t>& skip) const {
   return oldest;
 }
 
-std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
-  // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time.
+BatchPlanner::Candidate BatchPlanner::ArrivalOrderCandidate(size_t last_bin, bool* full) const {
+  // The bins are FIFOs, so arrival order is a merge of their heads by enqueue time. The oldest
+  // requests go while their rows fit the largest batch at the longest one's length (bins are in
+  // length order, so the longest's is the highest bin taken from): on a staircase grid a longer
+  // request lowers the limit. Bins after `last_bin` count as empty.
   std::vector<size_t> taken(bins_.size(), 0);
-  const size_t first = OldestBin(taken);
-  if (first == bins_.size()) return std::nullopt;
-  // The oldest requests while their rows fit the largest batch at the longest one's length (bins
-  // are in length order, so the longest's is the highest bin taken from): on a staircase grid a
-  // longer request lowers the limit. The batch is full when the next request does not fit, which
-  // needs at least the smallest limit of a queued request's bin of rows queued.
+  for (size_t j = last_bin + 1; j < bins_.size(); ++j) taken[j] = bins_[j].requests.size();
+  Candidate candidate;
+  candidate.bin = OldestBin(taken);
+  int64_t longest = 0;
+  size_t longest_bin = candidate.bin;
+  *full = false;
+  for (size_t next = candidate.bin; next < bins_.size(); next = OldestBin(taken)) {
+    const PendingRequest& request = *bins_[next].requests[taken[next]];
+    const size_t padded_bin = std::max(longest_bin, next);
+    if (candidate.rows > 0 && candidate.rows + request.item.rows > bins_[padded_bin].largest_batch) {
+      *full = true;
+      break;
+    }
+    ++taken[next];
+    candidate.rows += request.item.rows;
+    candidate.real_elements += static_cast<double>(request.item.rows * request.item.length);
+    longest = std::max(longest, request.item.length);
+    longest_bin = padded_bin;
+  }
+  *full = *full || candidate.rows >= bins_[longest_bin].largest_batch;
+  for (size_t j = last_bin + 1; j < bins_.size(); ++j) taken[j] = 0;
+  candidate.take = std::move(taken);
+  candidate.shape = spec_.BucketFor(candidate.rows, longest);
+  candidate.cost_us = CostUs(candidate.shape);
+  return candidate;
+}
+
+std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
+  if (queued_ == 0) return std::nullopt;
+  const PendingRequest& oldest = *bins_[OldestBin(std::vector<size_t>(bins_.size(), 0))].requests.front();
+  // The batch is full when the next request does not fit, which needs at least the smallest limit
+  // of a queued request's bin of rows queued.
   int64_t queued_rows = 0;
   int64_t smallest_limit = std::numeric_limits<int64_t>::max();
   for (const Bin& bin : bins_) {
     queued_rows += bin.rows;
     if (!bin.requests.empty()) smallest_limit = std::min(smallest_limit, bin.largest_batch);
   }
-  if (queued_rows < smallest_limit && !Overdue(*bins_[first].requests.front(), now_us)) {
-    return std::nullopt;
-  }
-  Candidate candidate;
-  candidate.bin = first;
-  int64_t longest = 0;
-  size_t longest_bin = first;
+  if (queued_rows < smallest_limit && !Overdue(oldest, now_us)) return std::nullopt;
   bool full = false;
-  for (size_t next = first; next < bins_.size(); next = OldestBin(taken)) {
-    const PendingRequest& request = *bins_[next].requests[taken[next]];
-    const size_t padded_bin = std::max(longest_bin, next);
-    if (candidate.rows > 0 && candidate.rows + request.item.rows > bins_[padded_bin].largest_batch) {
-      full = true;
-      break;
-    }
-    ++taken[next];
-    candidate.rows += request.item.rows;
-    longest = std::max(longest, request.item.length);
-    longest_bin = padded_bin;
-  }
-  full = full || candidate.rows >= bins_[longest_bin].largest_batch;
-  if (!full && !Overdue(*bins_[first].requests.front(), now_us)) return std::nullopt;
-  candidate.take = taken;
-  candidate.shape = spec_.BucketFor(candidate.rows, longest);
+  Candidate candidate = ArrivalOrderCandidate(bins_.size() - 1, &full);
+  if (!full && !Overdue(oldest, now_us)) return std::nullopt;
   return Take(candidate);
 }
 
@@ -515,14 +530,7 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
       if (!full && !(executor_idle && WaitingCannotHelp(i, now_us))) continue;
 
       Candidate candidate = BuildCandidate(i, now_us, /*take_all=*/full);
-      // Real work per µs, relative to the best this length can do: a full batch without padding
-      // (for the oversize bin, the grid's largest bucket).
-      double score = candidate.real_elements / candidate.cost_us;
-      if (!spec_.bucket_lengths.empty()) {
-        const BucketShape full{bin.largest_batch,
-                               IsOversizeBin(i) ? spec_.bucket_lengths.back() : bin.length};
-        score /= static_cast<double>(full.batch * full.length) / CostUs(full);
-      }
+      const double score = RelativeScore(candidate, i);
       const bool better =
           !best || score > best_score * (1 + kScoreTolerance) ||
           (score >= best_score * (1 - kScoreTolerance) &&
@@ -534,7 +542,42 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
     }
   }
   if (!best) return std::nullopt;
+  // Arrival order's batch instead, when it does more real work per µs relative to a full batch of
+  // its length: below capacity, where a batch costs about a launch whatever it holds, one batch of
+  // what is queued beats a launch per bin, which is how FIFO keeps its latency low there. Arrival
+  // order up to each bucket length is tried, so that one long request does not keep the shorter
+  // ones apart; from the due bin's on while a request is due, so that the oldest goes first. It
+  // may cost at most twice the planner's batch: the requests that batch would answer then wait at
+  // most one batch longer, as the wait bound allows (a due short request is not padded into a long
+  // batch). Only on the grid: a batch holding an oversize request runs eagerly.
+  std::optional<Candidate> in_arrival_order;
+  double arrival_order_score = RelativeScore(*best, best->bin);
+  const size_t first_last_bin = oldest_overdue < bins_.size() ? oldest_overdue : 0;
+  for (size_t last_bin = first_last_bin; last_bin + 1 < bins_.size(); ++last_bin) {
+    if (bins_[last_bin].requests.empty()) continue;
+    bool full = false;
+    Candidate candidate = ArrivalOrderCandidate(last_bin, &full);
+    if (!spec_.HasBucket(candidate.shape) || candidate.cost_us > 2 * best->cost_us) continue;
+    const double score = RelativeScore(candidate, BinIndex(candidate.shape.length));
+    if (score > arrival_order_score) {
+      arrival_order_score = score;
+      in_arrival_order = std::move(candidate);
+    }
+  }
+  if (in_arrival_order) return Take(*in_arrival_order);
   return Take(*best);
+}
+
+double BatchPlanner::RelativeScore(const Candidate& candidate, size_t bin) const {
+  // Real work per µs, relative to the best this length can do: a full batch without padding (for
+  // the oversize bin, the grid's largest bucket).
+  double score = candidate.real_elements / candidate.cost_us;
+  if (!spec_.bucket_lengths.empty()) {
+    const BucketShape full{bins_[bin].largest_batch,
+                           IsOversizeBin(bin) ? spec_.bucket_lengths.back() : bins_[bin].length};
+    score /= static_cast<double>(full.batch * full.length) / CostUs(full);
+  }
+  return score;
 }
 
 bool BatchPlanner::WaitingCannotHelp(size_t bin, int64_t now_us) const {

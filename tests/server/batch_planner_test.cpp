@@ -276,16 +276,18 @@ TEST(BatchPlannerTest, OldestRequestGoesFirstAcrossBins) {
   ASSERT_TRUE(full);
   EXPECT_EQ(full->padded_shape, (BucketShape{4, 16}));
 
-  // Once both are dispatchable, the bin with the older request wins over a full, younger one.
+  // Once both are dispatchable, the older request goes before the full, younger bin: first in a
+  // batch in arrival order that carries three of it, as one 4x32 batch costs less than a 1x32 and a
+  // 4x16 (elements plus a launch each); the fourth, neither due nor in a full bin, waits.
   clock.Set(1500);
   for (int i = 0; i < 4; ++i) AddAt(planner, clock, MakeRequest(1, 10));
   clock.Set(2000);
   auto oldest = planner.Next(clock.NowMicros(), false);
   ASSERT_TRUE(oldest);
-  EXPECT_EQ(Lengths(*oldest), (std::vector<int64_t>{20}));
-  auto then_full = planner.Next(clock.NowMicros(), false);
-  ASSERT_TRUE(then_full);
-  EXPECT_EQ(then_full->padded_shape, (BucketShape{4, 16}));
+  EXPECT_EQ(Lengths(*oldest), (std::vector<int64_t>{20, 10, 10, 10}));
+  EXPECT_EQ(oldest->padded_shape, (BucketShape{4, 32}));
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));
+  EXPECT_EQ(planner.queued_requests(), 1u);
 }
 
 TEST(BatchPlannerTest, FifoWithinABinAndARequestThatDoesNotFitWaits) {
@@ -400,10 +402,12 @@ TEST(BatchPlannerTest, NextWakeUpIsTheEarliestDelayExpiryOrDeadline) {
   EXPECT_EQ(planner.TakeDead(700).size(), 1u);
   EXPECT_EQ(planner.NextWakeUp(700, false), 1100);
 
-  ASSERT_TRUE(planner.Next(1100, false));  // the bin-32 request
-  EXPECT_EQ(planner.NextWakeUp(1100, false), 1150);
-  ASSERT_TRUE(planner.Next(1150, false));
-  EXPECT_EQ(planner.NextWakeUp(1150, false), std::nullopt);
+  // The bin-32 request falls due and takes the bin-64 one along: a 2x64 batch costs no more than
+  // twice a 1x32 and does more per µs. Nothing is left to wake up for.
+  auto due = planner.Next(1100, false);
+  ASSERT_TRUE(due);
+  EXPECT_EQ(Lengths(*due), (std::vector<int64_t>{20, 40}));
+  EXPECT_EQ(planner.NextWakeUp(1100, false), std::nullopt);
 }
 
 TEST(BatchPlannerTest, ADispatchedRequestsDeadlineNoLongerCounts) {

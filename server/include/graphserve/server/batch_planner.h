@@ -155,6 +155,8 @@ struct DispatchDecision {
 //     the smallest batch bucket holding them (or fewer of them in a smaller bucket, when that does
 //     more real work per µs); the bucket's spare rows, padding otherwise, carry ride-alongs from
 //     shorter bins.
+//   - The batch arrival order would form replaces the planner's when it does more real work per µs
+//     (relative to a full batch of its length) at most twice the cost: never worse than FIFO.
 //   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
 //     max_queue_delay_us), or, with an executor idle, when fewer than one joining arrival is
 //     expected before the delay runs out (from the arrival rates the planner observes).
@@ -233,6 +235,10 @@ class BatchPlanner {
   // Policy kFifo: the oldest requests across all bins, once they fill the largest batch at the
   // longest one's length or the oldest is due.
   std::optional<DispatchDecision> NextInArrivalOrder(int64_t now_us);
+  // The oldest requests of the bins up to `last_bin` while they fit the largest batch at the
+  // longest one's length, padded to the smallest bucket holding them; `full`: the next request
+  // would not fit.
+  Candidate ArrivalOrderCandidate(size_t last_bin, bool* full) const;
   // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
   size_t OldestBin(const std::vector<size_t>& skip) const;
   size_t BinIndex(int64_t length) const;
@@ -253,6 +259,8 @@ class BatchPlanner {
   double ExpectedArrivalGapUs(size_t bin, int64_t now_us) const;
   // Fewer than one such arrival is expected before the (non-empty) bin's oldest request falls due.
   bool WaitingCannotHelp(size_t bin, int64_t now_us) const;
+  // The candidate's real work per µs relative to a full unpadded batch of bin `bin`'s length.
+  double RelativeScore(const Candidate& candidate, size_t bin) const;
   bool Overdue(const PendingRequest& request, int64_t now_us) const;
   void DropStaleDeadlines();
   void RebuildDeadlines();
