@@ -258,7 +258,7 @@ def one_model_server(args):
     args.out = os.path.abspath(args.out)
     args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
     build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(args.server_binary or os.path.join(build, "server", "graphserve"))
+    args.graphserve = os.path.abspath(getattr(args, "server_binary", None) or os.path.join(build, "server", "graphserve"))
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
     for sub in ("raw", "logs"):
         os.makedirs(os.path.join(args.out, sub), exist_ok=True)
@@ -668,7 +668,7 @@ def main():
     args.out = os.path.abspath(args.out)
     args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
     build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(args.server_binary or os.path.join(build, "server", "graphserve"))
+    args.graphserve = os.path.abspath(getattr(args, "server_binary", None) or os.path.join(build, "server", "graphserve"))
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
     args.bucket_bench = os.path.join(build, "tools", "graphserve-bucket-bench")
     for binary in (args.graphserve, args.loadgen, args.bucket_bench):
