@@ -13,6 +13,7 @@
 
 #include "batch_accounting.h"
 #include "cuda_helpers.h"
+#include "device_fault.h"
 #include "engine_log.h"
 #include "padding.h"
 #include "torch_errors.h"
@@ -125,6 +126,7 @@ Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBat
                         : ExecuteEager(batch, &run->eager_outputs, &run->eager_stages);
     if (!status.ok()) return status;
   } catch (const std::exception& error) {
+    NoteFailureOn(device_);
     return ExecutionFailure(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() + " failed",
                             error);
   }
@@ -214,6 +216,7 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
     stages.infer_ns = nanos_between(slot.inputs_copied, slot.replayed);
     stages.output_ns = nanos_between(slot.replayed, slot.done);
   } catch (const std::exception& error) {
+    NoteFailureOn(device_);
     return ExecutionFailure(DescribeBucket(spec_, batch.padded_shape) + ": execution on " + device() + " failed",
                             error);
   }

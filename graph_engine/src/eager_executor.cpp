@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "device_fault.h"
 #include "engine_log.h"
 #include "padding.h"
 #include "torch_errors.h"
@@ -165,6 +166,7 @@ Status EagerExecutor::Execute(const Batch& batch, BatchOutputs* outputs) {
     stages.output_ns = NanosSince(stage_start);
   } catch (const std::exception& error) {
     outputs->clear();
+    NoteFailureOn(device_);
     return ExecutionFailure(DescribeBucket(spec_, batch.padded_shape) + ": forward on " + device() + " failed",
                             error);
   }

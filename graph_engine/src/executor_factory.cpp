@@ -1,18 +1,23 @@
-// The engine's libtorch entry points: CreateExecutor, GetEngineInfo, GetDeviceMemory.
+// The engine's libtorch entry points: CreateExecutor, GetEngineInfo, GetDeviceMemory, DeviceFault.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "aoti_model.h"
 #include "builtin_encoder.h"
 #ifdef GRAPHSERVE_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
 #include "cuda_graph_executor.h"
 #endif
+#include "device_fault.h"
 #include "eager_executor.h"
 #include "graphserve/engine/device.h"
 #include "graphserve/engine/executor.h"
@@ -90,6 +95,37 @@ Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
     return Internal("model '" + spec.name + "': creating the executor on " + options.device +
                     " failed: " + ExceptionMessage(error));
   }
+}
+
+namespace {
+
+std::mutex device_fault_mutex;
+std::string device_fault;  // guarded by device_fault_mutex; the first fault only
+
+}  // namespace
+
+void NoteFailureOn(const c10::Device& device) {
+#ifdef GRAPHSERVE_WITH_CUDA
+  if (!device.is_cuda()) return;
+  cudaError_t error = cudaSuccess;
+  {
+    c10::cuda::CUDAGuard guard(device);
+    // An asynchronous kernel fault is sticky: every later call on the context returns it again.
+    error = cudaDeviceSynchronize();
+  }
+  if (error == cudaSuccess) return;
+  std::lock_guard<std::mutex> lock(device_fault_mutex);
+  if (device_fault.empty()) {
+    device_fault = device.str() + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
+  }
+#else
+  (void)device;
+#endif
+}
+
+std::string DeviceFault() {
+  std::lock_guard<std::mutex> lock(device_fault_mutex);
+  return device_fault;
 }
 
 DeviceMemory GetDeviceMemory(const std::string& device) {

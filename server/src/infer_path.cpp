@@ -53,7 +53,7 @@ Status InferPath::Prepare(const grpc::ServerContextBase& context,
   if (!ready_->load()) {
     metrics_->CountUnroutedRequest(StatusCode::kUnavailable);
     // Also what a stream still open while the server drains gets for each further request.
-    return Unavailable("the server is not ready: it is loading its models or shutting down");
+    return Unavailable("the server is not ready: it is loading its models, shutting down, or its CUDA device failed");
   }
   Status status = repository_->Find(request->model_name(), request->model_version(), "model_name",
                                     "model_version", &prepared->model);

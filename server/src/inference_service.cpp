@@ -62,7 +62,7 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
-  response->set_live(true);
+  response->set_live(live_.load());
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -1,6 +1,7 @@
 #include "graphserve/server/server.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
@@ -13,6 +14,7 @@
 #include "graphserve/server/metrics.h"
 #include "graphserve/server/metrics_endpoint.h"
 #include "graphserve/server/rest_endpoint.h"
+#include "graphserve/server/thread_name.h"
 #include "grpc_acceptor.h"
 #include "infer_path.h"
 #include "unary_infer_queues.h"
@@ -49,6 +51,8 @@ RequestLimits LimitsFor(const ServerOptions& options) {
           std::min<int64_t>(kMaxMessageBytes, std::max(kMinRestBodyLimitBytes, raw * 3 + kEnvelope))};
 }
 constexpr std::chrono::seconds kMemoryTrimInterval{5};
+// How soon a faulted CUDA context turns liveness off.
+constexpr std::chrono::seconds kDeviceFaultCheckInterval{1};
 // A connection that has not completed its HTTP/2 handshake by then is closed.
 constexpr int kHandshakeTimeoutMs = 10'000;
 
@@ -171,7 +175,7 @@ Status GraphServer::Start(const ServerOptions& options) {
                  rest_endpoint_->port(), http_tls_ ? "HTTPS" : "HTTP");
   }
 
-  StartMemoryTrimmer();
+  StartHousekeeping();
   status = repository_->Start(options.repository);
   if (!status.ok()) return status;
   SetReady(true);
@@ -179,16 +183,36 @@ Status GraphServer::Start(const ServerOptions& options) {
   return Status::Ok();
 }
 
-void GraphServer::StartMemoryTrimmer() {
+void GraphServer::StartHousekeeping() {
   // glibc keeps freed heap pages for reuse: after a spike of large requests the process would hold
   // its peak for good. Handing the free pages back now and then costs a walk of the heap, not the
   // request path.
+  //
+  // The same thread watches for a CUDA fault that no later batch survives (DeviceFault): the server
+  // then reports itself neither live nor ready, so that an orchestrator restarts it rather than
+  // route requests to a process whose every batch fails.
   trimmer_ = std::thread([this] {
+    NameThisThread("gs-housekeeper");
     std::unique_lock<std::mutex> lock(trimmer_mutex_);
+    auto last_trim = std::chrono::steady_clock::now();
+    bool fault_reported = false;
     while (!trimmer_stop_) {
-      trimmer_wake_.wait_for(lock, kMemoryTrimInterval);
+      trimmer_wake_.wait_for(lock, kDeviceFaultCheckInterval);
       if (trimmer_stop_) break;
-      malloc_trim(0);
+      if (!fault_reported) {
+        const std::string fault = DeviceFault();
+        if (!fault.empty()) {
+          fault_reported = true;
+          spdlog::critical("CUDA fault on {}: every later batch would fail; liveness and readiness are off, "
+                           "restart the process", fault);
+          SetReady(false);
+          SetLive(false);
+        }
+      }
+      if (std::chrono::steady_clock::now() - last_trim >= kMemoryTrimInterval) {
+        malloc_trim(0);
+        last_trim = std::chrono::steady_clock::now();
+      }
     }
   });
 }
@@ -199,6 +223,12 @@ void GraphServer::SetReady(bool ready) {
   if (health == nullptr) return;  // only when gRPC was built without the default service
   health->SetServingStatus("", ready);
   health->SetServingStatus(kInferenceServiceName, ready);
+}
+
+void GraphServer::SetLive(bool live) {
+  service_->SetLive(live);
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(kLivenessServiceName, live);
 }
 
 void GraphServer::Reload() {
@@ -234,6 +264,14 @@ void GraphServer::Shutdown() {
   // Scrapes read the schedulers: stop serving them before the schedulers go away.
   metrics_endpoint_.reset();
   if (repository_) {
+    const std::string fault = DeviceFault();
+    if (!fault.empty()) {
+      // Every CUDA call of a faulted context fails, freeing the models' device memory included, and
+      // libtorch throws from the destructors that free it: the process ends here, every call answered.
+      spdlog::critical("exiting with status 1 without releasing the models: CUDA fault on {}", fault);
+      spdlog::shutdown();
+      _exit(1);
+    }
     repository_->Stop();
     repository_.reset();
   }

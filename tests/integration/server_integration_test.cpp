@@ -393,6 +393,10 @@ TEST_F(RepositoryTest, ConcurrentMixedLengthsGetTheirSoloAnswers) {
 // requests batched with it get their answers, and the culprit's message carries neither the model's
 // TorchScript source nor a host path.
 TEST_F(RepositoryTest, OneBadRequestFailsAloneAndItsBatchMatesGetTheirAnswers) {
+  if (TestDevice() != "cpu") {
+    GTEST_SKIP() << "on a GPU the bad token id is a device-side assert that no later batch survives: "
+                    "DeviceFaultTest checks what the server does then";
+  }
   auto stub = server_->NewStub();
   std::mt19937 random(21);
   std::vector<inference::ModelInferRequest> requests;
@@ -609,6 +613,55 @@ INSTANTIATE_TEST_SUITE_P(
         BadInfer{"UnknownOutput", [](auto* r) { r->add_outputs()->set_name("logits"); },
                  grpc::StatusCode::INVALID_ARGUMENT, "outputs[0]"}),
     [](const ::testing::TestParamInfo<BadInfer>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------------------------------
+// A device fault: on a GPU a token id beyond an embedding table (a model whose config sets no
+// max_value) is a device-side assert, after which every batch of the process fails whatever its
+// inputs. The culprit gets a short message, and the server turns liveness and readiness off so that
+// an orchestrator restarts it. A server of its own: the fault would fail every later test.
+
+TEST(DeviceFaultTest, ADeviceSideAssertTurnsLivenessAndReadinessOff) {
+  if (TestDevice() == "cpu") GTEST_SKIP() << "a CUDA fault needs a GPU (GRAPHSERVE_TEST_DEVICE=cuda)";
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", TestDevice(), "--model-repository", MODEL_REPOSITORY, "--model-control-mode",
+                        "explicit", "--load-model", "tiny_strict"},
+                       std::string(TEST_OUTPUT_DIR) + "/device_fault_server.log");
+  ASSERT_TRUE(server.WaitUntilReady(kServerStartTimeout)) << server.Log();
+  auto stub = server.NewStub();
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(Infer(stub.get(), TokenRequest("tiny_strict", {{1, 2, 3}}), &response).ok()) << server.Log();
+
+  const grpc::Status culprit = Infer(stub.get(), TokenRequest("tiny_strict", {{1, 5000, 3}}), &response);
+  EXPECT_TRUE(culprit.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+              culprit.error_code() == grpc::StatusCode::INTERNAL)
+      << culprit.error_code() << ": " << culprit.error_message();
+  EXPECT_EQ(culprit.error_message().find('/'), std::string::npos) << culprit.error_message();
+
+  const auto live = [&stub] {
+    grpc::ClientContext context;
+    inference::ServerLiveRequest request;
+    inference::ServerLiveResponse answer;
+    return stub->ServerLive(&context, request, &answer).ok() && answer.live();
+  };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (live() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(live()) << server.Log();
+  grpc::ClientContext context;
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub->ServerReady(&context, inference::ServerReadyRequest(), &ready).ok());
+  EXPECT_FALSE(ready.ready());
+  EXPECT_EQ(Infer(stub.get(), TokenRequest("tiny_strict", {{1, 2, 3}}), &response).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(std::regex_search(server.Log(), std::regex("CUDA fault on cuda:[0-9]+: cudaError")))
+      << server.Log();
+  // The calls are drained, then the process leaves without freeing the faulted device's memory
+  // (every free would throw), and says so in its status.
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 1) << server.Log();
+  EXPECT_NE(server.Log().find("exiting with status 1 without releasing the models"), std::string::npos)
+      << server.Log();
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Shutdown: SIGTERM stops accepting, finishes what is in flight, and exits 0.

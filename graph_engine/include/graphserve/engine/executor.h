@@ -170,6 +170,12 @@ struct DeviceMemory {
 };
 DeviceMemory GetDeviceMemory(const std::string& device);
 
+// A CUDA fault that leaves the process's CUDA context unusable: a device-side assert (e.g. a token id
+// beyond an embedding table on a model whose config sets no max_value), an illegal address. Every
+// later launch fails with it, whatever its inputs, so the process has to be restarted; the server
+// turns liveness and readiness off. Empty while none has happened. Thread-safe.
+std::string DeviceFault();
+
 // The engine cannot include spdlog (see docs/gpu-host.md, pitfall 2), so it reports through a sink
 // that the server installs once at start-up. Thread-safe: the sink may be called from any thread.
 enum class LogLevel { kDebug, kInfo, kWarning, kError };

@@ -62,6 +62,8 @@ class InferenceService final : public InferenceServiceBase {
   // Ready: models loaded and warmed up, and not draining. Every model of the repository must have been
   // added to the metrics (ServerMetrics::AddModel) before the service turns ready.
   void SetReady(bool ready) { ready_.store(ready); }
+  // Live until the process cannot serve any more (a faulted CUDA context): ServerLive answers it.
+  void SetLive(bool live) { live_.store(live); }
 
   // What ModelInfer's completion queues and ModelStreamInfer prepare and queue requests with.
   InferPath infer_path() const;
@@ -141,6 +143,7 @@ class InferenceService final : public InferenceServiceBase {
   const Clock* const clock_;
   ServerMetrics* const metrics_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> live_{true};
 };
 
 }  // namespace graphserve

@@ -76,8 +76,11 @@ class GraphServer {
  private:
   // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
   void SetReady(bool ready);
-  // Returns free heap memory to the system every few seconds until Shutdown.
-  void StartMemoryTrimmer();
+  // ServerLive and the grpc.health.v1 "liveness" status together. Needs service_ and grpc_server_.
+  void SetLive(bool live);
+  // Until Shutdown: returns free heap memory to the system every few seconds, and turns liveness
+  // and readiness off once the engine reports a CUDA fault (DeviceFault).
+  void StartHousekeeping();
 
   ServerOptions options_;
   SteadyClock clock_;
