@@ -71,9 +71,10 @@ class AsyncCaller {
     while (queue_.Next(&tag, &ok)) delete static_cast<AsyncCall*>(tag);
   }
 
-  // Starts a call and returns at once; Next hands it back when answered.
-  void Start(const inference::ModelInferRequest& request, size_t index,
-             std::chrono::seconds timeout) {
+  // Starts a call and returns at once; Next hands it back when answered. The call stays the
+  // caller's until then (e.g. for its context's TryCancel).
+  AsyncCall* Start(const inference::ModelInferRequest& request, size_t index,
+                   std::chrono::seconds timeout) {
     auto* call = new AsyncCall;
     call->index = index;
     call->context.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -81,6 +82,7 @@ class AsyncCaller {
     call->reader = stub_->AsyncModelInfer(&call->context, request, &queue_);
     call->reader->Finish(&call->response, &call->status, call);
     ++in_flight_;
+    return call;
   }
 
   // Blocks until some call is answered; nullptr only if the queue is shut down.

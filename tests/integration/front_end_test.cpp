@@ -1,13 +1,17 @@
 // The non-blocking front end, black-box: the real graphserve binary holds more than a thousand
-// ModelInfer calls at once on one connection, and answers each with its own result; and many short
-// calls at once batch beyond max_batch_size within the default grid's token budget.
+// ModelInfer calls at once on one connection, and answers each with its own result; a call cancelled
+// while queued never runs; and many short calls at once batch beyond max_batch_size within the
+// default grid's token budget.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <regex>
+#include <thread>
 
 #include "async_calls.h"
 #include "http_get.h"
@@ -92,6 +96,51 @@ TEST(FrontEndTest, HoldsOverAThousandCallsInFlightAndAnswersEachWithItsOwnResult
 // The default grid's token budget, black-box: a model whose requests carry at most 4 rows batches
 // short requests that arrive together by the hundred (the default budget is 16384 tokens), and
 // with the budget turned off (max_batch_tokens: 0) never more than 4 rows.
+// A call its client cancels while it waits in the queue reaches the scheduler (the completion
+// queue's done notification): it leaves the queue without running and is counted as cancelled.
+TEST(FrontEndTest, ACallCancelledWhileQueuedLeavesTheQueueUnrun) {
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", "cpu", "--model-repository", MODEL_REPOSITORY, "--model-control-mode",
+                        "explicit", "--load-model", "tiny_spin"},
+                       std::string(TEST_OUTPUT_DIR) + "/front_end_cancel_server.log");
+  ASSERT_TRUE(server.WaitUntilReady(std::chrono::seconds(240))) << server.Log();
+  const auto metric = [&server](const char* name, const std::map<std::string, std::string>& labels) {
+    return Exposition(HttpGet(server.metrics_port(), "/metrics").body).Sum(name, labels);
+  };
+  const auto wait_for = [](const std::function<bool()>& done) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done();
+  };
+  AsyncCaller caller(server.address());
+  // tiny_spin loops as many times as the largest token id, one row per batch: a few seconds on a
+  // CPU, while the second call waits behind it.
+  caller.Start(TokenRequest("tiny_spin", {{50'000, 1, 1}}), 0, std::chrono::seconds(300));
+  ASSERT_TRUE(wait_for([&] { return metric("graphserve_batch_rows_total", {{"model", "tiny_spin"}}) >= 1.0; }))
+      << server.Log();
+  AsyncCall* queued = caller.Start(TokenRequest("tiny_spin", {{1, 1, 1}}), 1, std::chrono::seconds(300));
+  ASSERT_TRUE(wait_for([&] { return metric("graphserve_requests_in_flight", {{"model", "tiny_spin"}}) >= 2.0; }))
+      << server.Log();
+  queued->context.TryCancel();
+
+  std::map<size_t, grpc::StatusCode> codes;
+  for (int i = 0; i < 2; ++i) {
+    std::unique_ptr<AsyncCall> call = caller.Next();
+    ASSERT_NE(call, nullptr);
+    codes[call->index] = call->status.error_code();
+  }
+  EXPECT_EQ(codes[0], grpc::StatusCode::OK);
+  EXPECT_EQ(codes[1], grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(wait_for([&] {
+    return metric("graphserve_requests_total", {{"model", "tiny_spin"}, {"code", "cancelled"}}) == 1.0;
+  })) << server.Log();
+  EXPECT_EQ(metric("graphserve_requests_total", {{"model", "tiny_spin"}, {"code", "success"}}), 1.0);
+  EXPECT_EQ(metric("graphserve_batch_rows_total", {{"model", "tiny_spin"}}), 1.0);  // it never ran
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.Log();
+}
+
 TEST(FrontEndTest, ShortRequestsArrivingTogetherBatchBeyondMaxBatchSize) {
   constexpr int kShortCalls = 256;
   for (const bool budget : {true, false}) {
