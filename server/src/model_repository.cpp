@@ -154,6 +154,28 @@ Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& de
   return Status::Ok();
 }
 
+// On a GPU an integer input with no max_value is a hazard worth a line in the log: a token id beyond
+// an embedding table is a device-side assert there, after which the whole process has to restart.
+// (The built-in encoder clamps its ids itself.)
+void WarnOfUnboundedIndexInputs(const ModelSpec& spec, const std::vector<std::string>& devices) {
+  if (spec.platform == kPlatformBuiltinEncoder ||
+      std::none_of(devices.begin(), devices.end(), [](const std::string& d) { return d.rfind("cuda", 0) == 0; })) {
+    return;
+  }
+  std::string unbounded;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const TensorSpec& input = spec.inputs[i];
+    if (input.dtype != DataType::kInt64 && input.dtype != DataType::kInt32) continue;
+    if (i < spec.input_ranges.size() && spec.input_ranges[i].max) continue;
+    unbounded += (unbounded.empty() ? "'" : ", '") + input.name + "'";
+  }
+  if (unbounded.empty()) return;
+  spdlog::warn("model '{}': integer input(s) {} have no max_value: should one index a table (token ids), a value "
+               "beyond it on CUDA is a device-side assert that fails every later batch of the process; set "
+               "min_value and max_value",
+               spec.name, unbounded);
+}
+
 void LogReady(const LoadedModel& model, size_t instances, const SchedulerOptions& options) {
   const ModelSpec& spec = model.scheduler->spec();
   spdlog::info("model '{}' version {} ready: platform {}, max_batch_size {}, max_sequence_length {}, "
@@ -186,6 +208,7 @@ Status BuildModel(inference::ModelConfig config, const std::string& version, con
   if (!status.ok()) return status;
 
   spdlog::info("model '{}' bucket grid: {}", spec.name, GridSummary(spec, executors));
+  WarnOfUnboundedIndexInputs(spec, devices);
 
   auto loaded = std::make_shared<LoadedModel>();
   loaded->version = version;

@@ -627,6 +627,10 @@ TEST(DeviceFaultTest, ADeviceSideAssertTurnsLivenessAndReadinessOff) {
                         "explicit", "--load-model", "tiny_strict"},
                        std::string(TEST_OUTPUT_DIR) + "/device_fault_server.log");
   ASSERT_TRUE(server.WaitUntilReady(kServerStartTimeout)) << server.Log();
+  // The load warned of it: tiny_strict's config bounds neither integer input.
+  EXPECT_NE(server.Log().find("model 'tiny_strict': integer input(s) 'input_ids', 'attention_mask' have no max_value"),
+            std::string::npos)
+      << server.Log();
   auto stub = server.NewStub();
   inference::ModelInferResponse response;
   ASSERT_TRUE(Infer(stub.get(), TokenRequest("tiny_strict", {{1, 2, 3}}), &response).ok()) << server.Log();
