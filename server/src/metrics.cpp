@@ -416,11 +416,19 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                         .Register(*registry_);
   // At zero from the start, so that an alert on their rate has a series to read.
   for (const char* endpoint : {"grpc", "http", "metrics"}) auth_refusals_->Add({{"endpoint", endpoint}});
+  device_faulted_ = &prometheus::BuildGauge()
+                         .Name("graphserve_device_faulted")
+                         .Help("1 once a CUDA fault (a device-side assert, an illegal address) has left the "
+                               "process unable to run any batch: liveness and readiness are off, restart it")
+                         .Register(*registry_)
+                         .Add({});
 }
 
 void ServerMetrics::CountRefusedConnection(const std::string& reason) {
   refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}}).Increment();
 }
+
+void ServerMetrics::SetDeviceFaulted() { device_faulted_->Set(1); }
 
 ServerMetrics::~ServerMetrics() = default;
 

@@ -205,6 +205,7 @@ void GraphServer::StartHousekeeping() {
           fault_reported = true;
           spdlog::critical("CUDA fault on {}: every later batch would fail; liveness and readiness are off, "
                            "restart the process", fault);
+          metrics_->SetDeviceFaulted();
           SetReady(false);
           SetLive(false);
         }

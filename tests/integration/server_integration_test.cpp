@@ -652,6 +652,7 @@ TEST(DeviceFaultTest, ADeviceSideAssertTurnsLivenessAndReadinessOff) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_FALSE(live()) << server.Log();
+  EXPECT_EQ(Exposition(HttpGet(server.metrics_port(), "/metrics").body).One("graphserve_device_faulted", {}), 1.0);
   grpc::ClientContext context;
   inference::ServerReadyResponse ready;
   ASSERT_TRUE(stub->ServerReady(&context, inference::ServerReadyRequest(), &ready).ok());

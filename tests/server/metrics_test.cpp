@@ -265,11 +265,13 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_build_info", "gauge"},
       {"graphserve_auth_failures_total", "counter"},
       {"graphserve_connections_refused_total", "counter"},
+      {"graphserve_device_faulted", "gauge"},
       {"graphserve_request_rows", "histogram"},
       {"graphserve_request_length", "histogram"},
   };
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
+  EXPECT_EQ(exposition.One("graphserve_device_faulted", {}), 0.0);
 
   // The codes a served model can be answered with exist at zero, so their rates are defined at once.
   for (const char* code : {"success", "invalid_argument", "resource_exhausted", "unavailable",

@@ -123,6 +123,8 @@ class ServerMetrics {
 
   // A gRPC connection closed on arrival (GrpcAcceptor's refusal reasons).
   void CountRefusedConnection(const std::string& reason);
+  // The engine reported a CUDA fault that no later batch survives (DeviceFault): 1 from then on.
+  void SetDeviceFaulted();
 
   // Prometheus text exposition (format 0.0.4) of every family: what /metrics serves.
   std::string TextExposition() const;
@@ -139,6 +141,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* request_length_ = nullptr;
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
+  prometheus::Gauge* device_faulted_ = nullptr;
 
   Mutex mutex_;
   // Values are never removed, so handed-out pointers stay valid.
