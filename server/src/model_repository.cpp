@@ -158,10 +158,11 @@ Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& de
 // an embedding table is a device-side assert there, after which the whole process has to restart.
 // (The built-in encoder clamps its ids itself.)
 void WarnOfUnboundedIndexInputs(const ModelSpec& spec, const std::vector<std::string>& devices) {
-  if (spec.platform == kPlatformBuiltinEncoder ||
-      std::none_of(devices.begin(), devices.end(), [](const std::string& d) { return d.rfind("cuda", 0) == 0; })) {
-    return;
-  }
+  const bool on_cuda = std::any_of(devices.begin(), devices.end(), [](const std::string& text) {
+    DeviceName device;
+    return ParseDeviceName(text, &device).ok() && device.cuda;
+  });
+  if (spec.platform == kPlatformBuiltinEncoder || !on_cuda) return;
   std::string unbounded;
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     const TensorSpec& input = spec.inputs[i];
