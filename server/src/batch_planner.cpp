@@ -88,6 +88,10 @@ Status SchedulerOptions::Validate() const {
     return InvalidArgument("admission_deadline_fraction: " + std::to_string(admission_deadline_fraction) +
                            " is out of range (0, 1]");
   }
+  if (busy_poll_us < 0 || busy_poll_us > kMaxBusyPollUs) {
+    return InvalidArgument("--busy-poll-us: " + std::to_string(busy_poll_us) + " is out of range [0, " +
+                           std::to_string(kMaxBusyPollUs) + "]");
+  }
   if (batching_disabled && max_queue_delay_us != 0) {
     return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
                            std::to_string(max_queue_delay_us) +

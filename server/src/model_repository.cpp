@@ -194,7 +194,7 @@ void LogReady(const LoadedModel& model, size_t instances, const SchedulerOptions
 // file is in `model_dir` (the version folder, where there is one).
 Status BuildModel(inference::ModelConfig config, const std::string& version, const std::string& model_dir,
                   const std::string& default_device, const Clock* clock,
-                  std::shared_ptr<LoadedModel>* model) {
+                  std::chrono::microseconds scheduler_busy_poll, std::shared_ptr<LoadedModel>* model) {
   Status status = ResolveModelConfig(model_dir, &config, nullptr);
   if (!status.ok()) return status;
   ModelSpec spec;
@@ -213,7 +213,8 @@ Status BuildModel(inference::ModelConfig config, const std::string& version, con
 
   auto loaded = std::make_shared<LoadedModel>();
   loaded->version = version;
-  const SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
+  SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
+  scheduler_options.busy_poll_us = scheduler_busy_poll.count();
   loaded->effective_config = EffectiveModelConfig(
       ServedModel{config, spec, scheduler_options, std::move(placements), GraphBuckets(executors)});
   loaded->scheduler = std::make_unique<ModelScheduler>(spec, scheduler_options, std::move(executors), clock);
@@ -305,13 +306,13 @@ Status ReadModelVersionConfig(const std::string& model_dir, const std::string& e
 
 Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,
                         const std::string& default_device, const Clock* clock,
-                        std::shared_ptr<LoadedModel>* model) {
+                        std::chrono::microseconds scheduler_busy_poll, std::shared_ptr<LoadedModel>* model) {
   inference::ModelConfig config;
   std::string version;
   std::string version_dir;
   Status status = ReadModelVersionConfig(model_dir, expected_name, &config, &version, &version_dir);
   if (!status.ok()) return status;
-  return BuildModel(std::move(config), version, version_dir, default_device, clock, model);
+  return BuildModel(std::move(config), version, version_dir, default_device, clock, scheduler_busy_poll, model);
 }
 
 namespace {
@@ -364,7 +365,8 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
     }
     spdlog::info("no --model-repository given: serving the built-in model 'encoder'");
     std::shared_ptr<LoadedModel> encoder;
-    status = BuildModel(BuiltinEncoderConfig(), "1", "", default_device_, clock_, &encoder);
+    status = BuildModel(BuiltinEncoderConfig(), "1", "", default_device_, clock_, options.scheduler_busy_poll,
+                        &encoder);
     if (!status.ok()) return status;
     if (listener_.serving) listener_.serving(*encoder);
     MutexLock lock(&mutex_);
@@ -576,7 +578,7 @@ Status ModelRepository::LoadNamed(const std::string& name) {
   }
   spdlog::info("{} model '{}' from {}", reloading ? "reloading" : "loading", name, model_dir);
   std::shared_ptr<LoadedModel> loaded;
-  const Status status = LoadModelVersion(model_dir, name, default_device_, clock_, &loaded);
+  const Status status = LoadModelVersion(model_dir, name, default_device_, clock_, options_.scheduler_busy_poll, &loaded);
   if (!status.ok()) {
     spdlog::error("model '{}' failed to load: {}", name, status.message());
     if (!reloading) SetState(name, kStateUnavailable, ForClient(status).message());

@@ -2,8 +2,9 @@
 // (batch_planner.cpp says why it decides as it does).
 //
 // Threads: one worker per executor. Workers sleep on a condition variable until the planner's next
-// wake-up (waited for through the injected Clock), an Enqueue, a Poke or Stop. Every `done`
-// callback runs with the lock released.
+// wake-up (waited for through the injected Clock), an Enqueue, a Poke or Stop; with
+// options.busy_poll_us an idle worker first spins that long, without the lock, on a counter of
+// those events. Every `done` callback runs with the lock released.
 #include "graphserve/server/scheduler.h"
 
 #include <algorithm>
@@ -87,6 +88,7 @@ void ModelScheduler::Stop() {
   {
     MutexLock lock(&mutex_);
     stopping_ = true;
+    queue_changes_.fetch_add(1, std::memory_order_release);
   }
   work_available_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -137,6 +139,7 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
     queued_work_us_ += request->work_us;
     planner_.Add(std::move(request));
     ++counters_.accepted;
+    queue_changes_.fetch_add(1, std::memory_order_release);
     // A busy worker looks at the queue again when its batch is done; only a sleeping one needs a
     // nudge.
     wake = idle_workers_ > 0;
@@ -151,6 +154,7 @@ void ModelScheduler::Poke() {
     // call, and so that the wake-up cannot fall between a worker's check and its wait.
     MutexLock lock(&mutex_);
     planner_.NoteCancellation();
+    queue_changes_.fetch_add(1, std::memory_order_release);
   }
   work_available_.notify_all();
 }
@@ -481,6 +485,9 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
   // Launched and not yet completed, oldest first; at most `depth`.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight;
   int64_t last_end_us = 0;  // when this executor's latest batch ended
+  // Whether the idle branch below already polled since the worker last slept: it polls once, then
+  // sleeps.
+  bool polled = false;
   MutexLock lock(&mutex_);
   while (true) {
     const int64_t now_us = clock_->NowMicros();
@@ -528,6 +535,7 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
         lock.Lock();
         continue;
       }
+      polled = false;
       const double work_us = CountDispatched(*decision);
       const bool backlogged = planner_.queued_requests() > 0;
       // Work may remain that another sleeping worker could take right away.
@@ -550,6 +558,7 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     if (!in_flight.empty()) {
       // Nothing is ready to overlap with it: answer the batch in flight, then look again as an
       // idle executor.
+      polled = false;
       lock.Unlock();
       std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
       in_flight.pop_front();
@@ -561,8 +570,22 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     // Stopping makes every queued request dispatchable, so no decision means an empty queue.
     if (stopping_) return;
 
-    ++idle_workers_;
     const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/true);
+    if (options_.busy_poll_us > 0 && !polled) {
+      polled = true;
+      // Real time, not clock_: the poll spins this thread, whatever clock the planner runs on.
+      using SteadyClock = std::chrono::steady_clock;
+      const SteadyClock::time_point poll_until =
+          SteadyClock::now() + std::chrono::microseconds(wake_us ? std::min(options_.busy_poll_us, *wake_us - now_us)
+                                                                 : options_.busy_poll_us);
+      const uint64_t seen = queue_changes_.load(std::memory_order_acquire);
+      lock.Unlock();
+      while (queue_changes_.load(std::memory_order_acquire) == seen && SteadyClock::now() < poll_until) {
+      }
+      lock.Lock();
+      continue;
+    }
+    ++idle_workers_;
     if (wake_us) {
       // Through the clock that set the wake-up time, so that a test's clock decides when it comes.
       clock_->WaitUntil(work_available_, lock.native(), *wake_us);
@@ -570,6 +593,7 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
       lock.Wait(work_available_);
     }
     --idle_workers_;
+    polled = false;
   }
 }
 

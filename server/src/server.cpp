@@ -129,7 +129,8 @@ Status GraphServer::Start(const ServerOptions& options) {
           credentials);
   builder.RegisterService(service_.get());
   const int infer_threads = options.grpc_infer_threads > 0 ? options.grpc_infer_threads : DefaultInferThreadCount();
-  infer_queues_ = std::make_unique<UnaryInferQueues>(&builder, infer_threads);
+  const std::chrono::microseconds busy_poll = options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll();
+  infer_queues_ = std::make_unique<UnaryInferQueues>(&builder, infer_threads, busy_poll);
   const RequestLimits limits = LimitsFor(options);
   spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
                limits.rest_body_bytes,
@@ -157,7 +158,10 @@ Status GraphServer::Start(const ServerOptions& options) {
   SetReady(false);
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
-  spdlog::info("ModelInfer calls taken by {} threads, each with its own completion queue", infer_threads);
+  spdlog::info("ModelInfer calls taken by {} threads, each with its own completion queue{}", infer_threads,
+               busy_poll.count() > 0
+                   ? fmt::format("; they and idle batchers busy-poll {} us after each event", busy_poll.count())
+                   : std::string());
   if (!options.http_address.empty()) {
     grpc::ChannelArguments channel_arguments;
     channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -176,7 +180,9 @@ Status GraphServer::Start(const ServerOptions& options) {
   }
 
   StartHousekeeping();
-  status = repository_->Start(options.repository);
+  RepositoryOptions repository_options = options.repository;
+  repository_options.scheduler_busy_poll = busy_poll;
+  status = repository_->Start(repository_options);
   if (!status.ok()) return status;
   SetReady(true);
   spdlog::info("ready: serving {} model(s)", repository_->Serving().size());

@@ -239,6 +239,38 @@ TEST_F(ModelSchedulerTest, EveryConcurrentRequestGetsItsOwnResultExactlyOnce) {
   EXPECT_EQ(scheduler_->QueueDepth(), 0u);
 }
 
+// Busy polling (--busy-poll-us): idle workers spin instead of sleeping, uncounted as idle, so that
+// Enqueue does not wake them; each request must still run once, whether it comes while a worker
+// polls, sleeps or runs a batch, and Stop must not wait on a poll.
+TEST_F(ModelSchedulerTest, BusyPollingWorkersAnswerEveryRequestOnceAndStopPromptly) {
+  SchedulerOptions options = Options(0);
+  options.busy_poll_us = kMaxBusyPollUs;
+  MakeScheduler(options, /*executors=*/2);
+  scheduler_->Start();
+  constexpr int kTotal = 200;
+  std::vector<std::future<Outcome>> outcomes(kTotal);
+  std::vector<std::shared_ptr<PendingRequest>> requests;
+  for (int id = 0; id < kTotal; ++id) {
+    requests.push_back(Request(1, 1 + id % 60, id, &outcomes[id]));
+    ASSERT_TRUE(scheduler_->Enqueue(requests.back()).ok());
+    // Every few requests a pause longer than the poll, so that some arrive to sleeping workers.
+    if (id % 50 == 49) std::this_thread::sleep_for(std::chrono::microseconds(3 * kMaxBusyPollUs));
+  }
+  for (int id = 0; id < kTotal; ++id) {
+    ASSERT_TRUE(Ready(outcomes[id])) << id;
+    Outcome result = outcomes[id].get();
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    EXPECT_EQ(result.outputs.at(0).bytes, requests[id]->item.inputs[0].bytes) << id;
+  }
+  const auto stop_started = std::chrono::steady_clock::now();
+  scheduler_->Stop();
+  // Generous: a poll ends within kMaxBusyPollUs, or at once when Stop counts as a queue change.
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_started, seconds(5));
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.accepted, static_cast<uint64_t>(kTotal));
+  EXPECT_EQ(counters.batch_rows, static_cast<uint64_t>(kTotal));
+}
+
 TEST_F(ModelSchedulerTest, FullQueueRefusesWithoutCallingDone) {
   MakeScheduler(Options(0, /*max_queue_size=*/2));
   scheduler_->Start();

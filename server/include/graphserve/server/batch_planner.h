@@ -109,6 +109,10 @@ struct QueuePolicy {
   }
 };
 
+// The longest busy poll accepted (SchedulerOptions::busy_poll_us, --busy-poll-us): a few batches'
+// time, past which a spinning thread only burns a core.
+inline constexpr int64_t kMaxBusyPollUs = 10'000;
+
 struct SchedulerOptions {
   // How long the oldest request of a bin may wait for company before it is dispatched anyway. The
   // planner dispatches sooner when it expects nobody to join (see BatchPlanner), so the delay is a
@@ -128,6 +132,10 @@ struct SchedulerOptions {
   // on the H200 at 2x overload, 0.8 left the successful answers' p99 at 98.5 ms of 100, while half
   // a deadline of queued work is still thousands of requests, enough for full batches.
   double admission_deadline_fraction = 0.5;
+  // An idle worker polls the queue without sleeping for this long before it waits on its condition
+  // variable: a request arriving then starts without a thread wake-up. A server setting
+  // (--busy-poll-us), not a model's; 0: the worker sleeps at once.
+  int64_t busy_poll_us = 0;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;

@@ -17,6 +17,7 @@
 // Thread safety: every method may be called from any thread once Start returned. Lifetime: a request
 // keeps the LoadedModel it found (a shared_ptr) until it is answered; the clock must outlive the
 // repository. Errors name the model (and the field) but never a host path: paths go to the log.
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -47,6 +48,8 @@ struct RepositoryOptions {
   ModelControlMode control_mode = ModelControlMode::kNone;
   // kExplicit only: the models loaded at start ("*": all of them).
   std::vector<std::string> startup_models;
+  // SchedulerOptions::busy_poll_us of every model loaded (ServerOptions::busy_poll sets it).
+  std::chrono::microseconds scheduler_busy_poll{0};
 };
 
 // One loaded version of a model. Immutable once serving.
@@ -166,6 +169,6 @@ Status ResolveModelVersion(const std::string& model_dir, const inference::ModelV
 // Reads, checks and warms up one model version; the scheduler is started. Errors name the model.
 Status LoadModelVersion(const std::string& model_dir, const std::string& expected_name,
                         const std::string& default_device, const Clock* clock,
-                        std::shared_ptr<LoadedModel>* model);
+                        std::chrono::microseconds scheduler_busy_poll, std::shared_ptr<LoadedModel>* model);
 
 }  // namespace graphserve

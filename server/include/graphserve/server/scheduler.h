@@ -189,6 +189,9 @@ class ModelScheduler {
   double work_scale_ GUARDED_BY(mutex_) = 1.0;
   int idle_workers_ GUARDED_BY(mutex_) = 0;
   bool stopping_ GUARDED_BY(mutex_) = false;
+  // Counts Enqueue, Poke and Stop, so that a worker polling without the lock (options_.busy_poll_us)
+  // sees that the queue changed.
+  std::atomic<uint64_t> queue_changes_{0};
 };
 
 }  // namespace graphserve
