@@ -109,6 +109,9 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   app.add_option("--threads", options.polling_threads, "Threads polling the completion queue")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--busy-poll", options.busy_poll,
+               "Polling threads spin instead of sleeping, so that latency leaves out the client's wake-ups "
+               "(a core per thread; gRPC only)");
   app.add_option("--http-address", options.http_address,
                  "Send the infer calls over the KServe v2 REST binding to this HOST:PORT (binary tensors; "
                  "closed loop); --address still answers readiness and metadata");

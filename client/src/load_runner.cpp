@@ -280,7 +280,15 @@ class LoadRun {
   void Poll() {
     void* tag = nullptr;
     bool ok = false;
-    while (queue_.Next(&tag, &ok)) Complete(static_cast<Call*>(tag));
+    if (!options_.busy_poll) {
+      while (queue_.Next(&tag, &ok)) Complete(static_cast<Call*>(tag));
+      return;
+    }
+    while (true) {
+      const grpc::CompletionQueue::NextStatus status = queue_.AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+      if (status == grpc::CompletionQueue::SHUTDOWN) return;
+      if (status == grpc::CompletionQueue::GOT_EVENT) Complete(static_cast<Call*>(tag));
+    }
   }
 
   void Complete(Call* call) {
@@ -412,6 +420,9 @@ grpc::Status ValidateOptions(const LoadOptions& options) {
   if (options.timeout_ms < 0) return Invalid("--timeout-ms must be 0 (none) or more");
   if (options.max_in_flight < 1) return Invalid("--max-in-flight must be at least 1");
   if (options.request_cache_bytes < 0) return Invalid("request_cache_bytes must be 0 or more");
+  if (options.busy_poll && !options.http_address.empty()) {
+    return Invalid("--busy-poll: gRPC calls only, not with --http-address");
+  }
   if (options.polling_threads < 1 || options.polling_threads > kMaxThreads) {
     return Invalid("--threads must be in [1, " + std::to_string(kMaxThreads) + "]");
   }

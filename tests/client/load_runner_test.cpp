@@ -296,7 +296,7 @@ TEST_F(LoadRunnerTest, ProgressIsReportedAndEndsDrained) {
 
 TEST_F(LoadRunnerTest, CreateRejectsBadOptions) {
   const LoadOptions good = ClosedLoop("good", 2, 10);
-  std::vector<LoadOptions> bad(14, good);
+  std::vector<LoadOptions> bad(15, good);
   bad[0].rate_rps = 10;      // both loops
   bad[1].concurrency = 0;    // neither loop
   bad[2].duration_s = 1;     // both limits
@@ -312,6 +312,8 @@ TEST_F(LoadRunnerTest, CreateRejectsBadOptions) {
   bad[11].concurrency = 0;
   bad[12].request_cache_bytes = -1;
   bad[13].warmup_s = 1e9;
+  bad[14].busy_poll = true;  // REST's threads are libcurl's
+  bad[14].http_address = "127.0.0.1:1";
   for (size_t i = 0; i < bad.size(); ++i) {
     std::unique_ptr<LoadRunner> runner;
     EXPECT_EQ(LoadRunner::Create(address_, bad[i], TokenMetadata("good"), &runner).error_code(),
@@ -326,6 +328,15 @@ TEST_F(LoadRunnerTest, CreateRejectsBadOptions) {
   EXPECT_EQ(LoadRunner::Create(address_, good, strings, &runner).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(LoadRunner::Create(address_, good, TokenMetadata("good"), &runner).ok());
+}
+
+TEST_F(LoadRunnerTest, BusyPollingThreadsCompleteEveryCallAndEndTheRun) {
+  LoadOptions options = ClosedLoop("good", 4, 100);
+  options.polling_threads = 2;
+  options.busy_poll = true;
+  const Report report = RunLoad(options);
+  EXPECT_EQ(report.ok, 100);
+  EXPECT_EQ(service_.calls.load(), 100);
 }
 
 TEST_F(LoadRunnerTest, SeveralConnectionsAndPollingThreads) {

@@ -48,6 +48,9 @@ struct LoadOptions {
   // in flight).
   int64_t polling_threads = 1;
   int64_t connections = 1;
+  // gRPC only: the polling threads spin on the completion queue instead of sleeping in it, so that
+  // latency leaves out the client's own thread wake-ups (at a core per thread).
+  bool busy_poll = false;
   // The request built for a length is kept for later calls of that length while all those kept hold
   // at most this many bytes; beyond, each call builds its own (uniform:1-8192 at 8 rows would keep
   // 4 GiB).
