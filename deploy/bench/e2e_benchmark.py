@@ -13,6 +13,8 @@ Modes (all plain model configs, see proto/model_config.proto):
   b  eager, same grid and batcher         cuda_graphs { disable: true }
   c  one max-size graph, all padded to it  buckets { batch_sizes: [MAX] sequence_lengths: [MAXLEN] }
   d  eager, no batching                    cuda_graphs { disable: true } dynamic_batching { disable: true }
+  e  graph buckets + FIFO batcher          dynamic_batching { max_queue_delay_microseconds: 500 policy: FIFO }
+  g  graph buckets + size-binned batcher on another grid (--grid, e.g. graphserve-cli plan-grid's proposal)
 
   python3 deploy/bench/e2e_benchmark.py --build-dir build-cuda --out OUT [--device cuda]
       [--models encoder,bert_base_bf16,bert_base_bf16_pt2] [--modes a,b,c,d,e] [--concurrency 1,8,64,512]
@@ -41,6 +43,7 @@ MODE_NAMES = {
     "c": "one max-size graph",
     "d": "eager, no batching",
     "e": "graphs + FIFO batcher",
+    "g": "graphs + batcher on the --grid given",
 }
 
 # Default seed of the ceiling's lengths (any fixed value: the mix, not the draw, is what matters).
@@ -84,7 +87,7 @@ def config_limits(text):
     return int(batch.group(1)), int(length.group(1))
 
 
-def mode_config(base, mode):
+def mode_config(base, mode, grid=""):
     """The base config plus the mode's blocks. The base must not set them itself: text format
     refuses a block given twice, and the comparison needs the defaults elsewhere."""
     for block in ("buckets", "dynamic_batching", "cuda_graphs"):
@@ -99,6 +102,7 @@ def mode_config(base, mode):
         # The same grid and delay as (a), batched in arrival order and padded to the longest: what
         # the size-binned planner is measured against.
         "e": "dynamic_batching { max_queue_delay_microseconds: 500 policy: FIFO }\n",
+        "g": f"buckets {{ {grid} }}\n",
     }[mode]
     return base + extra
 
@@ -162,7 +166,7 @@ def write_repository(args, model, mode, base, weights):
     folder = os.path.join(root, model)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.pbtxt"), "w") as f:
-        f.write(with_instances(args, mode_config(base, mode)))
+        f.write(with_instances(args, mode_config(base, mode, getattr(args, "grid", ""))))
     if weights:
         link = os.path.join(folder, os.path.basename(weights))
         if os.path.lexists(link):
@@ -360,15 +364,21 @@ def metric_delta(before, after, replay_us):
 
 # ---- load ---------------------------------------------------------------------------------------
 
-def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None, protocol="grpc"):
-    """One closed-loop run; protocol "http" sends the infer calls to the REST port instead."""
+def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None, protocol="grpc",
+                lone_client=False, rate=None):
+    """One closed-loop run (an open loop of Poisson arrivals at `rate` req/s instead when given);
+    protocol "http" sends the infer calls to the REST port instead.
+    lone_client: one connection and one polling thread, as a single caller has."""
+    threads, connections = (1, 1) if lone_client else (args.loadgen_threads, args.connections)
+    load = ["--rate", f"{rate:.1f}"] if rate else ["--concurrency", str(concurrency)]
     command = [args.loadgen, "--address", server.grpc, "--model", server.model,
-               "--concurrency", str(concurrency), "--lengths", lengths or args.lengths, "--rows", "1",
+               *load, "--lengths", lengths or args.lengths, "--rows", "1",
                "--duration-s", str(duration_s or args.duration_s), "--warmup-s", str(args.warmup_s),
-               "--threads", str(args.loadgen_threads), "--connections", str(args.connections),
+               "--threads", str(threads), "--connections", str(connections),
                "--wait-s", "30", "--no-progress", "--json", json_path]
     if args.outputs:
         command += ["--outputs", args.outputs]
+    command += getattr(args, "loadgen_args", [])
     if protocol == "http":
         command += ["--http-address", server.http]
     # A closed loop ends after its duration plus the answers still in flight; far beyond that
@@ -439,6 +449,14 @@ def bench_model(args, model):
                     f"{report['tokens_per_s']:>11,.0f} tok/s  p50 {fmt(lat['p50'])} p99 {fmt(lat['p99'])} ms  "
                     f"pad {fmt(delta['padding_ratio'], 2)}  replays {pct(delta['replay_share'])}  "
                     f"errors {report['error_count']}")
+            if args.open_loop_fractions:
+                # Mode e runs first (checked at the start): its saturation sets every mode's rates.
+                fifo = saturation(result["modes"].get("e") or runs)
+                capacity = fifo["loadgen"]["requests_per_s"]
+                result["open_loop_capacity"] = capacity
+                result.setdefault("open_loop", {})[mode] = [
+                    open_loop_run(args, server, model, mode, fraction, capacity, replay_us)
+                    for fraction in args.open_loop_fractions]
             if mode == "a":
                 result["overhead"] = measure_overhead(args, server, model, ceiling)
         finally:
@@ -447,15 +465,28 @@ def bench_model(args, model):
     return result
 
 
+def open_loop_run(args, server, model, mode, fraction, capacity, replay_us):
+    """Poisson arrivals at `fraction` of `capacity` req/s; latency counts from each arrival's due time."""
+    before = server.scrape()
+    report = run_loadgen(args, server, None, os.path.join(args.out, "raw", f"loadgen_{model}_{mode}_open{fraction:g}.json"),
+                         rate=fraction * capacity)
+    delta = metric_delta(before, server.scrape(), replay_us)
+    lat = report["latency_ms"]
+    log(f"  {model} {mode} Poisson {100 * fraction:.0f}% ({fraction * capacity:,.0f}/s) "
+        f"{report['tokens_per_s']:>11,.0f} tok/s  p50 {fmt(lat['p50'])} p99 {fmt(lat['p99'])} ms  "
+        f"pad {fmt(delta['padding_ratio'], 2)}  errors {report['error_count']}")
+    return {"fraction": fraction, "rate": fraction * capacity, "loadgen": report, "metrics": delta}
+
+
 def measure_overhead(args, server, model, ceiling):
-    """At concurrency 1, one-row requests of 64 tokens (the 1x64 bucket): what the server adds to
-    the bucket's bare replay. The addition splits exactly into scheduling (mean queue time), the
+    """At concurrency 1, one-row requests of 64 tokens (the 1x64 bucket) from one connection and one
+    polling thread, as one caller sends them: what the server adds to the bucket's bare replay. The addition splits exactly into scheduling (mean queue time), the
     rest of the batch's execution (mean compute − replay: padding, copies in and out, the stream
     synchronisation) and the front end (p50 − mean queue − mean compute: gRPC, decoding, encoding,
     callbacks). At concurrency 1 the spread is small, so mixing the p50 with means is fair."""
     before = server.scrape()
     report = run_loadgen(args, server, 1, os.path.join(args.out, "raw", f"loadgen_{model}_overhead.json"),
-                         lengths="fixed:64")
+                         lengths="fixed:64", lone_client=True)
     delta = metric_delta(before, server.scrape(), None)
     timed = ceiling.get("timed_buckets", {}).get("1x64", {})
     p50 = report["latency_ms"]["p50"]
@@ -492,6 +523,22 @@ def pct(value):
 
 def num(value):
     return "–" if value is None else f"{value:,.0f}".replace(",", " ")
+
+
+MEASURED_COLUMNS = ["req/s", "real tok/s", "p50 (ms)", "p99 (ms)", "padding"]
+
+
+def measured_cells(run):
+    """MEASURED_COLUMNS of one loadgen run and the metrics around it."""
+    r, m = run["loadgen"], run["metrics"]
+    return [num(r["requests_per_s"]), num(r["tokens_per_s"]), fmt(r["latency_ms"]["p50"]),
+            fmt(r["latency_ms"]["p99"]), fmt(m["padding_ratio"])]
+
+
+def table(header, rows):
+    """A markdown table (the first column left-aligned, the rest right) and the blank line after it."""
+    return (["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+            + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows] + [""])
 
 
 def saturation(runs):
@@ -532,21 +579,29 @@ def markdown(args, results):
                   f"max_sequence_length {args.max_sequence_length or 'as configured'}.", ""]
     if args.server_binary:
         lines += [f"Server binary: `{args.graphserve}` (client and ceiling tool from `{args.build_dir}`).", ""]
+    if args.grid:
+        lines += [f"Mode g's grid: `buckets {{ {args.grid} }}`.", ""]
+    if args.server_args or args.loadgen_args:
+        lines += [f"Server flags added: `{' '.join(args.server_args) or 'none'}`; loadgen flags added: "
+                  f"`{' '.join(args.loadgen_args) or 'none'}`.", ""]
     lines += ["Modes: " + "; ".join(f"**{m}** {MODE_NAMES[m]}" for m in args.modes) + ".", ""]
     for model, result in results.items():
         lines += [f"## {model}", ""]
-        lines += ["| mode | concurrency | req/s | real tok/s | p50 (ms) | p99 (ms) | padding | graph replays "
-                  "| rows/batch | queue (ms) | compute (ms) | errors |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for mode, runs in result["modes"].items():
-            for run in runs:
-                r, m = run["loadgen"], run["metrics"]
-                lines.append(
-                    f"| {mode} {MODE_NAMES[mode]} | {run['concurrency']} | {num(r['requests_per_s'])} | "
-                    f"{num(r['tokens_per_s'])} | {fmt(r['latency_ms']['p50'])} | {fmt(r['latency_ms']['p99'])} | "
-                    f"{fmt(m['padding_ratio'])} | {pct(m['replay_share'])} | {fmt(m['rows_per_batch'], 1)} | "
-                    f"{fmt(m['queue_ms'])} | {fmt(m['compute_ms'])} | {r['error_count']} |")
-        lines.append("")
+        lines += table(["mode", "concurrency", *MEASURED_COLUMNS, "graph replays", "rows/batch", "queue (ms)",
+                        "compute (ms)", "errors"],
+                       [[f"{mode} {MODE_NAMES[mode]}", run["concurrency"], *measured_cells(run),
+                         pct(run["metrics"]["replay_share"]), fmt(run["metrics"]["rows_per_batch"], 1),
+                         fmt(run["metrics"]["queue_ms"]), fmt(run["metrics"]["compute_ms"]),
+                         run["loadgen"]["error_count"]]
+                        for mode, runs in result["modes"].items() for run in runs])
+        if result.get("open_loop"):
+            lines += [f"Open loop (Poisson arrivals, latency from each arrival's due time) at fractions of FIFO's "
+                      f"(mode e) throughput at concurrency {max(args.concurrency)}, "
+                      f"{num(result['open_loop_capacity'])} req/s:", ""]
+            lines += table(["mode", "load", "offered req/s", *MEASURED_COLUMNS, "errors"],
+                           [[f"{mode} {MODE_NAMES[mode]}", f"{100 * run['fraction']:.0f}%", num(run["rate"]),
+                             *measured_cells(run), run["loadgen"]["error_count"]]
+                            for mode, runs in result["open_loop"].items() for run in runs])
         ceiling = result["ceiling"]
         lines += [f"Ceiling (`graphserve-bucket-bench --traffic-requests {ceiling['requests']}`, mode a's grid, "
                   f"full batches, Launch/Complete back to back in one process): {num(ceiling['tokens_per_s'])} real tok/s, "
@@ -655,6 +710,16 @@ def main():
     parser.add_argument("--server-binary",
                         help="another build's graphserve (e.g. an older commit's, for a before/after in one "
                         "run); the client and the ceiling tool stay --build-dir's")
+    parser.add_argument("--open-loop-fractions", default="",
+                        help="after the closed loops, Poisson arrivals at these fractions of FIFO's throughput at "
+                        "the highest concurrency (e.g. 0.25,0.5,0.75,0.95); needs mode e first in --modes")
+    parser.add_argument("--grid", default="",
+                        help="mode g's buckets block, e.g. 'batch_sizes: [1, 8, 64] sequence_lengths: [32, 128] "
+                        "max_batch_tokens: 16384' (graphserve-cli plan-grid prints one)")
+    parser.add_argument("--server-arg", dest="server_args", action="append", default=[],
+                        help="a flag for every server started, e.g. --server-arg=--busy-poll-us=200 (repeatable)")
+    parser.add_argument("--loadgen-arg", dest="loadgen_args", action="append", default=[],
+                        help="a flag for every graphserve-loadgen run, e.g. --loadgen-arg=--busy-poll (repeatable)")
     args = parser.parse_args()
 
     args.models = csv(args.models)
@@ -662,7 +727,12 @@ def main():
     for mode in args.modes:
         if mode not in MODE_NAMES:
             fail(f"unknown mode '{mode}' ({', '.join(MODE_NAMES)})")
+    if ("g" in args.modes) != bool(args.grid):
+        fail("mode g and --grid go together")
     args.concurrency = sorted({int(c) for c in csv(args.concurrency)})
+    args.open_loop_fractions = [float(f) for f in csv(args.open_loop_fractions)]
+    if args.open_loop_fractions and args.modes[0] != "e":
+        fail("--open-loop-fractions: mode e must come first in --modes (its throughput sets the rates)")
     if args.ceiling_requests is None:
         args.ceiling_requests = 200 if args.device == "cpu" else 20000
     args.out = os.path.abspath(args.out)

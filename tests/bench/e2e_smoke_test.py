@@ -3,7 +3,9 @@
 in all four modes at concurrency 1 and 4, its limits cut to 8 x 128 (and the length mix to
 [8, 128]) so that mode (c)'s max-size batches cost a CPU little. Checks that the report files hold
 every run, that no request failed, and that each mode did what its config says, as read back from
-/metrics: (c) pads every batch to 8x128, (d) runs every request alone and unpadded.
+/metrics: (c) pads every batch to 8x128, (d) runs every request alone and unpadded. A second run
+takes FIFO (e) and a given grid (g) through an open loop at half FIFO's throughput, with flags for
+the server and the loadgen.
 
   e2e_smoke_test.py SOURCE_DIR BUILD_DIR OUT_DIR
 """
@@ -83,9 +85,49 @@ def main():
     except ImportError:
         check(not os.path.exists(png) and "matplotlib is not installed" in done.stdout,
               "without matplotlib: no warning, or a stale e2e.png")
+    check_open_loop_and_grid(source, build, out + "_open_loop", check)
     if failures:
         sys.exit("FAILED:\n  " + "\n  ".join(failures))
     print("ok")
+
+
+def check_open_loop_and_grid(source, build, out, check):
+    """FIFO (e) and a given grid (g), each closed loop at c=2 and then open loop at half of FIFO's
+    throughput, with flags passed through to the server and the loadgen."""
+    shutil.rmtree(out, ignore_errors=True)
+    grid = "batch_sizes: [1, 8] sequence_lengths: [64, 128]"
+    command = [sys.executable, os.path.join(source, "deploy", "bench", "e2e_benchmark.py"),
+               "--build-dir", build, "--out", out, "--device", "cpu", "--models", "encoder",
+               "--modes", "e,g", "--grid", grid, "--concurrency", "2", "--open-loop-fractions", "0.5",
+               "--duration-s", "1", "--warmup-s", "0.3", "--ceiling-requests", "16", "--max-batch-size", "8",
+               "--max-sequence-length", "128", "--lengths", "lognormal:48,0.8,8-128",
+               "--server-arg=--busy-poll-us=100", "--loadgen-arg=--busy-poll"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
+    check(done.returncode == 0, f"open loop run: exit status {done.returncode}")
+    if done.returncode != 0:
+        return
+    with open(os.path.join(out, "e2e.json")) as f:
+        result = json.load(f)["results"]["encoder"]
+    with open(os.path.join(out, "e2e.md")) as f:
+        md = f.read()
+    fifo_rps = result["modes"]["e"][0]["loadgen"]["requests_per_s"]
+    check(result.get("open_loop_capacity") == fifo_rps, f"open-loop capacity {result.get('open_loop_capacity')} "
+          f"is not FIFO's {fifo_rps}")
+    for mode in ("e", "g"):
+        runs = result.get("open_loop", {}).get(mode, [])
+        check(len(runs) == 1, f"mode {mode}: open-loop runs {len(runs)}")
+        for run in runs:
+            check(abs(run["rate"] - 0.5 * fifo_rps) < 1e-6, f"mode {mode}: rate {run['rate']}")
+            check(run["loadgen"]["ok"] > 0 and run["loadgen"]["error_count"] == 0,
+                  f"mode {mode} open loop: ok {run['loadgen']['ok']}, errors {run['loadgen']['error_count']}")
+            check(f"| {mode} {'graphs + FIFO batcher' if mode == 'e' else 'graphs + batcher on the --grid given'} | 50% |"
+                  in md, f"mode {mode}: no open-loop row in e2e.md")
+    with open(os.path.join(out, "repositories", "encoder_g", "encoder", "config.pbtxt")) as f:
+        check(f"buckets {{ {grid} }}" in f.read(), "mode g's config lacks the --grid block")
+    with open(os.path.join(out, "logs", "server_encoder_g.log")) as f:
+        check("busy-poll 100 us" in f.read(), "--server-arg did not reach the server")
+    check("loadgen flags added: `--busy-poll`" in md, "the report does not name the loadgen flags")
 
 
 if __name__ == "__main__":
