@@ -468,8 +468,8 @@ def bench_model(args, model):
 def open_loop_run(args, server, model, mode, fraction, capacity, replay_us):
     """Poisson arrivals at `fraction` of `capacity` req/s; latency counts from each arrival's due time."""
     before = server.scrape()
-    report = run_loadgen(args, server, None, os.path.join(args.out, "raw", f"loadgen_{model}_{mode}_open{fraction:g}.json"),
-                         rate=fraction * capacity)
+    path = os.path.join(args.out, "raw", f"loadgen_{model}_{mode}_open{fraction:g}.json")
+    report = run_loadgen(args, server, None, path, rate=fraction * capacity)
     delta = metric_delta(before, server.scrape(), replay_us)
     lat = report["latency_ms"]
     log(f"  {model} {mode} Poisson {100 * fraction:.0f}% ({fraction * capacity:,.0f}/s) "
@@ -480,8 +480,8 @@ def open_loop_run(args, server, model, mode, fraction, capacity, replay_us):
 
 def measure_overhead(args, server, model, ceiling):
     """At concurrency 1, one-row requests of 64 tokens (the 1x64 bucket) from one connection and one
-    polling thread, as one caller sends them: what the server adds to the bucket's bare replay. The addition splits exactly into scheduling (mean queue time), the
-    rest of the batch's execution (mean compute − replay: padding, copies in and out, the stream
+    polling thread, as one caller sends them: what the server adds to the bucket's bare replay. The
+    addition splits exactly into scheduling (mean queue time), the rest of the batch's execution (mean compute − replay: padding, copies in and out, the stream
     synchronisation) and the front end (p50 − mean queue − mean compute: gRPC, decoding, encoding,
     callbacks). At concurrency 1 the spread is small, so mixing the p50 with means is fair."""
     before = server.scrape()

@@ -578,7 +578,8 @@ Status ModelRepository::LoadNamed(const std::string& name) {
   }
   spdlog::info("{} model '{}' from {}", reloading ? "reloading" : "loading", name, model_dir);
   std::shared_ptr<LoadedModel> loaded;
-  const Status status = LoadModelVersion(model_dir, name, default_device_, clock_, options_.scheduler_busy_poll, &loaded);
+  const Status status =
+      LoadModelVersion(model_dir, name, default_device_, clock_, options_.scheduler_busy_poll, &loaded);
   if (!status.ok()) {
     spdlog::error("model '{}' failed to load: {}", name, status.message());
     if (!reloading) SetState(name, kStateUnavailable, ForClient(status).message());

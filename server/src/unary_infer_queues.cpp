@@ -196,9 +196,9 @@ int DefaultInferThreadCount() {
 }
 
 std::chrono::microseconds DefaultBusyPoll() {
-  constexpr int kSpareCores = 8;
-  return std::thread::hardware_concurrency() >= kSpareCores ? std::chrono::microseconds(300)
-                                                            : std::chrono::microseconds(0);
+  constexpr unsigned kFewestCoresToPoll = 8;
+  return std::thread::hardware_concurrency() >= kFewestCoresToPoll ? std::chrono::microseconds(300)
+                                                                   : std::chrono::microseconds(0);
 }
 
 }  // namespace graphserve

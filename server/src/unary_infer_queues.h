@@ -57,7 +57,7 @@ class UnaryInferQueues {
 int DefaultInferThreadCount();
 
 // The busy poll when the flag says -1: 300 us on a host with 8 cores or more, which catches a lone
-// client's next call (on the H200's host it took 0.12 ms off the median at concurrency 1); none
+// client's next call (on the H200's host it took 0.07 ms off the median at concurrency 1); none
 // below, where spinning threads would take the cores the work needs.
 std::chrono::microseconds DefaultBusyPoll();
 

@@ -39,7 +39,7 @@ struct ServerOptions {
   // Threads (each with its completion queue) that take ModelInfer calls; 0: half the cores, 2 to 16.
   int grpc_infer_threads = 0;
   // After each event, ModelInfer's threads poll their completion queues, and idle schedulers their
-  // queues, without sleeping for this long (RepositoryOptions::busy_poll carries the schedulers').
+  // queues, without sleeping for this long (RepositoryOptions::scheduler_busy_poll carries the schedulers').
   // Trades CPU for the wake-ups of a lone request; 0: they sleep at once; negative: DefaultBusyPoll().
   std::chrono::microseconds busy_poll{-1};
   // The largest gRPC request message and REST request body accepted; 0: derived from the largest
