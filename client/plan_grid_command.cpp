@@ -23,6 +23,9 @@ constexpr int kFailure = 1;
 constexpr double kMiB = 1024.0 * 1024.0;
 // A fit that misses a measured bucket by more than this is reported as poor.
 constexpr double kPoorFit = 0.5;
+// Batches the server formed holding less than this share of the rows the model gives the proposal's
+// are reported: the saturation model then overstates what larger batches gain at the load measured.
+constexpr double kUnderfilled = 0.5;
 
 constexpr const char* kAssumptions =
     "saturation: every batch full at the largest batch size of its requests' bucket length (time per "
@@ -153,7 +156,8 @@ json PlanJson(const Report& report, const planner::Plan& plan) {
           {"largest_bucket", planner::ShapeLabel(f.largest_bucket)},
           {"largest_bucket_tokens", f.largest_bucket_tokens},
           {"buckets_used", f.used_buckets},
-          {"buckets_used_at_fitted_cost", f.fitted_costs}};
+          {"buckets_used_at_fitted_cost", f.fitted_costs},
+          {"rows_per_batch", f.rows_per_batch}};
 }
 
 json ReportJson(const Report& report) {
@@ -167,7 +171,10 @@ json ReportJson(const Report& report) {
           {"max_batch_size", report.limits.max_batch_size},
           {"max_sequence_length", report.limits.max_sequence_length},
           {"traffic",
-           {{"requests", report.traffic.requests()}, {"mean_rows", report.traffic.mean_rows}, {"length_bins", bins}}},
+           {{"requests", report.traffic.requests()},
+            {"mean_rows", report.traffic.mean_rows},
+            {"length_bins", bins},
+            {"observed_rows_per_batch", report.scraped.observed_rows_per_batch}}},
           {"cost_fit",
            {{"formula", "seconds = c0 + c1*b*L + c2*b*L^2"},
             {"c0", report.fit.c0},
@@ -227,8 +234,22 @@ void PrintText(const Report& report) {
   }
   const planner::BucketGrid& now = report.today.grid;
   const planner::BucketGrid& proposed = report.proposal.grid;
-  if (now.batch_sizes == proposed.batch_sizes && now.sequence_lengths == proposed.sequence_lengths &&
-      now.max_batch_tokens == proposed.max_batch_tokens) {
+  const bool same = now.batch_sizes == proposed.batch_sizes && now.sequence_lengths == proposed.sequence_lengths &&
+                    now.max_batch_tokens == proposed.max_batch_tokens;
+  const double observed = report.scraped.observed_rows_per_batch;
+  const double modelled = report.proposal.figures.rows_per_batch;
+  if (observed > 0) {
+    std::cout << "batches: the server's held " << Format("%.1f", observed) << " rows on average; the model fills "
+              << Format("%.1f", report.today.figures.rows_per_batch) << " (today) and " << Format("%.1f", modelled)
+              << " (proposal)\n";
+  }
+  if (!same && observed > 0 && observed < kUnderfilled * modelled) {
+    std::cout << "caution: this traffic filled batches to " << Format("%.0f %%", 100 * observed / modelled)
+              << " of what the model assumes for the proposal; below saturation larger batches gain less than "
+                 "predicted, or lose. Measure the proposal before adopting it (deploy/bench/e2e_benchmark.py "
+                 "--modes a,g --grid '...')\n";
+  }
+  if (same) {
     std::cout << "\ntoday's grid is the best found: keep it\n";
   } else {
     std::cout << "\nproposal (replace the buckets block of the model's config.pbtxt; max_batch_tokens lets "

@@ -334,7 +334,7 @@ GridFigures Evaluate(const BucketGrid& grid, const ModelLimits& limits, const Tr
   }
   std::vector<int64_t> lengths = grid.sequence_lengths;
   std::sort(lengths.begin(), lengths.end());
-  double real = 0, padded = 0, seconds = 0;
+  double real = 0, padded = 0, seconds = 0, all_rows = 0, batches = 0;
   std::set<Shape> used;
   for (const LengthBin& bin : traffic.lengths) {
     // The bin split at every grid length inside it, its requests shared by the integers each part holds.
@@ -355,6 +355,8 @@ GridFigures Evaluate(const BucketGrid& grid, const ModelLimits& limits, const Tr
       real += rows * MeanInteger(low, high);
       padded += rows * static_cast<double>(length);
       seconds += rows * cost.Seconds(shape) / static_cast<double>(batch);
+      all_rows += rows;
+      batches += rows / static_cast<double>(batch);
       low = high;
     }
   }
@@ -362,6 +364,7 @@ GridFigures Evaluate(const BucketGrid& grid, const ModelLimits& limits, const Tr
   for (const Shape& shape : used) figures.fitted_costs += cost.Measured(shape) ? 0 : 1;
   figures.padding = real > 0 ? padded / real : 0;
   figures.tokens_per_s = seconds > 0 ? real / seconds : 0;
+  figures.rows_per_batch = batches > 0 ? all_rows / batches : 0;
   return figures;
 }
 

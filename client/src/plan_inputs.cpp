@@ -189,6 +189,14 @@ bool ReadScrapedModel(const MetricsExposition& exposition, const std::string& mo
        exposition.Find("graphserve_graph_pool_bytes", {{"model", model}, {"device", result.device}})) {
     result.graph_pool_bytes += sample.value;
   }
+  double batch_rows = 0, batches = 0;
+  for (const MetricSample& sample : exposition.Find("graphserve_batch_rows_total", {{"model", model}})) {
+    batch_rows += sample.value;
+  }
+  for (const MetricSample& sample : exposition.Find("graphserve_batches_total", {{"model", model}})) {
+    batches += sample.value;
+  }
+  result.observed_rows_per_batch = batches > 0 ? batch_rows / batches : 0;
   if (!HistogramBuckets(exposition, "graphserve_request_length", {{"model", model}}, &result.lengths, error) ||
       !HistogramBuckets(exposition, "graphserve_request_rows", {{"model", model}}, &result.rows, error)) {
     return false;

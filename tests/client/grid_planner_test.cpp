@@ -213,6 +213,8 @@ TEST(GridPlannerTest, ThroughputUsesTheTokenBudgetsLargerBatchAndTheFitWhereUnme
   EXPECT_EQ(figures.fitted_costs, 1);
   EXPECT_EQ(figures.used_buckets, 2);
   EXPECT_EQ(figures.graphs, 5);
+  // 20 rows in 10/8 + 10/4 full batches.
+  EXPECT_DOUBLE_EQ(figures.rows_per_batch, 20.0 / (10.0 / 8 + 10.0 / 4));
 }
 
 // ---- Search -------------------------------------------------------------------------------------

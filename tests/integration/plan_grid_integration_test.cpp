@@ -95,6 +95,11 @@ TEST_F(PlanGridTest, TableNamesBothGridsWithFiguresAndAFragment) {
   ExpectParseableFragment(run.output, &max_batch_tokens);
   // The default budget is today's largest bucket (32 x 512 for the built-in encoder).
   EXPECT_LE(max_batch_tokens, 32 * 512) << run.output;
+  // The requests came one at a time, so every batch held one request's 1-3 rows, far below the
+  // full batches the model assumes: a changed grid comes with the caution to measure it first.
+  EXPECT_NE(run.output.find("batches: the server's held"), std::string::npos) << run.output;
+  const bool keeps_today = run.output.find("today's grid is the best found") != std::string::npos;
+  EXPECT_EQ(run.output.find("caution: this traffic filled batches") != std::string::npos, !keeps_today) << run.output;
 }
 
 TEST_F(PlanGridTest, JsonHasBothGridsTheFitAndTheFragment) {
@@ -105,6 +110,11 @@ TEST_F(PlanGridTest, JsonHasBothGridsTheFitAndTheFragment) {
   EXPECT_EQ(report["model"], "encoder");
   EXPECT_EQ(report["device"], "cpu");
   EXPECT_EQ(report["traffic"]["requests"].get<double>(), 43);
+  // One request a batch (they came one at a time), of 1 to 3 rows.
+  const double observed = report["traffic"]["observed_rows_per_batch"].get<double>();
+  EXPECT_GE(observed, 1.0);
+  EXPECT_LE(observed, 3.0);
+  EXPECT_GT(report["today"]["rows_per_batch"].get<double>(), observed);
   EXPECT_GE(report["cost_fit"]["points"].get<int>(), 3);
   EXPECT_GE(report["cost_fit"]["worst_relative_error"].get<double>(), 0);
   for (const char* grid : {"today", "proposal"}) {

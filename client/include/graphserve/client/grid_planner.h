@@ -135,6 +135,7 @@ struct GridFigures {
   int64_t largest_bucket_tokens = 0;
   int64_t fitted_costs = 0;           // buckets the model ran whose cost came from the fit
   int64_t used_buckets = 0;           // buckets the model ran (the largest batch of each length used)
+  double rows_per_batch = 0;          // real rows a batch holds on average, as the model fills them
 };
 
 // The grid at saturation, as the header says. A request longer than every grid length is charged at

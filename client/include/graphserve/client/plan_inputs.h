@@ -42,6 +42,9 @@ struct ScrapedModel {
   double graph_pool_bytes = 0;                    // graphserve_graph_pool_bytes (0 without graphs)
   std::vector<HistogramBucket> lengths;           // graphserve_request_length
   std::vector<HistogramBucket> rows;              // graphserve_request_rows
+  // Real rows per batch the server formed (graphserve_batch_rows_total / graphserve_batches_total,
+  // every device); 0 before the first batch.
+  double observed_rows_per_batch = 0;
 };
 
 // Reads `model`'s series from `exposition`; `device` empty picks the only device, or the first CUDA
