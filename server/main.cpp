@@ -39,14 +39,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--grpc-infer-threads", options.grpc_infer_threads,
                  "threads taking ModelInfer calls off gRPC (each drains a completion queue of its own); "
-                 "0: half the cores, 2 to 16")
+                 "0: half the usable cores (CPU affinity and cgroup quota), 2 to 16")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
   int64_t busy_poll_us = -1;
   app.add_option("--busy-poll-us", busy_poll_us,
                  "after each event, ModelInfer's threads and idle batchers poll for work this long without "
                  "sleeping: a lone request skips thread wake-ups, at the price of CPU; 0: they sleep at once; "
-                 "-1: 300 on hosts with 8 cores or more, else 0")
+                 "-1: 300 with 8 usable cores or more, else 0")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, graphserve::kMaxBusyPollUs));
   double idle_timeout_s = options.connection_idle_timeout.count() / 1000.0;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "graphserve/server/thread_name.h"
+#include "graphserve/server/usable_cores.h"
 
 namespace graphserve {
 
@@ -24,7 +25,7 @@ CallbackPool::~CallbackPool() {
 }
 
 int CallbackPool::DefaultThreads() {
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  return std::clamp(UsableCores() / 4, 1, 4);
 }
 
 void CallbackPool::Post(std::function<void()> callback) {

@@ -15,6 +15,7 @@
 #include "graphserve/server/metrics_endpoint.h"
 #include "graphserve/server/rest_endpoint.h"
 #include "graphserve/server/thread_name.h"
+#include "graphserve/server/usable_cores.h"
 #include "grpc_acceptor.h"
 #include "infer_path.h"
 #include "unary_infer_queues.h"
@@ -158,7 +159,8 @@ Status GraphServer::Start(const ServerOptions& options) {
   SetReady(false);
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
-  spdlog::info("ModelInfer calls taken by {} threads, each with its own completion queue{}", infer_threads,
+  spdlog::info("ModelInfer calls taken by {} threads ({} usable cores), each with its own completion queue{}",
+               infer_threads, UsableCores(),
                busy_poll.count() > 0
                    ? fmt::format("; they and idle batchers busy-poll {} us after each event", busy_poll.count())
                    : std::string());

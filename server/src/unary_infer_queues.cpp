@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "graphserve/server/thread_name.h"
+#include "graphserve/server/usable_cores.h"
 
 namespace graphserve {
 namespace {
@@ -191,14 +192,13 @@ void UnaryInferQueues::Stop() {
 }
 
 int DefaultInferThreadCount() {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = UsableCores();
   return std::clamp(cores / 2, 2, 16);
 }
 
 std::chrono::microseconds DefaultBusyPoll() {
-  constexpr unsigned kFewestCoresToPoll = 8;
-  return std::thread::hardware_concurrency() >= kFewestCoresToPoll ? std::chrono::microseconds(300)
-                                                                   : std::chrono::microseconds(0);
+  constexpr int kFewestCoresToPoll = 8;
+  return UsableCores() >= kFewestCoresToPoll ? std::chrono::microseconds(300) : std::chrono::microseconds(0);
 }
 
 }  // namespace graphserve

@@ -31,7 +31,7 @@ class CallbackPool {
   // Returns once every callback posted before the call has run.
   void Drain() EXCLUDES(mutex_);
 
-  // A quarter of the host's cores, 1 to 4: enough to keep up with a GPU's batches while leaving the
+  // A quarter of the usable cores (UsableCores), 1 to 4: enough to keep up with a GPU's batches while leaving the
   // cores to gRPC's own threads.
   static int DefaultThreads();
 
