@@ -129,8 +129,11 @@ Status GraphServer::Start(const ServerOptions& options) {
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
           credentials);
   builder.RegisterService(service_.get());
-  const int infer_threads = options.grpc_infer_threads > 0 ? options.grpc_infer_threads : DefaultInferThreadCount();
-  const std::chrono::microseconds busy_poll = options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll();
+  const int usable_cores = UsableCores();
+  const int infer_threads =
+      options.grpc_infer_threads > 0 ? options.grpc_infer_threads : DefaultInferThreadCount(usable_cores);
+  const std::chrono::microseconds busy_poll =
+      options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll(usable_cores);
   infer_queues_ = std::make_unique<UnaryInferQueues>(&builder, infer_threads, busy_poll);
   const RequestLimits limits = LimitsFor(options);
   spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
@@ -160,7 +163,7 @@ Status GraphServer::Start(const ServerOptions& options) {
   spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
                options.grpc_address, grpc_port_);
   spdlog::info("ModelInfer calls taken by {} threads ({} usable cores), each with its own completion queue{}",
-               infer_threads, UsableCores(),
+               infer_threads, usable_cores,
                busy_poll.count() > 0
                    ? fmt::format("; they and idle batchers busy-poll {} us after each event", busy_poll.count())
                    : std::string());

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "graphserve/server/thread_name.h"
-#include "graphserve/server/usable_cores.h"
 
 namespace graphserve {
 namespace {
@@ -191,14 +190,13 @@ void UnaryInferQueues::Stop() {
   queues_.clear();
 }
 
-int DefaultInferThreadCount() {
-  const int cores = UsableCores();
-  return std::clamp(cores / 2, 2, 16);
+int DefaultInferThreadCount(int usable_cores) {
+  return std::clamp(usable_cores / 2, 2, 16);
 }
 
-std::chrono::microseconds DefaultBusyPoll() {
+std::chrono::microseconds DefaultBusyPoll(int usable_cores) {
   constexpr int kFewestCoresToPoll = 8;
-  return UsableCores() >= kFewestCoresToPoll ? std::chrono::microseconds(300) : std::chrono::microseconds(0);
+  return usable_cores >= kFewestCoresToPoll ? std::chrono::microseconds(300) : std::chrono::microseconds(0);
 }
 
 }  // namespace graphserve

@@ -51,15 +51,15 @@ class UnaryInferQueues {
   std::vector<std::unique_ptr<Queue>> queues_;
 };
 
-// Threads for ModelInfer's completion queues when the flag says 0: half the usable cores
+// Threads for ModelInfer's completion queues when the flag says 0: half of `usable_cores`
 // (UsableCores: affinity and CPU quota, not the host's count; gRPC's polling
 // and the decoding run on them; the other half is left to the schedulers, executors and gRPC's own
 // threads), at least 2, at most 16.
-int DefaultInferThreadCount();
+int DefaultInferThreadCount(int usable_cores);
 
-// The busy poll when the flag says -1: 300 us with 8 usable cores or more, which catches a lone
+// The busy poll when the flag says -1: 300 us with 8 `usable_cores` or more, which catches a lone
 // client's next call (on the H200's host it took 0.07 ms off the median at concurrency 1); none
 // below, where spinning threads would take the cores the work needs.
-std::chrono::microseconds DefaultBusyPoll();
+std::chrono::microseconds DefaultBusyPoll(int usable_cores);
 
 }  // namespace graphserve
