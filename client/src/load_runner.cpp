@@ -121,6 +121,7 @@ class LoadRun {
     report->requests_per_s = report->elapsed_s > 0 ? ok_ / report->elapsed_s : 0;
     report->tokens_per_s = report->elapsed_s > 0 ? tokens_ / report->elapsed_s : 0;
     report->latency = Summarize(latencies_);
+    report->send_lag = Summarize(send_lags_);
   }
 
  private:
@@ -153,6 +154,7 @@ class LoadRun {
     if (measured) {
       ++issued_;
       if (!first_measured_start_) first_measured_start_ = when;
+      if (options_.concurrency == 0) send_lags_.Record(Clock::now() - when);
     } else {
       ++warmup_issued_;
     }
@@ -391,6 +393,7 @@ class LoadRun {
   std::map<std::string, int64_t> errors_;              // guarded by mutex_
   std::map<std::string, std::string> error_examples_;  // guarded by mutex_
   LatencyRecorder latencies_;                          // guarded by mutex_
+  LatencyRecorder send_lags_;                          // guarded by mutex_; open loop only
   std::optional<Clock::time_point> first_measured_start_;  // guarded by mutex_
   std::optional<Clock::time_point> last_measured_answer_;  // guarded by mutex_
 };

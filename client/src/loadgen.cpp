@@ -332,6 +332,11 @@ std::string ReportToJson(const Report& report, int indent) {
         {"p90", OrNull(timed, report.latency.p90_ms)},
         {"p99", OrNull(timed, report.latency.p99_ms)},
         {"max", OrNull(timed, report.latency.max_ms)}}},
+      {"send_lag_ms", report.send_lag.count == 0
+                          ? json(nullptr)
+                          : json{{"p50", report.send_lag.p50_ms},
+                                 {"p99", report.send_lag.p99_ms},
+                                 {"max", report.send_lag.max_ms}}},
   };
   return document.dump(indent);
 }
@@ -363,6 +368,11 @@ std::string FormatReport(const Report& report) {
     text += line;
   } else {
     text += "latency    no successful request\n";
+  }
+  if (report.send_lag.count > 0) {
+    std::snprintf(line, sizeof line, "sent late  ms p50 %.3f  p99 %.3f  max %.3f  (after each due time)\n",
+                  report.send_lag.p50_ms, report.send_lag.p99_ms, report.send_lag.max_ms);
+    text += line;
   }
   for (const auto& [code, n] : report.errors) {
     text += "error      " + code + " x" + std::to_string(n);

@@ -225,6 +225,10 @@ TEST_F(LoadRunnerTest, OpenLoopOffersItsRate) {
   EXPECT_NEAR(report.requests_per_s, report.ok / report.elapsed_s, 1e-9 * report.requests_per_s);
   EXPECT_LE(report.latency.p50_ms, report.latency.p99_ms);
   EXPECT_EQ(service_.calls.load(), report.warmup_requests + report.issued);
+  // Every measured arrival's send lag is recorded; at 200/s one thread keeps to its schedule.
+  EXPECT_EQ(report.send_lag.count, report.issued);
+  EXPECT_GE(report.send_lag.min_ms, 0);
+  EXPECT_LT(report.send_lag.p50_ms, 5);
 }
 
 TEST_F(LoadRunnerTest, OpenLoopKeepsSendingWhileAnswersAreSlow) {

@@ -411,8 +411,25 @@ TEST(ReportTest, JsonHoldsEveryFigure) {
   EXPECT_DOUBLE_EQ(latency["max"].get<double>(), 100);
   EXPECT_DOUBLE_EQ(latency["min"].get<double>(), 1);
   EXPECT_DOUBLE_EQ(latency["mean"].get<double>(), 50.5);
+  // A closed loop sends each call when its caller is free: there is no schedule to be late for.
+  EXPECT_TRUE(document["send_lag_ms"].is_null());
   // One line when asked.
   EXPECT_EQ(ReportToJson(SampleReport(), -1).find('\n'), std::string::npos);
+}
+
+TEST(ReportTest, OpenLoopReportsHowLateItSent) {
+  Report report = SampleReport();
+  report.mode = "open";
+  report.rate_rps = 500;
+  LatencyRecorder lags;
+  for (int64_t value = 1; value <= 100; ++value) lags.Record(std::chrono::microseconds(10 * value));
+  report.send_lag = Summarize(lags);
+  const auto document = nlohmann::json::parse(ReportToJson(report));
+  EXPECT_DOUBLE_EQ(document["send_lag_ms"]["p50"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(document["send_lag_ms"]["p99"].get<double>(), 0.99);
+  EXPECT_DOUBLE_EQ(document["send_lag_ms"]["max"].get<double>(), 1.0);
+  EXPECT_NE(FormatReport(report).find("sent late  ms p50 0.500  p99 0.990  max 1.000"), std::string::npos)
+      << FormatReport(report);
 }
 
 TEST(ReportTest, OpenLoopWithoutAnswersHasNullLatencies) {

@@ -148,6 +148,9 @@ struct Report {
   int64_t tokens = 0;         // rows × length over the ok requests: real tokens, no padding
   double tokens_per_s = 0;
   LatencySummary latency;     // ok requests only; open loop: from the due time, not the send time
+  // Open loop: how late each measured request was sent after its due time (a loadgen that cannot keep
+  // up with its rate shows it here, before its lateness is blamed on the server); closed loop: none.
+  LatencySummary send_lag;
 };
 
 int64_t ErrorCount(const Report& report);
