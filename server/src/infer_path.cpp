@@ -64,14 +64,17 @@ Status InferPath::Prepare(const grpc::ServerContextBase& context,
   prepared->scheduler = prepared->model->scheduler.get();
   prepared->metrics = metrics_->ForModel(prepared->scheduler->spec().name);
   prepared->pending = std::make_shared<PendingRequest>();
+  prepared->deadline = context.deadline();
+  prepared->pending->deadline_us = DeadlineMicros(context, *clock_);
+  if (prepared->pending->deadline_us > 0) {
+    prepared->metrics->ArrivedWithDeadline(prepared->pending->deadline_us - prepared->arrival_us);
+  }
   status = DecodeInferRequest(prepared->scheduler->spec(), prepared->scheduler->options().queue_policy,
                               request, prepared->pending.get());
   if (!status.ok()) {
     prepared->metrics->Refused(status.code());
     return status;
   }
-  prepared->deadline = context.deadline();
-  prepared->pending->deadline_us = DeadlineMicros(context, *clock_);
   return Status::Ok();
 }
 

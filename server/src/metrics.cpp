@@ -69,6 +69,7 @@ struct SchedulerFamilies {
   MetricFamily build_info;
   MetricFamily queue_depth;
   MetricFamily work_scale;
+  MetricFamily wait_scale;
   MetricFamily batch_rows;
   MetricFamily max_batch_tokens;
   MetricFamily batches;
@@ -117,6 +118,11 @@ SchedulerFamilies EmptySchedulerFamilies() {
       "graphserve_admission_work_scale",
       "Device time the model's batches really took per unit of the admission estimate (full "
       "batches at the measured bucket times); deadline-aware admission scales the queued work by it",
+      MetricType::Gauge);
+  f.wait_scale = NewFamily(
+      "graphserve_admission_wait_scale",
+      "How much longer requests admitted behind queued work waited than that work promised (about "
+      "the 95th percentile); deadline-aware admission scales the work queued ahead by it",
       MetricType::Gauge);
   f.batch_rows = NewFamily(
       "graphserve_batch_rows_total",
@@ -240,6 +246,7 @@ void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* famil
   const std::string& model = snapshot.model;
   AddSample(&families->queue_depth, {{"model", model}}, static_cast<double>(snapshot.queue_depth));
   AddSample(&families->work_scale, {{"model", model}}, snapshot.work_scale);
+  AddSample(&families->wait_scale, {{"model", model}}, snapshot.wait_scale);
   AddSample(&families->batch_rows, {{"model", model}},
             static_cast<double>(snapshot.counters.batch_rows));
   AddSample(&families->max_batch_tokens, {{"model", model}},
@@ -267,7 +274,7 @@ void AddDeviceMemorySamples(const std::set<std::string>& cuda_devices,
 std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
-       {&f.build_info, &f.queue_depth, &f.work_scale, &f.batch_rows, &f.max_batch_tokens, &f.batches,
+       {&f.build_info, &f.queue_depth, &f.work_scale, &f.wait_scale, &f.batch_rows, &f.max_batch_tokens, &f.batches,
         &f.replays, &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds,
         &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));
@@ -352,6 +359,8 @@ void ModelRequestMetrics::Finished(const Status& outcome, int64_t latency_us,
 
 void ModelRequestMetrics::Refused(StatusCode code) { Count(code); }
 
+void ModelRequestMetrics::ArrivedWithDeadline(int64_t left_us) { deadline_left_seconds_->Observe(Seconds(left_us)); }
+
 void ModelRequestMetrics::Count(StatusCode code) {
   const auto index = static_cast<size_t>(code);
   if (index < by_code_.size() && by_code_[index] != nullptr) {
@@ -399,6 +408,12 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                              "Sequence length of each request that reached the model's scheduler "
                              "(models with a variable dimension only): the traffic a grid is planned for")
                          .Register(*registry_);
+  deadline_left_seconds_ = &prometheus::BuildHistogram()
+                               .Name("graphserve_request_deadline_left_seconds")
+                               .Help(
+                                   "Requests with a deadline: how much of it was left when the call reached "
+                                   "the model (what the client, the network and gRPC's transport took is gone)")
+                               .Register(*registry_);
   refused_connections_ = &prometheus::BuildCounter()
                               .Name("graphserve_connections_refused_total")
                               .Help(
@@ -454,6 +469,7 @@ void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
   metrics->in_flight_ = &in_flight_->Add({{"model", model}});
   metrics->request_rows_ = &request_rows_->Add({{"model", model}}, RowBuckets());
   metrics->request_length_ = &request_length_->Add({{"model", model}}, LengthBuckets());
+  metrics->deadline_left_seconds_ = &deadline_left_seconds_->Add({{"model", model}}, buckets);
   {
     MutexLock lock(&mutex_);
     models_.emplace(model, std::move(metrics));

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -125,7 +126,7 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
               ? std::max(request->work_us * work_scale_,
                          planner_.CostUs(spec_.BucketFor(request->item.rows, request->item.length)))
               : 0.0;
-      const double done_us = static_cast<double>(now_us) + ahead_us + own_us;
+      const double done_us = static_cast<double>(now_us) + ahead_us * wait_scale_ + own_us;
       const double admit_by_us = static_cast<double>(now_us) +
                                  options_.admission_deadline_fraction * static_cast<double>(expiry_us - now_us);
       if (done_us > admit_by_us) {
@@ -134,6 +135,11 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
                       "model '" + spec_.name + "': the request's deadline or queue timeout (in " +
                           std::to_string(expiry_us - now_us) + " us) cannot be met: about " +
                           std::to_string(static_cast<int64_t>(ahead_us)) + " us of work is queued ahead");
+      }
+      // Only a wait behind work at least a batch long says how good the estimate of that work is.
+      if (own_us > 0 && ahead_us >= own_us) {
+        request->admitted_ahead_us = ahead_us;
+        request->admitted_own_us = own_us;
       }
     }
     queued_work_us_ += request->work_us;
@@ -179,6 +185,7 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
     snapshot.counters = counters_;
     snapshot.queue_depth = planner_.queued_requests();
     snapshot.work_scale = work_scale_;
+    snapshot.wait_scale = wait_scale_;
   }
   // Outside the lock: each executor counts under its own, and a scrape must not hold up the workers.
   snapshot.executors.reserve(executors_.size());
@@ -244,6 +251,7 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
   std::vector<Status> statuses(decision.requests.size(), status);
   if (status.ok()) {
     RecordBatch(executor, *run, end_us);
+    CalibrateWaitScale(decision.requests, end_us);
   } else {
     const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
     spdlog::error("model '{}' on {}: batch of {} requests padded to {} failed (error {}): {}", spec_.name,
@@ -452,6 +460,30 @@ void ModelScheduler::CalibrateWorkScale(double sample) {
   constexpr double kMaxScale = 50.0;
   MutexLock lock(&mutex_);
   work_scale_ = std::clamp(work_scale_ + kSmoothing * (sample - work_scale_), kMinScale, kMaxScale);
+}
+
+void ModelScheduler::CalibrateWaitScale(const std::vector<std::shared_ptr<PendingRequest>>& requests,
+                                        int64_t end_us) {
+  // A streaming 95th percentile, one step per batch: the scale rises by the share of the batch's
+  // requests that waited longer than it allows, beyond the 5% that may, and falls otherwise. A
+  // batch's requests waited alike, so a step per request would overshoot. A batch with no request
+  // admitted behind a queue counts as one whose requests kept within the scale: a high scale keeps
+  // the queue short, and would otherwise never be measured again.
+  constexpr double kQuantile = 0.95;
+  constexpr double kStep = 0.5;
+  constexpr double kMinScale = 1.0;
+  constexpr double kMaxScale = 4.0;
+  MutexLock lock(&mutex_);
+  int measured = 0;
+  int over = 0;
+  for (const auto& request : requests) {
+    if (request->admitted_ahead_us <= 0) continue;
+    const double waited_us = static_cast<double>(end_us - request->enqueue_us) - request->admitted_own_us;
+    ++measured;
+    if (waited_us > request->admitted_ahead_us * wait_scale_) ++over;
+  }
+  const double over_share = measured == 0 ? 0.0 : static_cast<double>(over) / measured;
+  wait_scale_ = std::clamp(wait_scale_ * std::exp(kStep * (over_share - (1.0 - kQuantile))), kMinScale, kMaxScale);
 }
 
 double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {

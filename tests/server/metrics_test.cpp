@@ -227,6 +227,25 @@ TEST(MetricsTest, TrafficShapeHistogramsCountEachRequestsRowsAndLength) {
   EXPECT_EQ(exposition.One("graphserve_request_length_bucket", {{"model", "m"}, {"le", "320"}}), 3.0);
 }
 
+TEST(MetricsTest, DeadlineLeftAtArrivalIsObservedInSeconds) {
+  SteadyClock clock;
+  ServerMetrics metrics(TestOptions());
+  auto scheduler = MakeScheduler("m", Options(0), {"cpu"}, {}, &clock);
+  metrics.AddModel(scheduler.get());
+  ModelRequestMetrics* model = metrics.ForModel("m");
+  model->ArrivedWithDeadline(2'000);    // 2 ms left
+  model->ArrivedWithDeadline(90'000);   // 90 ms
+  model->ArrivedWithDeadline(100'000);  // 100 ms
+  const Exposition exposition(metrics.TextExposition());
+  const std::map<std::string, std::string> m = {{"model", "m"}};
+  EXPECT_EQ(exposition.One("graphserve_request_deadline_left_seconds_count", m), 3.0);
+  EXPECT_NEAR(exposition.One("graphserve_request_deadline_left_seconds_sum", m), 0.192, 1e-9);
+  EXPECT_EQ(exposition.One("graphserve_request_deadline_left_seconds_bucket", {{"model", "m"}, {"le", "0.0025"}}),
+            1.0);
+  EXPECT_EQ(exposition.One("graphserve_request_deadline_left_seconds_bucket", {{"model", "m"}, {"le", "0.1"}}),
+            3.0);
+}
+
 TEST(MetricsTest, CodeLabelIsSuccessOrTheLowerCaseGrpcName) {
   EXPECT_STREQ(RequestCodeLabel(StatusCode::kOk), "success");
   EXPECT_STREQ(RequestCodeLabel(StatusCode::kResourceExhausted), "resource_exhausted");
@@ -250,6 +269,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_requests_in_flight", "gauge"},
       {"graphserve_queue_depth", "gauge"},
       {"graphserve_admission_work_scale", "gauge"},
+      {"graphserve_admission_wait_scale", "gauge"},
       {"graphserve_batches_total", "counter"},
       {"graphserve_batch_rows_total", "counter"},
       {"graphserve_bucket_grid_max_batch_tokens", "gauge"},
@@ -268,6 +288,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_device_faulted", "gauge"},
       {"graphserve_request_rows", "histogram"},
       {"graphserve_request_length", "histogram"},
+      {"graphserve_request_deadline_left_seconds", "histogram"},
   };
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
@@ -293,6 +314,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.One("graphserve_requests_in_flight", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_queue_depth", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_admission_work_scale", {{"model", "m"}}), 1.0);  // uncalibrated
+  EXPECT_EQ(exposition.One("graphserve_admission_wait_scale", {{"model", "m"}}), 1.0);
   EXPECT_EQ(exposition.One("graphserve_bucket_grid_max_batch_tokens", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_request_duration_seconds_count", {{"model", "m"}}), 0.0);
   // 16 finite bounds and +Inf.

@@ -3,6 +3,7 @@
 // tests move time instead of sleeping.
 #include "graphserve/server/scheduler.h"
 
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,6 +146,24 @@ class ModelSchedulerTest : public ::testing::Test {
   bool WaitForStarted(int n) {
     std::unique_lock<std::mutex> lock(shared_->mutex);
     return shared_->changed.wait_for(lock, seconds(30), [&] { return shared_->started >= n; });
+  }
+  // Holds the executor busy with one more request (after `batches_started_before` batches) and
+  // queues four one-row requests behind it; `outcomes` gets their five futures.
+  void BusyWithFourQueued(int batches_started_before, std::vector<std::future<Outcome>>* outcomes) {
+    Hold();
+    outcomes->resize(5);
+    ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 10, &(*outcomes)[0])).ok());
+    ASSERT_TRUE(WaitForStarted(batches_started_before + 1));
+    for (int i = 1; i < 5; ++i) {
+      ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 10 + i, &(*outcomes)[i])).ok());
+    }
+  }
+  // A one-row request due `deadline_in_us` from now, whose answer nobody awaits.
+  std::shared_ptr<PendingRequest> DueIn(int64_t deadline_in_us) {
+    auto pending = MakeRequest(1, 10);
+    pending->deadline_us = clock_.NowMicros() + deadline_in_us;
+    pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
+    return pending;
   }
   std::vector<RecordedBatch> Batches() {
     std::lock_guard<std::mutex> lock(shared_->mutex);
@@ -957,20 +976,85 @@ TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyT
   // With the executor busy and four rows queued (400 us of estimate, 520 us scaled), a request's
   // own row (130 us scaled, more than its 1x16 bucket's 100) ends at 650 us: refused with 1,200 us
   // to go (600), admitted with 1,300 (650); unscaled (500) the first would have been admitted.
-  Hold();
-  std::vector<std::future<Outcome>> more(5);
-  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 10, &more[0])).ok());
-  ASSERT_TRUE(WaitForStarted(4));  // the executor is busy with it
-  for (int i = 1; i < 5; ++i) ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 10 + i, &more[i])).ok());
-  auto request = [&](int64_t deadline_in_us) {
-    auto pending = MakeRequest(1, 10);
-    pending->deadline_us = clock_.NowMicros() + deadline_in_us;
-    pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
-    return pending;
-  };
-  EXPECT_EQ(scheduler_->Enqueue(request(1200)).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(scheduler_->Enqueue(request(1300)).ok());
+  std::vector<std::future<Outcome>> more;
+  BusyWithFourQueued(/*batches_started_before=*/3, &more);
+  EXPECT_EQ(scheduler_->Enqueue(DueIn(1200)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler_->Enqueue(DueIn(1300)).ok());
   Release();
+  scheduler_->Stop();
+}
+
+// Requests admitted behind queued work that then wait far longer than that work promised (here the
+// device is held up; in a server, batches in flight and bins served first) raise the wait scale,
+// one step a batch, and admission scales the work queued ahead by it.
+class WaitScaleTest : public ModelSchedulerTest {
+ protected:
+  void SetUp() override {
+    BucketInfo one, four;
+    one.shape = BucketShape{1, 16};
+    one.execute_time_us = 100;
+    four.shape = BucketShape{4, 16};
+    four.execute_time_us = 400;  // 100 us a row either way: the estimate
+    std::vector<std::unique_ptr<Executor>> executors;
+    executors.push_back(std::make_unique<FakeExecutor>(shared_, 0, std::vector<BucketInfo>{one, four}));
+    shared_->clock = &clock_;
+    shared_->execute_us = 400;  // a full batch takes its measured time: the work scale stays 1
+    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), Options(0), std::move(executors), &clock_);
+    scheduler_->Start();
+  }
+
+  // One request occupies the executor, eight queue behind 0, 100, ... 700 us of work (all but the
+  // first measured: at least a batch's 100 us ahead), the clock moves on by `held_us` before the
+  // executor goes on; waits for every answer. Batches: the one, then two of four.
+  void Burst(int64_t held_us) {
+    Hold();
+    std::vector<std::future<Outcome>> outcomes(9);
+    for (int i = 0; i < 9; ++i) {
+      auto pending = Request(1, 10, i, &outcomes[i]);
+      pending->deadline_us = clock_.NowMicros() + 1'000'000;
+      ASSERT_TRUE(scheduler_->Enqueue(pending).ok()) << i;
+      if (i == 0) ASSERT_TRUE(WaitForStarted(started_ + 1));
+    }
+    started_ += 3;
+    clock_.Advance(held_us);
+    Release();
+    for (auto& outcome : outcomes) ASSERT_TRUE(Ready(outcome));
+  }
+
+  int started_ = 0;
+};
+
+TEST_F(WaitScaleTest, AdmissionScalesTheWorkAheadByHowLongAdmittedRequestsReallyWaited) {
+  Burst(/*held_us=*/10'000);
+  // The lone batch measures nothing (the scale stays at its floor, 1); the two of four had every
+  // measured request over: two steps of exp(0.5 x 0.95).
+  const SchedulerSnapshot snapshot = scheduler_->Snapshot();
+  EXPECT_DOUBLE_EQ(snapshot.work_scale, 1.0);
+  EXPECT_NEAR(snapshot.wait_scale, std::exp(0.95), 1e-9);
+
+  // The executor busy and four rows queued: 400 us of work ahead, 1,034 us scaled, then the
+  // request's own 100 us: refused with 2,000 us to go (unscaled it would end at 500, within half),
+  // admitted with 2,400.
+  std::vector<std::future<Outcome>> more;
+  BusyWithFourQueued(/*batches_started_before=*/3, &more);
+  EXPECT_EQ(scheduler_->Enqueue(DueIn(2000)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(scheduler_->Enqueue(DueIn(2400)).ok());
+  Release();
+  scheduler_->Stop();
+}
+
+// Once admitted requests wait no longer than the estimate, or none waits behind a queue at all, the
+// scale comes back down, slowly.
+TEST_F(WaitScaleTest, TheWaitScaleFallsWhenWaitsKeepWithinIt) {
+  Burst(/*held_us=*/10'000);
+  ASSERT_NEAR(scheduler_->Snapshot().wait_scale, std::exp(0.95), 1e-9);
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->execute_us = 0;  // answers come at once: every wait is within the estimate
+  }
+  Burst(/*held_us=*/0);
+  // Three batches, none over: three steps of exp(-0.5 x 0.05).
+  EXPECT_NEAR(scheduler_->Snapshot().wait_scale, std::exp(0.95 - 0.075), 1e-9);
   scheduler_->Stop();
 }
 

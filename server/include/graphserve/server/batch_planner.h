@@ -57,6 +57,10 @@ struct PendingRequest {
   int64_t enqueue_us = 0;
   int64_t queue_timeout_us = 0;  // the QueuePolicy's timeout for this request; 0 = none
   double work_us = 0.0;          // the scheduler's estimate of the device time it needs; 0 = unknown
+  // Admitted behind queued work: that work (µs, scaled by the work scale) and the request's own
+  // batch time, as admission estimated them; 0 when nothing was queued ahead worth measuring.
+  double admitted_ahead_us = 0.0;
+  double admitted_own_us = 0.0;
   bool queued = false;  // in a BatchPlanner's queue right now
 
   // The client's deadline has passed by `now_us`, or gRPC has said so.

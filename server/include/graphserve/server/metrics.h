@@ -61,6 +61,10 @@ class ModelRequestMetrics {
   void Finished(const Status& outcome, int64_t latency_us, const RequestTiming& timing);
   // A request refused before it reached the scheduler (e.g. INVALID_ARGUMENT): counted only.
   void Refused(StatusCode code);
+  // A call with a deadline reached the model: how much of it was left. Under overload this tells
+  // time lost before graphserve (in the client, the network or gRPC's transport) from time lost in
+  // graphserve's queue.
+  void ArrivedWithDeadline(int64_t left_us);
 
  private:
   friend class ServerMetrics;
@@ -78,6 +82,7 @@ class ModelRequestMetrics {
   prometheus::Gauge* in_flight_ = nullptr;
   prometheus::Histogram* request_rows_ = nullptr;
   prometheus::Histogram* request_length_ = nullptr;
+  prometheus::Histogram* deadline_left_seconds_ = nullptr;
 };
 
 struct ServerMetricsOptions {
@@ -139,6 +144,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
   prometheus::Family<prometheus::Histogram>* request_rows_ = nullptr;
   prometheus::Family<prometheus::Histogram>* request_length_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* deadline_left_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
   prometheus::Gauge* device_faulted_ = nullptr;

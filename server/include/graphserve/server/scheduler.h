@@ -70,6 +70,7 @@ struct SchedulerSnapshot {
   SchedulerCounters counters;
   size_t queue_depth = 0;
   double work_scale = 1.0;  // ModelScheduler::work_scale_
+  double wait_scale = 1.0;  // ModelScheduler::wait_scale_
   std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
@@ -132,6 +133,10 @@ class ModelScheduler {
   double CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
   // Folds in one batch's device time over its requests' estimated work (see work_scale_).
   void CalibrateWorkScale(double sample) EXCLUDES(mutex_);
+  // Folds in how long a completed batch's requests waited against what admission expected of the
+  // work queued ahead of them (see wait_scale_).
+  void CalibrateWaitScale(const std::vector<std::shared_ptr<PendingRequest>>& requests, int64_t end_us)
+      EXCLUDES(mutex_);
   // Device time `request` needs at the best rows-per-microsecond of its length's buckets; 0 when its
   // length has no measured bucket.
   double EstimateWorkUs(const PendingRequest& request) const;
@@ -187,6 +192,12 @@ class ModelScheduler {
   // request's own length; partial batches, padding and a busy host cost more), measured on batches
   // taken while others stayed queued, when the estimate matters. Admission scales by it.
   double work_scale_ GUARDED_BY(mutex_) = 1.0;
+  // How much longer requests admitted behind queued work really waited than that work (scaled)
+  // promised, at about the 95th percentile: batches still in flight, and bins the planner serves
+  // before older requests of another length, are not in the estimate. Admission scales the work
+  // queued ahead by it, so that what it admits ends within its share of the deadline; answers that
+  // come late make clients cancel, and on one host their cancellations starve the server of calls.
+  double wait_scale_ GUARDED_BY(mutex_) = 1.0;
   int idle_workers_ GUARDED_BY(mutex_) = 0;
   bool stopping_ GUARDED_BY(mutex_) = false;
   // Counts Enqueue, Poke and Stop, so that a worker polling without the lock (options_.busy_poll_us)
