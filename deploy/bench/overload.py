@@ -13,6 +13,7 @@ Reuses deploy/bench/e2e_benchmark.py (model export, repository, server, loadgen,
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -57,6 +58,8 @@ def open_loop(args, server, rate, json_path):
     merged["latency_ms"] = {"count": sum(l["count"] for l in latencies)}
     for key in ("p50", "p90", "p99", "max"):
         merged["latency_ms"][key] = max((l[key] for l in latencies), default=None)
+    lags = [r["send_lag_ms"] for r in reports if r.get("send_lag_ms")]
+    merged["send_lag_ms"] = {key: max(l[key] for l in lags) for key in ("p50", "p99", "max")} if lags else None
     with open(json_path, "w") as f:
         json.dump({"merged": merged, "clients": reports}, f, indent=1)
     return merged
@@ -70,10 +73,11 @@ class Sampler(threading.Thread):
     port's connections, on the server's side (unread requests) and the clients' (unread answers,
     unsent requests)."""
 
-    def __init__(self, pid, port, interval_s=0.25):
+    def __init__(self, pid, port, scrape, interval_s=0.25):
         super().__init__(daemon=True)
-        self.pid, self.port, self.interval_s = pid, str(port), interval_s
+        self.pid, self.port, self.scrape, self.interval_s = pid, str(port), scrape, interval_s
         self.stop_event = threading.Event()
+        self.timeline = []  # per sample: seconds since start, the server's counts by code, its wait scale
         self.first = self.last = None
         self.started = self.ended = None
         self.queues = []  # (server recv-q, server send-q, client recv-q, client send-q) per sample
@@ -130,6 +134,15 @@ class Sampler(threading.Thread):
                 totals[3] += send_q
         return totals
 
+    def server_socket_bytes(self):
+        """Bytes received and sent so far over the gRPC port's open connections, on the server's
+        side: what the clients really sent, whether or not gRPC has handed it on yet."""
+        out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{self.port} )"],
+                             capture_output=True, text=True).stdout
+        received = sum(int(v) for v in re.findall(r"bytes_received:(\d+)", out))
+        sent = sum(int(v) for v in re.findall(r"bytes_sent:(\d+)", out))
+        return received, sent
+
     def run(self):
         # The loadgens start with this thread: their first figures come from the first sample.
         self.started = time.monotonic()
@@ -143,6 +156,19 @@ class Sampler(threading.Thread):
             if not self.first["loadgens"]:
                 self.first["loadgens"] = latest["loadgens"]
             self.last, self.ended = latest, time.monotonic()
+            try:
+                _, series = self.scrape()
+            except OSError:
+                continue
+            codes = e2e.by_label(series, "graphserve_requests_total", "code")
+            try:
+                received, sent = self.server_socket_bytes()
+            except (OSError, ValueError):
+                received = sent = None
+            self.timeline.append({"t": round(self.ended - self.started, 2), "server_rx_bytes": received,
+                                  "server_tx_bytes": sent,
+                                  "codes": {k: v for k, v in codes.items() if v},
+                                  "wait_scale": series.get(("graphserve_admission_wait_scale", frozenset()))})
 
     def summary(self):
         self.stop_event.set()
@@ -170,7 +196,106 @@ class Sampler(threading.Thread):
                 "server_busiest_thread_share": round(max((cpu for _, cpu in server.values()), default=0.0) / window, 2),
                 "loadgen_cpu_s": round(loadgen_cpu, 1),
                 "loadgen_busiest_thread_share": round(busiest_loadgen_thread / window, 2),
-                "tcp_queue_bytes": queues}
+                "tcp_queue_bytes": queues,
+                "timeline": self.timeline}
+
+
+def histogram_quantiles(before, after, name, quantiles=(0.1, 0.5, 0.9)):
+    """Upper bounds, per quantile, of the histogram bucket holding that quantile of what `name`
+    observed between two scrapes (None past the last finite bound), and the count."""
+    counts = {}
+    for scrape, sign in ((after[1], 1), (before[1], -1)):
+        for (n, labels), value in scrape.items():
+            if n == name + "_bucket":
+                bound = float(dict(labels)["le"])
+                counts[bound] = counts.get(bound, 0.0) + sign * value
+    bounds = sorted(counts)
+    total = counts[bounds[-1]] if bounds else 0.0
+    out = {"count": int(total)}
+    for q in quantiles:
+        out[f"p{round(q * 100)}"] = next((b if b != float("inf") else None for b in bounds
+                                          if total and counts[b] >= q * total), None)
+    return out
+
+
+SYSCALLS = {"0": "read", "1": "write", "7": "poll", "35": "nanosleep", "46": "sendmsg", "47": "recvmsg",
+            "202": "futex", "230": "clock_nanosleep", "232": "epoll_wait", "271": "ppoll", "281": "epoll_pwait"}
+
+
+class WaitSampler(threading.Thread):
+    """What each server thread is doing, sampled every `interval_s` from /proc/PID/task/TID/syscall:
+    running, or blocked in which system call (a futex with its address, so that threads queued on
+    one lock show as one entry). Tells threads that wait for work (epoll, their own condition
+    variable) from threads that wait for each other."""
+
+    def __init__(self, pid, interval_s=0.005, prefixes=("gs-", "grpc", "default-exec", "nexting", "event_engine")):
+        super().__init__(daemon=True)
+        self.pid, self.interval_s, self.prefixes = pid, interval_s, prefixes
+        self.stop_event = threading.Event()
+        self.tally = {}  # (thread name, state) -> samples
+        self.samples = {}  # thread name -> samples
+
+    def run(self):
+        task = f"/proc/{self.pid}/task"
+        while not self.stop_event.wait(self.interval_s):
+            try:
+                tids = os.listdir(task)
+            except OSError:
+                return
+            for tid in tids:
+                try:
+                    with open(f"{task}/{tid}/comm") as f:
+                        name = f.read().strip()
+                    with open(f"{task}/{tid}/syscall") as f:
+                        fields = f.read().split()
+                except OSError:
+                    continue
+                if not fields:
+                    continue
+                if fields[0] == "running":
+                    state = "running"
+                else:
+                    state = SYSCALLS.get(fields[0], "syscall " + fields[0])
+                    if state == "futex" and len(fields) > 1:
+                        state += "@" + fields[1]
+                self.tally[(name, state)] = self.tally.get((name, state), 0) + 1
+                self.samples[name] = self.samples.get(name, 0) + 1
+
+    def summary(self, per_thread=4):
+        """Per thread name (those starting with one of `prefixes`), its most frequent states, each
+        as its share of that name's samples."""
+        self.stop_event.set()
+        self.join()
+        out = {}
+        for (name, state), n in sorted(self.tally.items(), key=lambda kv: -kv[1]):
+            if not name.startswith(self.prefixes):
+                continue
+            states = out.setdefault(name, {})
+            if len(states) < per_thread:
+                states[state] = round(n / self.samples[name], 3)
+        return out
+
+
+class LoadgenWaits(threading.Thread):
+    """A WaitSampler on the first loadgen, once it has started."""
+
+    def __init__(self, sampler):
+        super().__init__(daemon=True)
+        self.sampler, self.waits = sampler, None
+        self.stop_event = threading.Event()
+
+    def run(self):
+        while not self.stop_event.wait(0.05):
+            pids = self.sampler.loadgen_pids()
+            if pids:
+                self.waits = WaitSampler(min(pids), prefixes=("",))
+                self.waits.start()
+                return
+
+    def summary(self):
+        self.stop_event.set()
+        self.join()
+        return self.waits.summary() if self.waits else {}
 
 
 def cpu_seconds(pid):
@@ -208,10 +333,16 @@ def main():
             before = server.scrape()
             server_cpu = cpu_seconds(server.process.pid)
             client_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-            sampler = Sampler(server.process.pid, server.grpc.rsplit(":", 1)[-1])
+            sampler = Sampler(server.process.pid, server.grpc.rsplit(":", 1)[-1], server.scrape)
             sampler.start()
+            waits = WaitSampler(server.process.pid)
+            waits.start()
+            loadgen_waits = LoadgenWaits(sampler)
+            loadgen_waits.start()
             report = open_loop(args, server, factor * capacity, os.path.join(args.out, "raw", f"open_{factor}x.json"))
             where = sampler.summary()
+            where["server_thread_states"] = waits.summary()
+            where["loadgen_thread_states"] = loadgen_waits.summary()
             after = server.scrape()
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             delta = e2e.metric_delta(before, after, None)
@@ -222,6 +353,11 @@ def main():
             delta["client_cpu_s"] = (client_after.ru_utime + client_after.ru_stime
                                      - client_cpu.ru_utime - client_cpu.ru_stime)
             delta.update(where)
+            # Where the deadline went: spent before the call reached the model (client, network,
+            # gRPC's transport) or in graphserve; and whether the loadgens kept to their schedule.
+            delta["deadline_left_at_arrival_s"] = histogram_quantiles(
+                before, after, "graphserve_request_deadline_left_seconds")
+            delta["loadgen_send_lag_ms"] = report.get("send_lag_ms")
             runs.append({"factor": factor, "offered_rps": factor * capacity, "loadgen": report, "metrics": delta})
             lat = report["latency_ms"]
             e2e.log(f"{factor}x: offered {factor * capacity:,.0f}/s, ok {report['requests_per_s']:,.0f}/s "
@@ -241,14 +377,25 @@ def main():
              f"`{args.lengths}`, one row, outputs `{args.outputs or 'all'}`, {args.duration_s} s after "
              f"{args.warmup_s} s warm-up, {args.clients} loadgen processes of {args.connections} connections "
              "each (percentiles: the largest any process saw).", "",
-             "| load | offered req/s | successful req/s | of capacity | p50 ms | p99 ms | refused or expired |",
-             "|---:|---:|---:|---:|---:|---:|---|"]
+             "Deadline left at arrival: the bounds of the server's histogram buckets holding the 10th and "
+             "50th percentile of what was left of each call's deadline when it reached the model. Sent "
+             "late: the loadgens' p99 of how long after its due time a call was sent.", "",
+             "| load | offered req/s | successful req/s | of capacity | p50 ms | p99 ms | refused or expired "
+             "| deadline left at arrival p10 / p50 ms | sent late p99 ms |",
+             "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+
+    def ms(bound):
+        return "–" if bound is None else f"≤ {bound * 1000:g}"
+
     for run in runs:
         r = run["loadgen"]
         errors = ", ".join(f"{code} {count:,}" for code, count in sorted(r["errors"].items())) or "none"
         lines.append(f"| {run['factor']}× | {run['offered_rps']:,.0f} | {r['requests_per_s']:,.0f} | "
                      f"{r['requests_per_s'] / capacity:.0%} | {e2e.fmt(r['latency_ms']['p50'])} | "
-                     f"{e2e.fmt(r['latency_ms']['p99'])} | {errors} |")
+                     f"{e2e.fmt(r['latency_ms']['p99'])} | {errors} | "
+                     f"{ms(run['metrics']['deadline_left_at_arrival_s']['p10'])} / "
+                     f"{ms(run['metrics']['deadline_left_at_arrival_s']['p50'])} | "
+                     f"{e2e.fmt((r.get('send_lag_ms') or {}).get('p99'))} |")
     with open(os.path.join(args.out, "overload.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     e2e.log("\n".join(lines))
