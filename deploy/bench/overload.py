@@ -71,13 +71,15 @@ class Sampler(threading.Thread):
     "default-executo", graphserve's own "graphserve") and for the loadgens (the busiest thread: one
     near 100% is a client that cannot keep up), and the bytes waiting in the TCP queues of the gRPC
     port's connections, on the server's side (unread requests) and the clients' (unread answers,
-    unsent requests)."""
+    unsent requests), from `ss` or, where it is missing, /proc/net/tcp. Also a timeline: the
+    server's answers by code, its wait scale, the TCP queues and (with `ss`) the bytes its sockets
+    received and sent."""
 
     def __init__(self, pid, port, scrape, interval_s=0.25):
         super().__init__(daemon=True)
         self.pid, self.port, self.scrape, self.interval_s = pid, str(port), scrape, interval_s
         self.stop_event = threading.Event()
-        self.timeline = []  # per sample: seconds since start, the server's counts by code, its wait scale
+        self.timeline = []  # one entry per sample
         self.first = self.last = None
         self.started = self.ended = None
         self.queues = []  # (server recv-q, server send-q, client recv-q, client send-q) per sample
@@ -118,8 +120,37 @@ class Sampler(threading.Thread):
         return {"server": self.thread_times(self.pid),
                 "loadgens": {pid: self.thread_times(pid) for pid in self.loadgen_pids()}}
 
+    def proc_net_tcp_queues(self):
+        """What socket_queues gives, from /proc/net/tcp and tcp6: established sockets' transmit and
+        receive queues, by whether the gRPC port is the local or the remote end."""
+        totals = [0, 0, 0, 0]
+        port = int(self.port)
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as f:
+                    lines = f.readlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if len(fields) < 5 or fields[3] != "01":  # 01: ESTABLISHED
+                    continue
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                send_q, recv_q = (int(v, 16) for v in fields[4].split(":"))
+                if local_port == port:
+                    totals[0] += recv_q
+                    totals[1] += send_q
+                elif remote_port == port:
+                    totals[2] += recv_q
+                    totals[3] += send_q
+        return totals
+
     def socket_queues(self):
-        out = subprocess.run(["ss", "-tnH", "state", "established"], capture_output=True, text=True).stdout
+        try:
+            out = subprocess.run(["ss", "-tnH", "state", "established"], capture_output=True, text=True).stdout
+        except OSError:
+            return self.proc_net_tcp_queues()  # no `ss` (the CUDA host has none)
         totals = [0, 0, 0, 0]
         for line in out.splitlines():
             fields = line.split()
@@ -151,7 +182,7 @@ class Sampler(threading.Thread):
             try:
                 self.queues.append(self.socket_queues())
             except (OSError, ValueError):
-                pass  # no `ss`: the thread figures still come
+                pass  # the thread figures still come
             latest = self.snapshot()
             if not self.first["loadgens"]:
                 self.first["loadgens"] = latest["loadgens"]
@@ -166,7 +197,7 @@ class Sampler(threading.Thread):
             except (OSError, ValueError):
                 received = sent = None
             self.timeline.append({"t": round(self.ended - self.started, 2), "server_rx_bytes": received,
-                                  "server_tx_bytes": sent,
+                                  "server_tx_bytes": sent, "tcp_queues": self.queues[-1] if self.queues else None,
                                   "codes": {k: v for k, v in codes.items() if v},
                                   "wait_scale": series.get(("graphserve_admission_wait_scale", frozenset()))})
 
