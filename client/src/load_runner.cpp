@@ -154,7 +154,6 @@ class LoadRun {
     if (measured) {
       ++issued_;
       if (!first_measured_start_) first_measured_start_ = when;
-      if (options_.concurrency == 0) send_lags_.Record(Clock::now() - when);
     } else {
       ++warmup_issued_;
     }
@@ -164,6 +163,7 @@ class LoadRun {
       }
       return;
     }
+    if (measured && options_.concurrency == 0) send_lags_.Record(Clock::now() - when);
     const int64_t length = options_.lengths.Sample(length_rng_);
     auto made = std::make_unique<Call>();
     const auto cached = requests_.find(length);
