@@ -249,12 +249,14 @@ def histogram_quantiles(before, after, name, quantiles=(0.1, 0.5, 0.9)):
     return out
 
 
-SYSCALLS = {"0": "read", "1": "write", "7": "poll", "35": "nanosleep", "46": "sendmsg", "47": "recvmsg",
-            "202": "futex", "230": "clock_nanosleep", "232": "epoll_wait", "271": "ppoll", "281": "epoll_pwait"}
+# x86-64 system call numbers of what the sampled threads are usually in.
+SYSCALLS = {"0": "read", "1": "write", "7": "poll", "9": "mmap", "10": "mprotect", "11": "munmap",
+            "24": "sched_yield", "35": "nanosleep", "46": "sendmsg", "47": "recvmsg", "202": "futex",
+            "230": "clock_nanosleep", "232": "epoll_wait", "271": "ppoll", "281": "epoll_pwait"}
 
 
 class WaitSampler(threading.Thread):
-    """What each server thread is doing, sampled every `interval_s` from /proc/PID/task/TID/syscall:
+    """What each thread of process `pid` is doing, sampled every `interval_s` from /proc/PID/task/TID/syscall:
     running, or blocked in which system call (a futex with its address, so that threads queued on
     one lock show as one entry). Tells threads that wait for work (epoll, their own condition
     variable) from threads that wait for each other."""
