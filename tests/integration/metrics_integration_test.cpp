@@ -241,6 +241,13 @@ TEST_F(LiveMetricsTest, CountsMatchTheRequestsSent) {
   }
   EXPECT_EQ(after.One("graphserve_requests_in_flight", encoder), 0.0);
   EXPECT_EQ(after.One("graphserve_queue_depth", encoder), 0.0);
+  // Every call that reached the model carried a 120 s deadline, the bad one included: each arrived
+  // with nearly all of it left (a little more, even: gRPC rounds the timeout it sends up).
+  const double with_deadline = delta(after, "graphserve_request_deadline_left_seconds_count", encoder);
+  EXPECT_EQ(with_deadline, sent + 1);
+  const double mean_left_s = delta(after, "graphserve_request_deadline_left_seconds_sum", encoder) / with_deadline;
+  EXPECT_GT(mean_left_s, 100.0);
+  EXPECT_LE(mean_left_s, 125.0);
 
   // Batches: every request ran in exactly one, on this CPU server eagerly for want of CUDA.
   const double batches = delta(after, "graphserve_batches_total", encoder);
