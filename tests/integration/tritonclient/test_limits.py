@@ -75,7 +75,6 @@ class LimitsTest(server_fixture.ServerTestCase):
 
     def test_memory_of_a_spike_is_handed_back(self):
         pid = self.server.process.pid
-        before = rss_bytes(pid)
         # 48 concurrent requests just under the limit: each is parsed (MiBs of buffers) and refused
         # for its shape, so that only the transport's and the parser's memory is involved.
         inputs = zeros_request(MIB // 8 - 4096)  # 2 x ~1 MiB
@@ -88,17 +87,31 @@ class LimitsTest(server_fixture.ServerTestCase):
                     return error.status()
             return "OK"
 
-        with concurrent.futures.ThreadPoolExecutor(48) as pool:
-            statuses = list(pool.map(call, range(192)))
-        self.assertEqual(set(statuses), {"StatusCode.INVALID_ARGUMENT"})
-        peak = rss_bytes(pid)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and rss_bytes(pid) > before + 32 * MIB:
-            time.sleep(0.5)
-        after = rss_bytes(pid)
-        self.assertLess(after, before + 32 * MIB,
-                        f"RSS {before / MIB:.0f} MiB before, {peak / MIB:.0f} MiB after the spike, "
-                        f"{after / MIB:.0f} MiB 20 s later")
+        def spike():
+            with concurrent.futures.ThreadPoolExecutor(48) as pool:
+                statuses = list(pool.map(call, range(192)))
+            self.assertEqual(set(statuses), {"StatusCode.INVALID_ARGUMENT"})
+
+        def settled(target):
+            """RSS once it is at or below `target`, or after 20 s (the server trims every 5 s)."""
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and rss_bytes(pid) > target:
+                time.sleep(0.5)
+            return rss_bytes(pid)
+
+        before = rss_bytes(pid)
+        spike()
+        peak = rss_bytes(pid, "VmHWM")
+        first = settled(before + 16 * MIB)
+        spike()
+        second = settled(before + 16 * MIB)
+        figures = (f"RSS {before / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB, {first / MIB:.0f} MiB after "
+                   f"the first spike, {second / MIB:.0f} MiB after the second")
+        # glibc keeps some of the spike in fragmented arenas (8-37 MiB here, of a 50-100 MiB peak): it
+        # must stay bounded, and a second spike must reuse it rather than add to it.
+        self.assertLess(first - before, 48 * MIB, figures)
+        self.assertLess(second - before, 48 * MIB, figures)
+        self.assertLess(second - before, peak - before, figures)
 
 
 if __name__ == "__main__":
