@@ -147,6 +147,21 @@ class ModelSchedulerTest : public ::testing::Test {
     std::unique_lock<std::mutex> lock(shared_->mutex);
     return shared_->changed.wait_for(lock, seconds(30), [&] { return shared_->started >= n; });
   }
+  // A started scheduler on one fake executor with buckets 1x16 (100 us) and 4x16 (400 us): 100 us a
+  // row either way, the admission estimate. Every batch advances the clock by `execute_us`.
+  void StartOneAndFourRowBuckets(int64_t execute_us) {
+    BucketInfo one, four;
+    one.shape = BucketShape{1, 16};
+    one.execute_time_us = 100;
+    four.shape = BucketShape{4, 16};
+    four.execute_time_us = 400;
+    std::vector<std::unique_ptr<Executor>> executors;
+    executors.push_back(std::make_unique<FakeExecutor>(shared_, 0, std::vector<BucketInfo>{one, four}));
+    shared_->clock = &clock_;
+    shared_->execute_us = execute_us;
+    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), Options(0), std::move(executors), &clock_);
+    scheduler_->Start();
+  }
   // Holds the executor busy with one more request (after `batches_started_before` batches) and
   // queues four one-row requests behind it; `outcomes` gets their five futures.
   void BusyWithFourQueued(int batches_started_before, std::vector<std::future<Outcome>>* outcomes) {
@@ -952,17 +967,7 @@ TEST(ModelSchedulerAdmissionTest, ARequestNoBatchCouldFinishInTimeLeavesBeforePl
 // Batches that take longer than the buckets' measured times (a busy host, say) raise the admission
 // estimate, measured on batches taken while others stayed queued; a lone batch does not count.
 TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyTook) {
-  BucketInfo one, four;
-  one.shape = BucketShape{1, 16};
-  one.execute_time_us = 100;
-  four.shape = BucketShape{4, 16};
-  four.execute_time_us = 400;  // 100 us a row either way: the estimate
-  std::vector<std::unique_ptr<Executor>> executors;
-  executors.push_back(std::make_unique<FakeExecutor>(shared_, 0, std::vector<BucketInfo>{one, four}));
-  shared_->clock = &clock_;
-  shared_->execute_us = 1600;  // four times the measured 4x16
-  scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), Options(0), std::move(executors), &clock_);
-  scheduler_->Start();
+  StartOneAndFourRowBuckets(/*execute_us=*/1600);  // four times the measured 4x16
   Hold();
   std::vector<std::future<Outcome>> outcomes(9);
   ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 0, &outcomes[0])).ok());
@@ -990,17 +995,8 @@ TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyT
 class WaitScaleTest : public ModelSchedulerTest {
  protected:
   void SetUp() override {
-    BucketInfo one, four;
-    one.shape = BucketShape{1, 16};
-    one.execute_time_us = 100;
-    four.shape = BucketShape{4, 16};
-    four.execute_time_us = 400;  // 100 us a row either way: the estimate
-    std::vector<std::unique_ptr<Executor>> executors;
-    executors.push_back(std::make_unique<FakeExecutor>(shared_, 0, std::vector<BucketInfo>{one, four}));
-    shared_->clock = &clock_;
-    shared_->execute_us = 400;  // a full batch takes its measured time: the work scale stays 1
-    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), Options(0), std::move(executors), &clock_);
-    scheduler_->Start();
+    // A full batch takes its measured time: the work scale stays 1.
+    StartOneAndFourRowBuckets(/*execute_us=*/400);
   }
 
   // One request occupies the executor, eight queue behind 0, 100, ... 700 us of work (all but the
