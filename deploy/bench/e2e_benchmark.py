@@ -189,7 +189,9 @@ class Server:
                    "--metrics-address", self.metrics_url[len("http://"):-len("/metrics")],
                    "--log-level", "info", *getattr(args, "server_args", [])]
         self.log_file = open(log_path, "w")
-        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+        env = dict(os.environ)
+        env.update(entry.split("=", 1) for entry in getattr(args, "server_env", []))
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, timeout_s):
         # A model's series appear in /metrics once it has warmed up (README, Metrics).

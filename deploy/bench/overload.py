@@ -331,6 +331,12 @@ class LoadgenWaits(threading.Thread):
         return self.waits.summary() if self.waits else {}
 
 
+def server_settings(args):
+    """How the server was started, for the report's header."""
+    changed = args.server_args + [f"environment {entry}" for entry in args.server_env]
+    return "default config" if not changed else "default config but " + ", ".join(f"`{c}`" for c in changed)
+
+
 def cpu_seconds(pid):
     """User plus system CPU time of process `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -353,6 +359,9 @@ def main():
     e2e.add_load_arguments(parser)
     parser.add_argument("--server-arg", dest="server_args", action="append", default=[],
                         help="a flag for graphserve (repeatable), e.g. --server-arg=--grpc-max-concurrent-streams=256")
+    parser.add_argument("--server-env", dest="server_env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for graphserve alone, not the loadgens (repeatable), "
+                             "e.g. --server-env GRPC_POLL_STRATEGY=poll")
     args = parser.parse_args()
     server = e2e.one_model_server(args)
     runs = []
@@ -404,7 +413,7 @@ def main():
     with open(os.path.join(args.out, "overload.json"), "w") as f:
         json.dump({"settings": vars(args), "capacity": capacity_report, "runs": runs}, f, indent=1)
     lines = [f"# Goodput under overload: {args.model} on `{args.device}`, {time.strftime('%Y-%m-%d')}", "",
-             f"One server, default config. Capacity: closed loop at c={args.capacity_concurrency} without "
+             f"One server, {server_settings(args)}. Capacity: closed loop at c={args.capacity_concurrency} without "
              f"deadline, {capacity:,.0f} successful requests/s. Then `graphserve-loadgen --rate` (Poisson "
              f"arrivals) at multiples of it, every call with a {args.deadline_ms} ms deadline; lengths "
              f"`{args.lengths}`, one row, outputs `{args.outputs or 'all'}`, {args.duration_s} s after "
