@@ -36,8 +36,9 @@ void CountFinished(ModelRequestMetrics* metrics, ModelStatisticsRecorder* statis
 }  // namespace
 
 void PreparedInference::Cancel() const {
-  // gRPC cancels a call when its deadline passes: such a call has expired rather than been
-  // cancelled. Its timer and the system clock are read apart, hence the slack.
+  // A client cancels its call when the deadline passes (the server's own gRPC check is off,
+  // server.cpp): such a call has expired rather than been cancelled. The client's clock and this
+  // one are read apart, hence the slack.
   constexpr std::chrono::milliseconds kDeadlineSlack{1};
   if (deadline != std::chrono::system_clock::time_point::max() &&
       std::chrono::system_clock::now() + kDeadlineSlack >= deadline) {

@@ -50,7 +50,7 @@ struct PreparedInference {
   std::shared_ptr<PendingRequest> pending;
   int64_t arrival_us = 0;
   // The call's gRPC deadline (time_point::max() when none), to tell an expired call from a cancelled
-  // one when gRPC cancels it.
+  // one when its client cancels it.
   std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
 
   // For a started request whose client went away (at its deadline: marked expired, else cancelled): it leaves the queue (its receiver is answered

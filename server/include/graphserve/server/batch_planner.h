@@ -46,8 +46,8 @@ struct PendingRequest {
   // Set by the RPC layer when the client goes away, followed by ModelScheduler::Poke; a cancelled
   // request leaves the queue (CANCELLED).
   std::atomic<bool> cancelled{false};
-  // Set, before `cancelled`, when the client went away because its deadline passed (gRPC cancels a
-  // call at its deadline): the request is then answered and counted as DEADLINE_EXCEEDED.
+  // Set, before `cancelled`, when the client went away because its deadline passed (the client
+  // cancels its call at the deadline): the request is then answered and counted as DEADLINE_EXCEEDED.
   std::atomic<bool> deadline_expired{false};
   // Called exactly once with the outcome. `outputs` holds one tensor per ModelSpec output (empty
   // where not wanted) when the status is OK.
