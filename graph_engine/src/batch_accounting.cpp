@@ -1,5 +1,6 @@
 #include "batch_accounting.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace graphserve {
@@ -60,6 +61,48 @@ void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded
   for (int64_t run = 0; run < slice.height; ++run) {
     std::memcpy(destination + run * width, source + run * slice.pitch * element_size, width);
   }
+}
+
+std::vector<int64_t> PackedOffsets(const std::vector<OutputSlice>& slices, size_t output_count) {
+  std::vector<int64_t> packed_end(output_count, 0);
+  std::vector<int64_t> offsets;
+  offsets.reserve(slices.size());
+  for (const OutputSlice& slice : slices) {
+    offsets.push_back(packed_end[slice.output]);
+    packed_end[slice.output] += slice.width * slice.height;
+  }
+  return offsets;
+}
+
+std::vector<SliceCopy> MergedSliceCopies(const std::vector<OutputSlice>& slices, size_t output_count) {
+  const std::vector<int64_t> packed = PackedOffsets(slices, output_count);
+  std::vector<SliceCopy> copies;
+  // Per output, the copy the next slice may extend: slices of one output are packed back to back,
+  // so a slice that continues that copy's source continues its destination too.
+  std::vector<size_t> open(output_count, SIZE_MAX);
+  auto contiguous = [](int64_t width, int64_t pitch, int64_t height) { return width == pitch || height == 1; };
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const OutputSlice& slice = slices[i];
+    if (open[slice.output] != SIZE_MAX) {
+      SliceCopy& copy = copies[open[slice.output]];
+      const int64_t copy_elements = copy.width * copy.height;
+      if (contiguous(copy.width, copy.pitch, copy.height) && contiguous(slice.width, slice.pitch, slice.height) &&
+          slice.offset == copy.offset + copy_elements) {
+        copy.width = copy_elements + slice.width * slice.height;
+        copy.pitch = copy.width;
+        copy.height = 1;
+        continue;
+      }
+      if (slice.width == copy.width && slice.pitch == copy.pitch &&
+          slice.offset == copy.offset + copy.height * copy.pitch) {
+        copy.height += slice.height;
+        continue;
+      }
+    }
+    open[slice.output] = copies.size();
+    copies.push_back(SliceCopy{slice.output, slice.offset, slice.width, slice.pitch, slice.height, packed[i]});
+  }
+  return copies;
 }
 
 void ExecutionCounter::RecordElements(const Batch& batch) {

@@ -36,6 +36,26 @@ std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& ba
 // elements of `element_size` bytes, packed).
 void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded, char* destination);
 
+// Where each slice goes when an output's slices are packed one after another in slice order: its
+// offset, in elements, into its output's packed buffer.
+std::vector<int64_t> PackedOffsets(const std::vector<OutputSlice>& slices, size_t output_count);
+
+// One 2-D copy out of a padded output into that output's packed buffer: `height` runs of `width`
+// elements, `pitch` apart from `offset` in the padded output, packed from `packed_offset`.
+struct SliceCopy {
+  size_t output = 0;
+  int64_t offset = 0;
+  int64_t width = 0;
+  int64_t pitch = 0;
+  int64_t height = 0;
+  int64_t packed_offset = 0;
+};
+
+// The copies that pack `slices` (PlanOutputSlices' order) as PackedOffsets says, with slices that
+// continue each other in the padded output merged into one copy: one-row requests' pooled outputs
+// become a single copy instead of one per request (each is a separate transfer on the device).
+std::vector<SliceCopy> MergedSliceCopies(const std::vector<OutputSlice>& slices, size_t output_count);
+
 // Nanoseconds on the host's steady clock since `start`: the host's share of a batch's stage.
 int64_t NanosSince(std::chrono::steady_clock::time_point start);
 

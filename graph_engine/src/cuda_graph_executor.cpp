@@ -89,7 +89,7 @@ class CudaGraphExecutor::CudaLaunchedBatch : public LaunchedBatch {
   EagerReason eager_reason = EagerReason::kOversize;
   int slot = 0;
   std::vector<OutputSlice> slices;   // packed into the slot's pinned outputs, in this order
-  std::vector<size_t> staging_offsets;  // bytes into slot.outputs[slice.output], per slice
+  std::vector<int64_t> packed_offsets;  // elements into slot.outputs[slice.output], per slice
   int64_t assemble_ns = 0;  // host time padding the batch into the slot, part of its input stage
   BatchOutputs eager_outputs;
   BatchStageTimes eager_stages;
@@ -166,27 +166,23 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
     slot.replayed.record(stream_);
   }
 
-  // Copy back only what each request owns: per request and output one strided copy of its rows
-  // and, along the variable dimension, its own length (PlanOutputSlices, the geometry SliceOutputs
-  // uses on the host), packed into the slot's pinned outputs.
+  // Copy back only what each request owns: its rows and, along the variable dimension, its own
+  // length (PlanOutputSlices, the geometry SliceOutputs uses on the host), packed into the slot's
+  // pinned outputs; requests whose shares continue each other in one copy.
   NvtxRange range("copy-out " + bucket_name);
   const std::vector<at::Tensor> static_outputs = StaticOutputs(shape);
   launched->slices = PlanOutputSlices(spec_, batch);
-  std::vector<size_t> packed_bytes(spec_.outputs.size(), 0);
-  for (const OutputSlice& slice : launched->slices) {
-    const size_t element_size = ElementSize(spec_.outputs[slice.output].dtype);
-    const char* source = static_cast<const char*>(static_outputs[slice.output].data_ptr()) +
-                         static_cast<size_t>(slice.offset) * element_size;
-    char* staging = static_cast<char*>(slot.outputs[slice.output].data_ptr());
-    const size_t width = static_cast<size_t>(slice.width) * element_size;
-    size_t& offset = packed_bytes[slice.output];
-    CheckCuda(cudaMemcpy2DAsync(staging + offset, width, source,
-                                static_cast<size_t>(slice.pitch) * element_size, width,
-                                static_cast<size_t>(slice.height), cudaMemcpyDeviceToHost,
-                                stream_.stream()),
+  launched->packed_offsets = PackedOffsets(launched->slices, spec_.outputs.size());
+  for (const SliceCopy& copy : MergedSliceCopies(launched->slices, spec_.outputs.size())) {
+    const size_t element_size = ElementSize(spec_.outputs[copy.output].dtype);
+    const char* source = static_cast<const char*>(static_outputs[copy.output].data_ptr()) +
+                         static_cast<size_t>(copy.offset) * element_size;
+    char* staging = static_cast<char*>(slot.outputs[copy.output].data_ptr()) +
+                    static_cast<size_t>(copy.packed_offset) * element_size;
+    const size_t width = static_cast<size_t>(copy.width) * element_size;
+    CheckCuda(cudaMemcpy2DAsync(staging, width, source, static_cast<size_t>(copy.pitch) * element_size, width,
+                                static_cast<size_t>(copy.height), cudaMemcpyDeviceToHost, stream_.stream()),
               "copy-out");
-    launched->staging_offsets.push_back(offset);
-    offset += width * static_cast<size_t>(slice.height);
   }
   slot.done.record(stream_);
   return Status::Ok();
@@ -233,8 +229,8 @@ Status CudaGraphExecutor::Complete(std::unique_ptr<LaunchedBatch> launched, Batc
     const OutputSlice& slice = run->slices[i];
     HostTensor& tensor = (*outputs)[slice.item][slice.output];
     tensor.shape = slice.shape;
-    const char* packed =
-        static_cast<const char*>(slot.outputs[slice.output].data_ptr()) + run->staging_offsets[i];
+    const char* packed = static_cast<const char*>(slot.outputs[slice.output].data_ptr()) +
+                         static_cast<size_t>(run->packed_offsets[i]) * ElementSize(tensor.dtype);
     tensor.bytes.assign(packed, packed + static_cast<size_t>(slice.width * slice.height) *
                                              ElementSize(tensor.dtype));
   }

@@ -1,10 +1,14 @@
-// The engine's torch-free helpers: status, tensor and model-spec utilities, and the log sink.
+// The engine's torch-free helpers: status, tensor and model-spec utilities, the copies of output
+// slices, and the log sink.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "batch_accounting.h"
 #include "engine_log.h"
 #include "graphserve/engine/device.h"
 #include "graphserve/engine/executor.h"
@@ -94,6 +98,108 @@ TEST(ModelSpecTest, BucketForOversizeReturnsTheBatchItself) {
   ModelSpec no_grid;
   EXPECT_EQ(no_grid.BucketFor(1, 1), (BucketShape{1, 1}));
   EXPECT_TRUE(no_grid.IsOversize(1, 1));
+}
+
+// A model with a pooled output [rows, 3] and a per-token one [rows, length, 2].
+ModelSpec PooledAndPerTokenSpec() {
+  ModelSpec spec;
+  spec.outputs.resize(2);
+  spec.outputs[0].dims = {3};
+  spec.outputs[1].dims = {-1, 2};
+  return spec;
+}
+
+InferenceItem ItemOf(int64_t rows, int64_t length) {
+  InferenceItem item;
+  item.rows = rows;
+  item.length = length;
+  item.outputs_wanted = {true, true};
+  return item;
+}
+
+// Packs `slices` out of `padded` (one host buffer per output, elements numbered by position) the
+// way the CUDA executor does, through `copies`.
+std::vector<std::vector<int>> PackThroughCopies(const std::vector<SliceCopy>& copies,
+                                                const std::vector<std::vector<int>>& padded,
+                                                const std::vector<int64_t>& packed_sizes) {
+  std::vector<std::vector<int>> packed(padded.size());
+  for (size_t o = 0; o < padded.size(); ++o) packed[o].assign(static_cast<size_t>(packed_sizes[o]), -1);
+  for (const SliceCopy& copy : copies) {
+    for (int64_t run = 0; run < copy.height; ++run) {
+      for (int64_t i = 0; i < copy.width; ++i) {
+        packed[copy.output][static_cast<size_t>(copy.packed_offset + run * copy.width + i)] =
+            padded[copy.output][static_cast<size_t>(copy.offset + run * copy.pitch + i)];
+      }
+    }
+  }
+  return packed;
+}
+
+TEST(SliceCopiesTest, OneRowRequestsPooledOutputsAreOneCopy) {
+  const ModelSpec spec = PooledAndPerTokenSpec();
+  const InferenceItem a = ItemOf(1, 5), b = ItemOf(2, 5), c = ItemOf(1, 8), d = ItemOf(1, 3);
+  Batch batch;
+  batch.items = {&a, &b, &c, &d};
+  batch.padded_shape = BucketShape{8, 8};
+  const std::vector<SliceCopy> copies = MergedSliceCopies(PlanOutputSlices(spec, batch), 2);
+  std::vector<SliceCopy> pooled, per_token;
+  for (const SliceCopy& copy : copies) (copy.output == 0 ? pooled : per_token).push_back(copy);
+  // The pooled rows of all five request rows lie back to back: one copy of 5 x 3 elements.
+  ASSERT_EQ(pooled.size(), 1u);
+  EXPECT_EQ(pooled[0].offset, 0);
+  EXPECT_EQ(pooled[0].width * pooled[0].height, 15);
+  // Per token: a and b (length 5 of 8) share one strided copy of 3 rows; c fills its row, so it
+  // and d's first 3 positions, right after it, are one contiguous run.
+  ASSERT_EQ(per_token.size(), 2u);
+  EXPECT_EQ(per_token[0].height, 3);
+  EXPECT_EQ(per_token[0].width, 10);
+  EXPECT_EQ(per_token[0].pitch, 16);
+  EXPECT_EQ(per_token[1].offset, 3 * 16);
+  EXPECT_EQ(per_token[1].width * per_token[1].height, 16 + 6);
+  EXPECT_EQ(per_token[1].packed_offset, 3 * 10);
+}
+
+TEST(SliceCopiesTest, MergedCopiesPackWhatEachSliceCopiedAloneWould) {
+  const ModelSpec spec = PooledAndPerTokenSpec();
+  std::mt19937 random(7);
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE(round);
+    const BucketShape shape{16, 1 + static_cast<int64_t>(random() % 12)};
+    std::vector<InferenceItem> items;
+    for (int64_t rows_left = shape.batch; rows_left > 0 && random() % 8 != 0;) {
+      const int64_t rows = 1 + static_cast<int64_t>(random() % std::min<int64_t>(rows_left, 3));
+      // Few lengths, so that neighbours often share theirs.
+      const int64_t length = std::max<int64_t>(1, shape.length - static_cast<int64_t>(random() % 3));
+      items.push_back(ItemOf(rows, length));
+      items.back().outputs_wanted = {random() % 4 != 0, random() % 4 != 0};
+      rows_left -= rows;
+    }
+    Batch batch;
+    for (const InferenceItem& item : items) batch.items.push_back(&item);
+    batch.padded_shape = shape;
+    const std::vector<OutputSlice> slices = PlanOutputSlices(spec, batch);
+    const std::vector<int64_t> offsets = PackedOffsets(slices, 2);
+
+    std::vector<std::vector<int>> padded = {std::vector<int>(static_cast<size_t>(shape.batch * 3)),
+                                            std::vector<int>(static_cast<size_t>(shape.batch * shape.length * 2))};
+    for (auto& values : padded) {
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int>(i);
+    }
+    std::vector<int64_t> packed_sizes(2, 0);
+    std::vector<std::vector<int>> expected(2);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const OutputSlice& slice = slices[i];
+      std::vector<int>& packed = expected[slice.output];
+      ASSERT_EQ(static_cast<int64_t>(packed.size()), offsets[i]);
+      packed.resize(packed.size() + static_cast<size_t>(slice.width * slice.height));
+      CopySlice(slice, sizeof(int), reinterpret_cast<const char*>(padded[slice.output].data()),
+                reinterpret_cast<char*>(packed.data() + offsets[i]));
+      packed_sizes[slice.output] = static_cast<int64_t>(packed.size());
+    }
+    const std::vector<SliceCopy> copies = MergedSliceCopies(slices, 2);
+    EXPECT_LE(copies.size(), slices.size());
+    EXPECT_EQ(PackThroughCopies(copies, padded, packed_sizes), expected);
+  }
 }
 
 // A BERT-like model's default grid: 32 rows a request, 512 tokens, the default token budget.
