@@ -80,14 +80,16 @@ std::vector<SliceCopy> MergedSliceCopies(const std::vector<OutputSlice>& slices,
   // Per output, the copy the next slice may extend: slices of one output are packed back to back,
   // so a slice that continues that copy's source continues its destination too.
   std::vector<size_t> open(output_count, SIZE_MAX);
-  auto contiguous = [](int64_t width, int64_t pitch, int64_t height) { return width == pitch || height == 1; };
+  auto contiguous = [](int64_t width, int64_t pitch, int64_t height) {
+    return width == pitch || height == 1;
+  };
   for (size_t i = 0; i < slices.size(); ++i) {
     const OutputSlice& slice = slices[i];
     if (open[slice.output] != SIZE_MAX) {
       SliceCopy& copy = copies[open[slice.output]];
       const int64_t copy_elements = copy.width * copy.height;
-      if (contiguous(copy.width, copy.pitch, copy.height) && contiguous(slice.width, slice.pitch, slice.height) &&
-          slice.offset == copy.offset + copy_elements) {
+      if (contiguous(copy.width, copy.pitch, copy.height) &&
+          contiguous(slice.width, slice.pitch, slice.height) && slice.offset == copy.offset + copy_elements) {
         copy.width = copy_elements + slice.width * slice.height;
         copy.pitch = copy.width;
         copy.height = 1;
@@ -100,7 +102,8 @@ std::vector<SliceCopy> MergedSliceCopies(const std::vector<OutputSlice>& slices,
       }
     }
     open[slice.output] = copies.size();
-    copies.push_back(SliceCopy{slice.output, slice.offset, slice.width, slice.pitch, slice.height, packed[i]});
+    copies.push_back(
+        SliceCopy{slice.output, slice.offset, slice.width, slice.pitch, slice.height, packed[i]});
   }
   return copies;
 }

@@ -144,7 +144,7 @@ TEST(SliceCopiesTest, OneRowRequestsPooledOutputsAreOneCopy) {
   const std::vector<SliceCopy> copies = MergedSliceCopies(PlanOutputSlices(spec, batch), 2);
   std::vector<SliceCopy> pooled, per_token;
   for (const SliceCopy& copy : copies) (copy.output == 0 ? pooled : per_token).push_back(copy);
-  // The pooled rows of all five request rows lie back to back: one copy of 5 x 3 elements.
+  // The pooled outputs of all five rows lie back to back: one copy of 5 x 3 elements.
   ASSERT_EQ(pooled.size(), 1u);
   EXPECT_EQ(pooled[0].offset, 0);
   EXPECT_EQ(pooled[0].width * pooled[0].height, 15);
@@ -180,8 +180,9 @@ TEST(SliceCopiesTest, MergedCopiesPackWhatEachSliceCopiedAloneWould) {
     const std::vector<OutputSlice> slices = PlanOutputSlices(spec, batch);
     const std::vector<int64_t> offsets = PackedOffsets(slices, 2);
 
-    std::vector<std::vector<int>> padded = {std::vector<int>(static_cast<size_t>(shape.batch * 3)),
-                                            std::vector<int>(static_cast<size_t>(shape.batch * shape.length * 2))};
+    std::vector<std::vector<int>> padded = {
+        std::vector<int>(static_cast<size_t>(shape.batch * 3)),
+        std::vector<int>(static_cast<size_t>(shape.batch * shape.length * 2))};
     for (auto& values : padded) {
       for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int>(i);
     }

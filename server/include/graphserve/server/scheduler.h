@@ -77,9 +77,9 @@ struct SchedulerSnapshot {
 // The status a finished request is answered and counted with, given what became of its client by
 // `now_us`. A client that has gone got no answer: an OK outcome becomes DEADLINE_EXCEEDED when the
 // client's deadline has passed, else CANCELLED when it cancelled; a CANCELLED outcome becomes
-// DEADLINE_EXCEEDED when the deadline has passed (a client cancels its call at its deadline, so whichever
-// of the two the scheduler notices first, an expired call is counted as expired). Other failures
-// stay what they are.
+// DEADLINE_EXCEEDED when the deadline has passed (a client cancels its call at its deadline, so
+// whichever of the two the scheduler notices first, an expired call is counted as expired). Other
+// failures stay what they are.
 Status SettleWithClient(const Status& outcome, const PendingRequest& request, int64_t now_us);
 
 class ModelScheduler {
