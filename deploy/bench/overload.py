@@ -86,7 +86,9 @@ class Sampler(threading.Thread):
 
     @staticmethod
     def thread_times(pid):
-        """{tid: (name, CPU seconds)} of process `pid`'s threads."""
+        """{tid: (name, CPU seconds, run-queue seconds)} of process `pid`'s threads: the time each
+        ran, and the time it was ready to run but waited for a core (/proc's schedstat; 0 where the
+        kernel keeps none). A thread sampled "running" may be doing either."""
         times = {}
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -99,8 +101,23 @@ class Sampler(threading.Thread):
             except OSError:
                 continue  # the thread ended
             fields = rest.split()
-            times[tid] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+            waited = 0.0
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    waited = int(f.read().split()[1]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+            times[tid] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), waited)
         return times
+
+    @staticmethod
+    def host_cpu():
+        """(busy, total) jiffies of every core of the host so far, from /proc/stat."""
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle and iowait
+        total = sum(values[:8])  # guest time is already inside user time
+        return total - idle, total
 
     def loadgen_pids(self):
         """This script's child processes: the loadgens."""
@@ -118,7 +135,8 @@ class Sampler(threading.Thread):
 
     def snapshot(self):
         return {"server": self.thread_times(self.pid),
-                "loadgens": {pid: self.thread_times(pid) for pid in self.loadgen_pids()}}
+                "loadgens": {pid: self.thread_times(pid) for pid in self.loadgen_pids()},
+                "host_cpu": self.host_cpu()}
 
     def proc_net_tcp_queues(self):
         """What socket_queues gives, from /proc/net/tcp and tcp6: established sockets' transmit and
@@ -208,24 +226,35 @@ class Sampler(threading.Thread):
         window = max((self.ended or time.monotonic()) - self.started, 1e-9)
 
         def deltas(before, after):
-            return {tid: (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()}
+            return {tid: (name, cpu - before.get(tid, (name, 0.0, 0.0))[1], waited - before.get(tid, (name, 0.0, 0.0))[2])
+                    for tid, (name, cpu, waited) in after.items()}
 
         server = deltas(self.first["server"], last["server"])
-        by_name = {}
-        for name, cpu in server.values():
+        by_name, waited_by_name = {}, {}
+        for name, cpu, waited in server.values():
             by_name[name] = by_name.get(name, 0.0) + cpu
+            waited_by_name[name] = waited_by_name.get(name, 0.0) + waited
         busiest_loadgen_thread = 0.0
-        loadgen_cpu = 0.0
+        loadgen_cpu = loadgen_waited = 0.0
         for pid, threads in last["loadgens"].items():
-            for _, cpu in deltas(self.first["loadgens"].get(pid, {}), threads).values():
+            for _, cpu, waited in deltas(self.first["loadgens"].get(pid, {}), threads).values():
                 loadgen_cpu += cpu
+                loadgen_waited += waited
                 busiest_loadgen_thread = max(busiest_loadgen_thread, cpu)
+        busy = last["host_cpu"][0] - self.first["host_cpu"][0]
+        total = last["host_cpu"][1] - self.first["host_cpu"][1]
         columns = list(zip(*self.queues)) or [[0]] * 4
         names = ("server_recv_q", "server_send_q", "client_recv_q", "client_send_q")
         queues = {name: {"max": max(col), "mean": round(sum(col) / len(col))} for name, col in zip(names, columns)}
         return {"server_cpu_s_by_thread": {k: round(v, 1) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05},
-                "server_busiest_thread_share": round(max((cpu for _, cpu in server.values()), default=0.0) / window, 2),
+                # Ready to run but waiting for a core: a host with too few cores for server and loadgens.
+                "server_runqueue_s_by_thread": {k: round(v, 2) for k, v in sorted(waited_by_name.items(), key=lambda kv: -kv[1])
+                                                if v >= 0.01},
+                "server_runqueue_s": round(sum(waited_by_name.values()), 2),
+                "server_busiest_thread_share": round(max((cpu for _, cpu, _ in server.values()), default=0.0) / window, 2),
                 "loadgen_cpu_s": round(loadgen_cpu, 1),
+                "loadgen_runqueue_s": round(loadgen_waited, 2),
+                "host_cpu_busy_share": round(busy / total, 3) if total > 0 else None,
                 "loadgen_busiest_thread_share": round(busiest_loadgen_thread / window, 2),
                 "tcp_queue_bytes": queues,
                 "timeline": self.timeline}
@@ -421,23 +450,30 @@ def main():
              "each (percentiles: the largest any process saw).", "",
              "Deadline left at arrival: the bounds of the server's histogram buckets holding the 10th and "
              "50th percentile of what was left of each call's deadline when it reached the model. Sent "
-             "late: the loadgens' p99 of how long after its due time a call was sent.", "",
+             "late: the loadgens' p99 of how long after its due time a call was sent. Host CPU busy: "
+             f"the share of the host's {os.cpu_count()} cores in use during the load; waiting for a core: "
+             "seconds the server's and the loadgens' threads were ready to run but not running.", "",
              "| load | offered req/s | successful req/s | of capacity | p50 ms | p99 ms | refused or expired "
-             "| deadline left at arrival p10 / p50 ms | sent late p99 ms |",
-             "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "| deadline left at arrival p10 / p50 ms | sent late p99 ms | host CPU busy "
+             "| waiting for a core, server / loadgens s |",
+             "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
 
     def ms(bound):
         return "–" if bound is None else f"≤ {bound * 1000:g}"
 
+    def share(value):
+        return "–" if value is None else f"{value:.0%}"
+
     for run in runs:
-        r = run["loadgen"]
+        r, m = run["loadgen"], run["metrics"]
         errors = ", ".join(f"{code} {count:,}" for code, count in sorted(r["errors"].items())) or "none"
         lines.append(f"| {run['factor']}× | {run['offered_rps']:,.0f} | {r['requests_per_s']:,.0f} | "
                      f"{r['requests_per_s'] / capacity:.0%} | {e2e.fmt(r['latency_ms']['p50'])} | "
                      f"{e2e.fmt(r['latency_ms']['p99'])} | {errors} | "
-                     f"{ms(run['metrics']['deadline_left_at_arrival_s']['p10'])} / "
-                     f"{ms(run['metrics']['deadline_left_at_arrival_s']['p50'])} | "
-                     f"{e2e.fmt((r.get('send_lag_ms') or {}).get('p99'))} |")
+                     f"{ms(m['deadline_left_at_arrival_s']['p10'])} / "
+                     f"{ms(m['deadline_left_at_arrival_s']['p50'])} | "
+                     f"{e2e.fmt((r.get('send_lag_ms') or {}).get('p99'))} | {share(m['host_cpu_busy_share'])} | "
+                     f"{m['server_runqueue_s']:.2f} / {m['loadgen_runqueue_s']:.2f} |")
     with open(os.path.join(args.out, "overload.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     e2e.log("\n".join(lines))

@@ -2,8 +2,8 @@
 """A short CPU run of deploy/bench/overload.py against the real binaries: the built-in encoder at
 twice its measured capacity for one second, with deadlines a CPU can meet. Checks that the reports
 hold the run and the figures the bench exists to show (what the server answered, the deadline left
-when calls arrived, the loadgens' send lag, the server's thread states, the timeline and the TCP
-queues), and that the /proc/net/tcp reader, the fallback where `ss` is missing, sees a live
+when calls arrived, the loadgens' send lag, the server's thread states, how busy the host's cores
+were and how long threads waited for one, the timeline and the TCP queues), and that the /proc/net/tcp reader, the fallback where `ss` is missing, sees a live
 connection.
 
   overload_smoke_test.py SOURCE_DIR BUILD_DIR OUT_DIR
@@ -67,7 +67,12 @@ def main():
         check(len(timeline) >= 2 and any(entry["codes"] for entry in timeline), f"timeline: {timeline[:2]}")
         check(set(metrics["tcp_queue_bytes"]) == {"server_recv_q", "server_send_q", "client_recv_q",
                                                   "client_send_q"}, f"queues: {metrics['tcp_queue_bytes']}")
-        check("| 2.0× |" in md, "no 2.0× row in overload.md")
+        busy = metrics["host_cpu_busy_share"]
+        check(busy is not None and 0 < busy <= 1, f"host CPU busy share {busy}")
+        check(metrics["server_runqueue_s"] >= 0 and metrics["loadgen_runqueue_s"] >= 0,
+              f"run-queue waits: server {metrics['server_runqueue_s']}, loadgens {metrics['loadgen_runqueue_s']}")
+        check(metrics["server_cpu_s_by_thread"].get("gs-batch", 0) > 0, f"CPU by thread: {metrics['server_cpu_s_by_thread']}")
+        check("| 2.0× |" in md and "host CPU busy" in md, "no 2.0× row or no host CPU column in overload.md")
 
     # The /proc/net/tcp reader counts a connection with bytes waiting in its receive queue.
     sys.path.insert(0, os.path.join(source, "deploy", "bench"))
