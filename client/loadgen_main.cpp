@@ -19,6 +19,7 @@
 #include "graphserve/client/client.h"
 #include "graphserve/client/load_runner.h"
 #include "graphserve/client/loadgen.h"
+#include "graphserve/grpc_process.h"
 
 namespace {
 
@@ -190,6 +191,9 @@ int PrintReport(const loadgen::Report& report, const std::string& json_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The load generator shares a host with the server it loads: its gRPC should not spend cores on
+  // Abseil's debug checks either.
+  graphserve::TurnOffAbseilDeadlockDetection();
   CLI::App app{
       "graphserve-loadgen: send ModelInfer load to a KServe v2 gRPC server and report throughput, "
       "latency percentiles and errors"};

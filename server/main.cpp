@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <thread>
 
+#include "graphserve/grpc_process.h"
 #include "graphserve/server/logging.h"
 #include "graphserve/server/server.h"
 
@@ -24,6 +25,7 @@ constexpr std::chrono::milliseconds kDrainGrace{10000};
 }  // namespace
 
 int main(int argc, char** argv) {
+  graphserve::TurnOffAbseilDeadlockDetection();
   graphserve::ServerOptions options;
   std::string log_level = "info";
   std::string log_format = "plain";
