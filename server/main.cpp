@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
                  "-1: 300 with 8 usable cores or more, else 0")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, graphserve::kMaxBusyPollUs));
+  app.add_option("--busy-poll-threads", options.busy_poll_threads,
+                 "how many of ModelInfer's threads may busy-poll at once (each spinning thread holds a core)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   double idle_timeout_s = options.connection_idle_timeout.count() / 1000.0;
   app.add_option("--connection-idle-timeout-s", idle_timeout_s,
                  "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")

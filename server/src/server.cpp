@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -134,7 +136,8 @@ Status GraphServer::Start(const ServerOptions& options) {
       options.grpc_infer_threads > 0 ? options.grpc_infer_threads : DefaultInferThreadCount(usable_cores);
   const std::chrono::microseconds busy_poll =
       options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll(usable_cores);
-  infer_queues_ = std::make_unique<UnaryInferQueues>(&builder, infer_threads, busy_poll);
+  infer_queues_ =
+      std::make_unique<UnaryInferQueues>(&builder, infer_threads, busy_poll, options.busy_poll_threads);
   const RequestLimits limits = LimitsFor(options);
   spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
                limits.rest_body_bytes,
@@ -170,7 +173,8 @@ Status GraphServer::Start(const ServerOptions& options) {
   spdlog::info("ModelInfer calls taken by {} threads ({} usable cores), each with its own completion queue{}",
                infer_threads, usable_cores,
                busy_poll.count() > 0
-                   ? fmt::format("; they and idle batchers busy-poll {} us after each event", busy_poll.count())
+                   ? fmt::format("; up to {} of them, and idle batchers, busy-poll {} us after each event",
+                                 std::min(options.busy_poll_threads, infer_threads), busy_poll.count())
                    : std::string());
   if (!options.http_address.empty()) {
     grpc::ChannelArguments channel_arguments;

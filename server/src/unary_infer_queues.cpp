@@ -17,8 +17,9 @@ constexpr int kCallsRequestedAheadPerQueue = 64;
 
 class UnaryInferQueues::Queue {
  public:
-  Queue(std::unique_ptr<grpc::ServerCompletionQueue> completion_queue, std::chrono::microseconds busy_poll)
-      : completion_queue_(std::move(completion_queue)), busy_poll_(busy_poll) {}
+  Queue(std::unique_ptr<grpc::ServerCompletionQueue> completion_queue, std::chrono::microseconds busy_poll,
+        SpinSlots* spin_slots)
+      : completion_queue_(std::move(completion_queue)), busy_poll_(busy_poll), spin_slots_(spin_slots) {}
 
   void Start(InferenceService* service, const InferPath& path) {
     service_ = service;
@@ -56,6 +57,7 @@ class UnaryInferQueues::Queue {
 
   const std::unique_ptr<grpc::ServerCompletionQueue> completion_queue_;
   const std::chrono::microseconds busy_poll_;
+  SpinSlots* const spin_slots_;
   InferenceService* service_ = nullptr;
   std::optional<InferPath> path_;
   std::thread thread_;
@@ -156,16 +158,25 @@ void UnaryInferQueues::Queue::Drain() {
   bool ok = false;
   // After each event the queue is polled without sleeping for busy_poll_: a call arriving then is
   // taken at once instead of after a wake-up, which costs tens of microseconds on a host whose idle
-  // cores sleep deeply.
+  // cores sleep deeply. Only the threads holding a spin slot poll; the others sleep in Next.
+  bool spinning = false;
   SteadyClock::time_point poll_until = SteadyClock::now() + busy_poll_;
   while (true) {
-    if (busy_poll_.count() > 0 && SteadyClock::now() < poll_until) {
+    if (busy_poll_.count() > 0 && SteadyClock::now() < poll_until && (spinning || spin_slots_->TryTake())) {
+      spinning = true;
       const grpc::CompletionQueue::NextStatus status =
           completion_queue_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
-      if (status == grpc::CompletionQueue::SHUTDOWN) return;
+      if (status == grpc::CompletionQueue::SHUTDOWN) {
+        spin_slots_->Give();
+        return;
+      }
       if (status == grpc::CompletionQueue::TIMEOUT) continue;
-    } else if (!completion_queue_->Next(&tag, &ok)) {
-      return;
+    } else {
+      if (spinning) {
+        spin_slots_->Give();
+        spinning = false;
+      }
+      if (!completion_queue_->Next(&tag, &ok)) return;
     }
     static_cast<UnaryInferCall::Event*>(tag)->Handle(ok);
     poll_until = SteadyClock::now() + busy_poll_;
@@ -173,9 +184,10 @@ void UnaryInferQueues::Queue::Drain() {
 }
 
 UnaryInferQueues::UnaryInferQueues(grpc::ServerBuilder* builder, int thread_count,
-                                   std::chrono::microseconds busy_poll) {
+                                   std::chrono::microseconds busy_poll, int spinning_threads)
+    : spin_slots_(spinning_threads) {
   for (int i = 0; i < thread_count; ++i) {
-    queues_.push_back(std::make_unique<Queue>(builder->AddCompletionQueue(), busy_poll));
+    queues_.push_back(std::make_unique<Queue>(builder->AddCompletionQueue(), busy_poll, &spin_slots_));
   }
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "graphserve/server/inference_service.h"
+#include "graphserve/server/spin_slots.h"
 #include "graphserve/server/thread_annotations.h"
 #include "infer_path.h"
 
@@ -33,9 +34,10 @@ namespace graphserve {
 
 class UnaryInferQueues {
  public:
-  // `thread_count` queues, one thread each. A thread polls its queue without sleeping for
-  // `busy_poll` after each event (0: it sleeps at once).
-  UnaryInferQueues(grpc::ServerBuilder* builder, int thread_count, std::chrono::microseconds busy_poll);
+  // `thread_count` queues, one thread each. After each event a thread polls its queue without
+  // sleeping for `busy_poll` (0: it sleeps at once), if fewer than `spinning_threads` others do.
+  UnaryInferQueues(grpc::ServerBuilder* builder, int thread_count, std::chrono::microseconds busy_poll,
+                   int spinning_threads);
   ~UnaryInferQueues();
   UnaryInferQueues(const UnaryInferQueues&) = delete;
   UnaryInferQueues& operator=(const UnaryInferQueues&) = delete;
@@ -48,6 +50,7 @@ class UnaryInferQueues {
   class Queue;
 
  private:
+  SpinSlots spin_slots_;
   std::vector<std::unique_ptr<Queue>> queues_;
 };
 

@@ -42,6 +42,8 @@ struct ServerOptions {
   // queues, without sleeping for this long (RepositoryOptions::scheduler_busy_poll carries the schedulers').
   // Trades CPU for the wake-ups of a lone request; 0: they sleep at once; negative: DefaultBusyPoll().
   std::chrono::microseconds busy_poll{-1};
+  // How many of ModelInfer's threads may busy-poll at once (SpinSlots); the others sleep at once.
+  int busy_poll_threads = 1;
   // The largest gRPC request message and REST request body accepted; 0: derived from the largest
   // request the repository's models take (LargestRequestBytes), at least 4 MiB (16 MiB of REST body).
   int64_t max_request_bytes = 0;
