@@ -63,6 +63,7 @@ struct Flags {
   std::string json_path;
   double wait_s = 0;
   bool no_progress = false;
+  bool grpc_executor_offload = false;
 };
 
 // Where the load goes, its pacing, its requests and how long it lasts.
@@ -113,6 +114,9 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   app.add_flag("--busy-poll", options.busy_poll,
                "Polling threads spin instead of sleeping, so that latency leaves out the client's wake-ups "
                "(a core per thread; gRPC only)");
+  app.add_flag("--grpc-executor-offload", flags->grpc_executor_offload,
+               "let gRPC move a busy connection's transport work to its executor thread (gRPC's default); "
+               "without it the polling thread that picked the work up finishes it");
   app.add_option("--http-address", options.http_address,
                  "Send the infer calls over the KServe v2 REST binding to this HOST:PORT (binary tensors; "
                  "closed loop); --address still answers readiness and metadata");
@@ -205,6 +209,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     return app.exit(error) == 0 ? 0 : kCannotRun;
   }
+  // Before the first gRPC object (see grpc_process.h); where the switch is missing, gRPC's default.
+  if (!flags.grpc_executor_offload) graphserve::KeepGrpcTransportWorkOnPollingThreads();
   grpc::Status status = CompleteOptions(&flags);
   if (!status.ok()) return CannotRun("--lengths", status, flags.address);
 

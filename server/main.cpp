@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   std::string log_format = "plain";
   double drain_timeout_s = 30.0;
   std::string control_mode = "none";
+  bool grpc_executor_offload = false;
 
   CLI::App app{"graphserve: a KServe v2 inference server that replays CUDA graphs for variable shapes"};
   app.add_option("--grpc-address", options.grpc_address, "HOST:PORT of the gRPC endpoint")
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
                  "how many of ModelInfer's threads may busy-poll at once (each spinning thread holds a core)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_flag("--grpc-executor-offload", grpc_executor_offload,
+               "let gRPC move a busy connection's transport work to its executor thread, as gRPC does by "
+               "default; without it the polling thread that picked the work up finishes it (under "
+               "overload the executor's few threads became the server's intake)");
   double idle_timeout_s = options.connection_idle_timeout.count() / 1000.0;
   app.add_option("--connection-idle-timeout-s", idle_timeout_s,
                  "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")
@@ -160,6 +165,16 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // After the mask: initialising gRPC starts its threads.
+  if (!grpc_executor_offload) {
+    if (graphserve::KeepGrpcTransportWorkOnPollingThreads()) {
+      spdlog::info("gRPC's executor is off: each connection's transport work stays on the polling threads");
+    } else {
+      spdlog::warn("this gRPC build has no switch for its executor: a busy connection's transport work may "
+                   "move to gRPC's executor thread");
+    }
+  }
 
   graphserve::GraphServer server;
   status = server.Start(options);

@@ -39,6 +39,7 @@ def open_loop(args, server, rate, json_path):
                    "--connections", str(args.connections), "--wait-s", "30", "--no-progress", "--json", part]
         if args.outputs:
             command += ["--outputs", args.outputs]
+        command += args.loadgen_args
         commands.append((part, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     reports = []
     for part, process in commands:
@@ -391,6 +392,9 @@ def main():
     parser.add_argument("--server-env", dest="server_env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for graphserve alone, not the loadgens (repeatable), "
                              "e.g. --server-env GRPC_POLL_STRATEGY=poll")
+    parser.add_argument("--loadgen-arg", dest="loadgen_args", action="append", default=[],
+                        help="a flag for each open-loop graphserve-loadgen (repeatable), "
+                             "e.g. --loadgen-arg=--grpc-executor-offload")
     args = parser.parse_args()
     server = e2e.one_model_server(args)
     runs = []

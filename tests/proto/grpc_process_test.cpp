@@ -4,6 +4,8 @@
 
 #include "graphserve/grpc_process.h"
 
+#include <grpc/grpc.h>
+
 namespace graphserve {
 namespace {
 
@@ -20,6 +22,17 @@ TEST(GrpcProcessTest, AbseilNoLongerChecksLockOrder) {
   first.Lock();
   first.Unlock();
   second.Unlock();
+}
+
+// gRPC starts its default executor's threads when it initialises; after the call they are gone, and
+// stay gone when the program's own gRPC objects let go of gRPC (the call holds it initialised).
+TEST(GrpcProcessTest, TransportWorkStaysOnPollingThreads) {
+  grpc_init();
+  EXPECT_TRUE(GrpcDefaultExecutorIsThreaded());
+  ASSERT_TRUE(KeepGrpcTransportWorkOnPollingThreads());
+  EXPECT_FALSE(GrpcDefaultExecutorIsThreaded());
+  grpc_shutdown();
+  EXPECT_FALSE(GrpcDefaultExecutorIsThreaded());
 }
 
 }  // namespace
