@@ -220,8 +220,8 @@ TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
             (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
   // Per length the largest batch: max_batch_size at least, and more while it fits 16384 tokens.
   const std::vector<std::pair<int64_t, int64_t>> largest = {
-      {16, 512}, {32, 512}, {48, 256}, {64, 256}, {80, 128}, {96, 128},
-      {128, 128}, {192, 64}, {256, 64}, {384, 32}, {512, 32}};
+      {16, 512}, {32, 512}, {48, 256}, {64, 256}, {80, 128}, {96, 128}, {112, 128}, {128, 128},
+      {160, 64}, {192, 64}, {224, 64}, {256, 64}, {320, 32}, {384, 32}, {448, 32}, {512, 32}};
   size_t points = 0;
   for (const auto& [length, batch] : largest) {
     EXPECT_EQ(spec.LargestBatchFor(length), batch) << length;
@@ -233,7 +233,7 @@ TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
     points += next;
   }
   EXPECT_EQ(spec.Buckets().size(), points);
-  EXPECT_EQ(points, 88u);  // against 66 for batch sizes up to 32 at every length
+  EXPECT_EQ(points, 122u);  // against 96 for batch sizes up to 32 at every length
   EXPECT_EQ(spec.LargestBatchFor(20), 512);  // pads to 32
   EXPECT_EQ(spec.LargestBatchFor(513), 0);   // beyond the grid
   // Ties on batch x length go to the larger batch.
@@ -261,7 +261,7 @@ TEST(ModelSpecTest, BucketForOnTheStaircasePicksAmongTheLengthsOwnSizes) {
   ModelSpec rectangle = spec;
   rectangle.max_batch_tokens = 0;
   EXPECT_EQ(rectangle.BucketFor(300, 500), (BucketShape{512, 512}));
-  EXPECT_EQ(rectangle.Buckets().size(), 110u);
+  EXPECT_EQ(rectangle.Buckets().size(), 160u);
 }
 
 TEST(ModelSpecTest, GridPointsNeedNoProductThatOverflows) {
@@ -349,15 +349,16 @@ TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
 }
 
 TEST(ModelSpecTest, DefaultLengthsAreDenseAtSmallSizesAndEndAtTheMax) {
-  EXPECT_EQ(DefaultBucketLengths(512),
-            (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 128, 192, 256, 384, 512}));
+  EXPECT_EQ(DefaultBucketLengths(512), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224,
+                                                             256, 320, 384, 448, 512}));
   EXPECT_EQ(DefaultBucketLengths(100), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 100}));
-  EXPECT_EQ(DefaultBucketLengths(128), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 128}));
+  EXPECT_EQ(DefaultBucketLengths(128), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128}));
+  EXPECT_EQ(DefaultBucketLengths(200), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 200}));
   EXPECT_EQ(DefaultBucketLengths(40), (std::vector<int64_t>{16, 32, 40}));
   EXPECT_EQ(DefaultBucketLengths(16), (std::vector<int64_t>{16}));
   EXPECT_EQ(DefaultBucketLengths(8), (std::vector<int64_t>{8}));
   EXPECT_EQ(DefaultBucketLengths(2048).back(), 2048);
-  EXPECT_EQ(DefaultBucketLengths(2048).size(), 15u);  // ..., 512, 768, 1024, 1536, 2048
+  EXPECT_EQ(DefaultBucketLengths(2048).size(), 24u);  // ..., 512, 640, 768, 896, 1024, 1280, ..., 2048
 }
 
 TEST(ExecutorTypesTest, EagerReasonNamesAreMetricLabels) {

@@ -190,7 +190,7 @@ TEST(ConfigTest, BuiltinEncoderGetsTheStaircaseGrid) {
   ASSERT_TRUE(ModelSpecFromConfig(BuiltinEncoderConfig(), &spec).ok());
   EXPECT_EQ(spec.max_batch_size, 32);
   EXPECT_EQ(spec.max_batch_tokens, 16384);
-  EXPECT_EQ(spec.Buckets().size(), 88u);  // 66 with batch sizes up to 32 at each of 11 lengths
+  EXPECT_EQ(spec.Buckets().size(), 122u);  // 96 with batch sizes up to 32 at each of 16 lengths
   EXPECT_EQ(spec.LargestBatchFor(16), 512);
   EXPECT_EQ(spec.LargestBatchFor(64), 256);
   EXPECT_EQ(spec.LargestBatchFor(512), 32);
