@@ -209,10 +209,23 @@ class Server:
             time.sleep(0.25)
         self.fail(f"graphserve not ready after {timeout_s} s")
 
-    def scrape(self):
+    def scrape(self, stats=False):
+        """(time, /metrics series); with `stats`, also under MEASURED_INFER_KEY the executed batches'
+        compute_infer time from the model's statistics (REST /stats): on a GPU each replay's own
+        duration, timed with CUDA events, where /metrics only counts replays."""
         with urllib.request.urlopen(self.metrics_url, timeout=10) as answer:
             text = answer.read().decode()
-        return time.time(), parse_metrics(text, self.model)
+        series = parse_metrics(text, self.model)
+        if not stats:
+            return time.time(), series
+        try:
+            with urllib.request.urlopen(f"http://{self.http}/v2/models/{self.model}/stats", timeout=10) as answer:
+                stats = json.load(answer)
+            series[MEASURED_INFER_KEY] = sum(batch["compute_infer"]["ns"] for model in stats["model_stats"]
+                                             for batch in model.get("batch_stats", [])) / 1e9
+        except (OSError, ValueError, KeyError):
+            pass  # no REST port, or statistics of another shape: the estimate alone
+        return time.time(), series
 
     def stop(self):
         if self.log_file.closed:
@@ -295,6 +308,10 @@ def parse_metrics(text, model):
     return series
 
 
+# The key Server.scrape files the statistics' summed batch compute_infer seconds under.
+MEASURED_INFER_KEY = ("stats:batch_compute_infer_seconds", frozenset())
+
+
 def total(series, name, **match):
     """Sum of `name`'s series whose labels include `match`."""
     wanted = set(match.items())
@@ -327,6 +344,7 @@ def metric_delta(before, after, replay_us):
     ok = d("graphserve_requests_total", code="success")
     r0 = by_label(m0, "graphserve_graph_replays_total", "bucket")
     r1 = by_label(m1, "graphserve_graph_replays_total", "bucket")
+    infer_s = m1[MEASURED_INFER_KEY] - m0[MEASURED_INFER_KEY] if MEASURED_INFER_KEY in m0 and MEASURED_INFER_KEY in m1 else None
     replay_s = None
     if replay_us is not None:
         replay_s = sum((r1[b] - r0.get(b, 0.0)) * replay_us.get(b, 0.0) for b in r1) / 1e6
@@ -361,6 +379,11 @@ def metric_delta(before, after, replay_us):
         "compute_ms": mean_ms("graphserve_compute_duration_seconds"),
         "replay_busy_s": replay_s,
         "replay_busy_share": replay_s / (t1 - t0) if replay_s is not None and t1 > t0 else None,
+        # The same from each batch's own measured compute time (summed over instances, so two
+        # instances replaying at once count twice): below the estimate, the device idled between
+        # batches; near it while the estimate is low, the replays ran slower than at capture.
+        "infer_measured_s": infer_s,
+        "infer_measured_share": infer_s / (t1 - t0) if infer_s is not None and t1 > t0 else None,
     }
 
 
@@ -440,11 +463,11 @@ def bench_model(args, model):
         runs = []
         try:
             for concurrency in args.concurrency:
-                before = server.scrape()
+                before = server.scrape(stats=True)
                 report = run_loadgen(args, server, concurrency,
                                      os.path.join(args.out, "raw", f"loadgen_{model}_{mode}_c{concurrency}.json"))
                 # Mode c's one bucket is also on mode a's grid, so the same replay times price it.
-                delta = metric_delta(before, server.scrape(), replay_us)
+                delta = metric_delta(before, server.scrape(stats=True), replay_us)
                 runs.append({"concurrency": concurrency, "loadgen": report, "metrics": delta})
                 lat = report["latency_ms"]
                 log(f"  {model} {mode} c={concurrency:<4} {report['requests_per_s']:>9,.0f} req/s "
@@ -469,10 +492,10 @@ def bench_model(args, model):
 
 def open_loop_run(args, server, model, mode, fraction, capacity, replay_us):
     """Poisson arrivals at `fraction` of `capacity` req/s; latency counts from each arrival's due time."""
-    before = server.scrape()
+    before = server.scrape(stats=True)
     path = os.path.join(args.out, "raw", f"loadgen_{model}_{mode}_open{fraction:g}.json")
     report = run_loadgen(args, server, None, path, rate=fraction * capacity)
-    delta = metric_delta(before, server.scrape(), replay_us)
+    delta = metric_delta(before, server.scrape(stats=True), replay_us)
     lat = report["latency_ms"]
     log(f"  {model} {mode} Poisson {100 * fraction:.0f}% ({fraction * capacity:,.0f}/s) "
         f"{report['tokens_per_s']:>11,.0f} tok/s  p50 {fmt(lat['p50'])} p99 {fmt(lat['p99'])} ms  "
@@ -486,10 +509,10 @@ def measure_overhead(args, server, model, ceiling):
     addition splits exactly into scheduling (mean queue time), the rest of the batch's execution (mean compute − replay: padding, copies in and out, the stream
     synchronisation) and the front end (p50 − mean queue − mean compute: gRPC, decoding, encoding,
     callbacks). At concurrency 1 the spread is small, so mixing the p50 with means is fair."""
-    before = server.scrape()
+    before = server.scrape(stats=True)
     report = run_loadgen(args, server, 1, os.path.join(args.out, "raw", f"loadgen_{model}_overhead.json"),
                          lengths="fixed:64", lone_client=True)
-    delta = metric_delta(before, server.scrape(), None)
+    delta = metric_delta(before, server.scrape(stats=True), None)
     timed = ceiling.get("timed_buckets", {}).get("1x64", {})
     p50 = report["latency_ms"]["p50"]
     replay_ms = timed["replay_us"] / 1000 if timed.get("replay_us") is not None else None
@@ -564,6 +587,12 @@ def stage_sentence(run):
     if m.get("replay_busy_share") is not None:
         parts += (f"; the device replayed graphs {100 * m['replay_busy_share']:.0f}% of the wall time "
                   f"(near 100%: replay-bound; well below: the server's CPU stages limit)")
+        if m.get("infer_measured_share") is not None:
+            parts += (f", by the replays' capture-time durations; by their own durations (CUDA events) "
+                      f"{100 * m['infer_measured_share']:.0f}%")
+    elif m.get("infer_measured_share") is not None:
+        parts += (f"; the executors computed {100 * m['infer_measured_share']:.0f}% of the wall time "
+                  f"(each batch's own compute time, summed over instances)")
     return parts
 
 

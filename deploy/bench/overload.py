@@ -405,7 +405,7 @@ def main():
         capacity = capacity_report["requests_per_s"]
         e2e.log(f"capacity: {capacity:,.0f} req/s (closed loop, c={args.capacity_concurrency}, no deadline)")
         for factor in [float(f) for f in e2e.csv(args.factors)]:
-            before = server.scrape()
+            before = server.scrape(stats=True)
             server_cpu = cpu_seconds(server.process.pid)
             client_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
             sampler = Sampler(server.process.pid, server.grpc.rsplit(":", 1)[-1], server.scrape)
@@ -418,7 +418,7 @@ def main():
             where = sampler.summary()
             where["server_thread_states"] = waits.summary()
             where["loadgen_thread_states"] = loadgen_waits.summary()
-            after = server.scrape()
+            after = server.scrape(stats=True)
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             delta = e2e.metric_delta(before, after, None)
             codes0 = e2e.by_label(before[1], "graphserve_requests_total", "code")

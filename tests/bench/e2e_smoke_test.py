@@ -58,6 +58,10 @@ def main():
             # A CPU replays nothing; every batch is eager for that reason.
             check(metrics["graph_replays"] == 0 and set(metrics["eager_by_reason"]) == {"no_cuda"},
                   f"{where}: replays {metrics['graph_replays']}, eager {metrics['eager_by_reason']}")
+            # The batches' own compute time, from the model's statistics: some, and (one executor)
+            # at most the window, with room for the scrapes' own timing.
+            share = metrics["infer_measured_share"]
+            check(metrics["infer_measured_s"] and 0 < share <= 1.05, f"{where}: measured compute share {share}")
             batches, padded = metrics["batches"], metrics["padded_elements"]
             if mode == "c":
                 check(padded == batches * 8 * 128, f"{where}: {padded} padded elements in {batches} batches")
