@@ -181,7 +181,9 @@ class Server:
     def __init__(self, args, repository, model, log_path):
         self.model = model
         self.grpc = f"127.0.0.1:{free_port()}"
-        self.http = f"127.0.0.1:{free_port()}"
+        http_port = free_port()
+        self.http = f"127.0.0.1:{http_port}"
+        self.stats_url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
         self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
         self.log_path = log_path
         command = [args.graphserve, "--model-repository", repository, "--device", args.device,
@@ -219,7 +221,7 @@ class Server:
         if not stats:
             return time.time(), series
         try:
-            with urllib.request.urlopen(f"http://{self.http}/v2/models/{self.model}/stats", timeout=10) as answer:
+            with urllib.request.urlopen(self.stats_url, timeout=10) as answer:
                 stats = json.load(answer)
             series[MEASURED_INFER_KEY] = sum(batch["compute_infer"]["ns"] for model in stats["model_stats"]
                                              for batch in model.get("batch_stats", [])) / 1e9
