@@ -222,8 +222,8 @@ class Server:
             return time.time(), series
         try:
             with urllib.request.urlopen(self.stats_url, timeout=10) as answer:
-                stats = json.load(answer)
-            series[MEASURED_INFER_KEY] = sum(batch["compute_infer"]["ns"] for model in stats["model_stats"]
+                statistics = json.load(answer)
+            series[MEASURED_INFER_KEY] = sum(batch["compute_infer"]["ns"] for model in statistics["model_stats"]
                                              for batch in model.get("batch_stats", [])) / 1e9
         except (OSError, ValueError, KeyError):
             pass  # no REST port, or statistics of another shape: the estimate alone
@@ -346,7 +346,8 @@ def metric_delta(before, after, replay_us):
     ok = d("graphserve_requests_total", code="success")
     r0 = by_label(m0, "graphserve_graph_replays_total", "bucket")
     r1 = by_label(m1, "graphserve_graph_replays_total", "bucket")
-    infer_s = m1[MEASURED_INFER_KEY] - m0[MEASURED_INFER_KEY] if MEASURED_INFER_KEY in m0 and MEASURED_INFER_KEY in m1 else None
+    measured = MEASURED_INFER_KEY in m0 and MEASURED_INFER_KEY in m1
+    infer_s = m1[MEASURED_INFER_KEY] - m0[MEASURED_INFER_KEY] if measured else None
     replay_s = None
     if replay_us is not None:
         replay_s = sum((r1[b] - r0.get(b, 0.0)) * replay_us.get(b, 0.0) for b in r1) / 1e6
@@ -382,8 +383,8 @@ def metric_delta(before, after, replay_us):
         "replay_busy_s": replay_s,
         "replay_busy_share": replay_s / (t1 - t0) if replay_s is not None and t1 > t0 else None,
         # The same from each batch's own measured compute time (summed over instances, so two
-        # instances replaying at once count twice): below the estimate, the device idled between
-        # batches; near it while the estimate is low, the replays ran slower than at capture.
+        # instances replaying at once count twice): about the estimate, the device idled between
+        # batches; above it, towards 100%, the replays ran slower than at capture.
         "infer_measured_s": infer_s,
         "infer_measured_share": infer_s / (t1 - t0) if infer_s is not None and t1 > t0 else None,
     }
