@@ -267,6 +267,9 @@ def add_load_arguments(parser):
     parser.add_argument("--loadgen-threads", type=int, default=max(1, min(4, cpus // 4)))
     parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
     parser.add_argument("--start-timeout-s", type=float, default=240)
+    parser.add_argument("--loadgen-arg", dest="loadgen_args", action="append", default=[],
+                        help="a flag for every graphserve-loadgen run (repeatable), "
+                             "e.g. --loadgen-arg=--grpc-executor-offload")
 
 
 def one_model_server(args):

@@ -392,9 +392,6 @@ def main():
     parser.add_argument("--server-env", dest="server_env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for graphserve alone, not the loadgens (repeatable), "
                              "e.g. --server-env GRPC_POLL_STRATEGY=poll")
-    parser.add_argument("--loadgen-arg", dest="loadgen_args", action="append", default=[],
-                        help="a flag for each open-loop graphserve-loadgen (repeatable), "
-                             "e.g. --loadgen-arg=--grpc-executor-offload")
     args = parser.parse_args()
     server = e2e.one_model_server(args)
     runs = []
