@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -58,6 +59,13 @@ double CheapestBatchUs(const BucketCosts& costs) {
   return cheapest;
 }
 
+std::vector<bool> SharesDevice(const std::vector<std::unique_ptr<Executor>>& executors) {
+  std::set<std::string> devices;
+  std::vector<bool> shares;
+  for (const auto& executor : executors) shares.push_back(!devices.insert(executor->device()).second);
+  return shares;
+}
+
 }  // namespace
 
 ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& options,
@@ -69,6 +77,8 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       costs_(CostsOf(executors_)),
       row_costs_us_(RowCosts(costs_)),
       cheapest_batch_us_(CheapestBatchUs(costs_)),
+      shares_device_(SharesDevice(executors_)),
+      device_shared_(std::find(shares_device_.begin(), shares_device_.end(), true) != shares_device_.end()),
       answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
 
@@ -77,10 +87,10 @@ ModelScheduler::~ModelScheduler() { Stop(); }
 void ModelScheduler::Start() {
   MutexLock lock(&mutex_);
   if (stopping_ || !workers_.empty()) return;
-  for (const auto& executor : executors_) {
-    workers_.emplace_back([this, e = executor.get()] {
+  for (size_t i = 0; i < executors_.size(); ++i) {
+    workers_.emplace_back([this, e = executors_[i].get(), shares_device = shares_device_[i]] {
       NameThisThread("gs-batch");
-      WorkerLoop(e);
+      WorkerLoop(e, shares_device);
     });
   }
 }
@@ -95,7 +105,7 @@ void ModelScheduler::Stop() {
   for (std::thread& worker : workers_) worker.join();
   // Joined workers leave the queue empty. Without workers (never started) the caller drains it, so
   // that every accepted request is still answered exactly once.
-  if (workers_.empty() && !executors_.empty()) WorkerLoop(executors_.front().get());
+  if (workers_.empty() && !executors_.empty()) WorkerLoop(executors_.front().get(), /*shares_device=*/false);
   workers_.clear();
   answering_.Drain();
 }
@@ -150,7 +160,13 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
     // nudge.
     wake = idle_workers_ > 0;
   }
-  if (wake) work_available_.notify_one();
+  if (wake) {
+    if (device_shared_) {
+      work_available_.notify_all();
+    } else {
+      work_available_.notify_one();
+    }
+  }
   return Status::Ok();
 }
 
@@ -512,7 +528,7 @@ double ModelScheduler::CountDispatched(const DispatchDecision& decision) {
   return work_us;
 }
 
-void ModelScheduler::WorkerLoop(Executor* executor) {
+void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
   const size_t depth = static_cast<size_t>(std::max(executor->pipeline_depth(), 1));
   // Launched and not yet completed, oldest first; at most `depth`.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight;
@@ -556,7 +572,7 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     std::optional<DispatchDecision> decision;
     if (in_flight.size() < depth) {
       decision = planner_.Next(stopping_ ? BatchPlanner::kEndOfTime : now_us,
-                               /*executor_idle=*/in_flight.empty());
+                               /*executor_idle=*/in_flight.empty() && !shares_device);
     }
     if (decision) {
       std::vector<std::shared_ptr<PendingRequest>> doomed =
@@ -602,7 +618,7 @@ void ModelScheduler::WorkerLoop(Executor* executor) {
     // Stopping makes every queued request dispatchable, so no decision means an empty queue.
     if (stopping_) return;
 
-    const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/true);
+    const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/!shares_device);
     if (options_.busy_poll_us > 0 && !polled) {
       polled = true;
       // Real time, not clock_: the poll spins this thread, whatever clock the planner runs on.

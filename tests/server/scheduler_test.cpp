@@ -64,8 +64,9 @@ class FakeExecutor : public Executor {
     int64_t execute_us = 0;
   };
 
-  FakeExecutor(std::shared_ptr<Shared> shared, int instance, std::vector<BucketInfo> buckets = {})
-      : shared_(std::move(shared)), instance_(instance), buckets_(std::move(buckets)) {}
+  FakeExecutor(std::shared_ptr<Shared> shared, int instance, std::vector<BucketInfo> buckets = {},
+               std::string device = "cpu")
+      : shared_(std::move(shared)), instance_(instance), buckets_(std::move(buckets)), device_(std::move(device)) {}
 
   Status Warmup() override { return Status::Ok(); }
 
@@ -97,12 +98,13 @@ class FakeExecutor : public Executor {
 
   std::vector<BucketInfo> Buckets() const override { return buckets_; }
   ExecutionCounters Counters() const override { return {}; }
-  std::string device() const override { return "cpu"; }
+  std::string device() const override { return device_; }
 
  private:
   std::shared_ptr<Shared> shared_;
   const int instance_;
   const std::vector<BucketInfo> buckets_;
+  const std::string device_;
 };
 
 // The outcome a `done` callback delivered.
@@ -114,9 +116,11 @@ struct Outcome {
 
 class ModelSchedulerTest : public ::testing::Test {
  protected:
-  void MakeScheduler(const SchedulerOptions& options, int executors = 1) {
+  void MakeScheduler(const SchedulerOptions& options, int executors = 1, const std::string& device = "cpu") {
     std::vector<std::unique_ptr<Executor>> list;
-    for (int i = 0; i < executors; ++i) list.push_back(std::make_unique<FakeExecutor>(shared_, i));
+    for (int i = 0; i < executors; ++i) {
+      list.push_back(std::make_unique<FakeExecutor>(shared_, i, std::vector<BucketInfo>{}, device));
+    }
     scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list), &clock_);
   }
 
@@ -143,9 +147,10 @@ class ModelSchedulerTest : public ::testing::Test {
     shared_->changed.notify_all();
   }
   // Waits (generously) until `n` batches have entered Execute.
-  bool WaitForStarted(int n) {
+  bool WaitForStarted(int n) { return WaitForStartedWithin(n, seconds(30)); }
+  bool WaitForStartedWithin(int n, std::chrono::milliseconds limit) {
     std::unique_lock<std::mutex> lock(shared_->mutex);
-    return shared_->changed.wait_for(lock, seconds(30), [&] { return shared_->started >= n; });
+    return shared_->changed.wait_for(lock, limit, [&] { return shared_->started >= n; });
   }
   // A started scheduler on one fake executor with buckets 1x16 (100 us) and 4x16 (400 us): 100 us a
   // row either way, the admission estimate. Every batch advances the clock by `execute_us`.
@@ -827,6 +832,35 @@ TEST_F(ModelSchedulerTest, EveryInstanceRunsBatchesFromTheOneQueue) {
   }
   scheduler_->Stop();
   EXPECT_EQ(scheduler_->Counters().batches, 4u);
+}
+
+TEST_F(ModelSchedulerTest, ASecondInstanceOnTheSameDeviceTakesOnlyBatchesThatAreDue) {
+  // Two instances on one GPU: the second running beside the first only shares the device's time, so
+  // it must not cut a batch short for being idle. The first takes a lone request at once; while it
+  // is busy, the second takes the next only when its delay has run out.
+  MakeScheduler(Options(1000), /*executors=*/2, "cuda:0");
+  scheduler_->Start();
+  Hold();
+  std::future<Outcome> first, second;
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 1, &first)).ok());
+  ASSERT_TRUE(WaitForStarted(1));
+  ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, 2, &second)).ok());
+  ASSERT_TRUE(clock_.WaitForWaiters(1));
+  EXPECT_EQ(clock_.EarliestWaiterDeadline(), 1000);
+  clock_.Set(999);
+  EXPECT_FALSE(WaitForStartedWithin(2, std::chrono::milliseconds(50)));
+  clock_.Set(1000);
+  ASSERT_TRUE(WaitForStarted(2));
+  std::vector<RecordedBatch> batches = Batches();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].instance, 0);
+  EXPECT_EQ(batches[1].instance, 1);
+  Release();
+  for (auto* f : {&first, &second}) {
+    ASSERT_TRUE(Ready(*f));
+    EXPECT_TRUE(f->get().status.ok());
+  }
+  scheduler_->Stop();
 }
 
 TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {

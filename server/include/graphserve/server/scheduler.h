@@ -124,8 +124,10 @@ class ModelScheduler {
  private:
   struct InFlightBatch;
   // Each worker keeps up to its executor's pipeline_depth() batches launched: it launches the next
-  // ready batch before it waits for the one the device is running.
-  void WorkerLoop(Executor* executor) EXCLUDES(mutex_);
+  // ready batch before it waits for the one the device is running. A `shares_device` worker's
+  // executor runs on the same device as an earlier instance's: it takes only batches that are ready
+  // anyway (full or due), never cuts one short because it is idle, since its device is not.
+  void WorkerLoop(Executor* executor, bool shares_device) EXCLUDES(mutex_);
   // Counts the requests TakeDead removed and returns the status each is answered with.
   std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
                                 int64_t now_us) REQUIRES(mutex_);
@@ -175,6 +177,10 @@ class ModelScheduler {
   std::vector<std::pair<int64_t, double>> row_costs_us_;
   // The fastest bucket's measured time; 0 when none was measured.
   const double cheapest_batch_us_;
+  // Per executor: whether an earlier instance runs on the same device (see WorkerLoop). With any, a
+  // new request wakes every sleeping worker, since the one woken alone might not take it.
+  const std::vector<bool> shares_device_;
+  const bool device_shared_;
   std::vector<std::thread> workers_;
   // Runs the `done` callbacks of executed requests, off the workers (see CallbackPool).
   CallbackPool answering_;
