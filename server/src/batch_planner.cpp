@@ -67,6 +67,8 @@ constexpr double kGapSmoothing = 1.0 / 8.0;
 // Scores within this fraction of each other count as equal, so that the older head decides between
 // batches whose efficiency differs by noise in the measured times.
 constexpr double kScoreTolerance = 0.02;
+// A batch size whose cost is within this factor of a smaller one's: its extra rows come nearly free.
+constexpr double kNearlyFreeRows = 1.5;
 
 }  // namespace
 
@@ -337,8 +339,14 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
   }
   c.shape = BucketShape{batch_rows, bins_[bin_index].length};
   c.cost_us = cost_us_[bin_index][bucket];
-  // Riders fill a bucket; they never make one larger than the rows that had to go need.
-  return SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows) == bucket;
+  // Riders may make a batch larger than the own rows need only where rows come nearly free (the
+  // device is not yet busy at that size: small batches cost about one launch); there a short
+  // request rides padded now rather than run in a batch of its own later. Beyond, padding a rider
+  // costs real device time and its own bin batches it better.
+  const size_t needed = SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows);
+  if (bucket == needed) return true;
+  return bucket > needed && c.rows > spec_.bucket_batch_sizes[bucket - 1] &&
+         cost_us_[bin_index][bucket] <= kNearlyFreeRows * cost_us_[bin_index][needed];
 }
 
 BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t now_us,
@@ -366,10 +374,10 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
     return c;
   }
 
-  // One option per batch bucket from the one holding the requests that must go to the one holding
-  // every own row that fits the bin's largest batch: the oldest own requests that fill it, plus
-  // riders in its spare rows. The best does the most real work per µs; on a tie the larger serves
-  // more. A full bin takes the largest option only.
+  // One option per batch bucket from the one holding the requests that must go up to the bin's
+  // largest batch: the oldest own requests that fill it, plus riders in its spare rows (beyond the
+  // own rows only where Compose allows). The best does the most real work per µs; on a tie the
+  // larger serves more. A full bin takes the largest option only.
   int64_t own_rows = 0;
   int64_t must_rows = 0;
   for (size_t i = 0; i < bin.requests.size(); ++i) {
@@ -384,7 +392,9 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   must[bin_index] = std::max<size_t>(must_own, 1);
   Candidate best, option;
   double best_score = -1;
-  for (size_t bucket = first_bucket; bucket <= all_bucket; ++bucket) {
+  const size_t last_option_bucket =
+      take_all ? all_bucket : std::min(SmallestAtLeast(sizes, bin.largest_batch), sizes.size() - 1);
+  for (size_t bucket = first_bucket; bucket <= last_option_bucket; ++bucket) {
     if (!Compose(bin_index, must, bucket, now_us, &option)) continue;
     const double score = option.real_elements / option.cost_us;
     if (score >= best_score) {

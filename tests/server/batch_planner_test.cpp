@@ -521,21 +521,6 @@ TEST(BatchPlannerTest, DueRideAlongsGoBeforeLongerOnes) {
   EXPECT_EQ(decision->ride_alongs, 1);
 }
 
-TEST(BatchPlannerTest, RideAlongsNeverMakeABucketLarger) {
-  FakeClock clock;
-  BatchPlanner planner(TestSpec(), Options(1000));
-  AddAt(planner, clock, MakeRequest(2, 60));
-  clock.Set(1);
-  AddAt(planner, clock, MakeRequest(1, 10));
-  auto decision = planner.Next(1001, false);  // both due; bin 16's is the younger
-  ASSERT_TRUE(decision);
-  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{60}));
-  EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
-  auto next = planner.Next(1001, false);
-  ASSERT_TRUE(next);
-  EXPECT_EQ(next->padded_shape, (BucketShape{1, 16}));
-}
-
 // Costs over TestSpec's grid: `per_row_us` per row at every length, plus `fixed_us` per batch.
 BucketCosts Costs(double fixed_us, double per_row_us) {
   BucketCosts costs;
@@ -544,6 +529,41 @@ BucketCosts Costs(double fixed_us, double per_row_us) {
       costs[BucketShape{batch, length}] = fixed_us + per_row_us * batch;
   }
   return costs;
+}
+
+TEST(BatchPlannerTest, RideAlongsMakeABucketLargerOnlyWhereRowsComeNearlyFree) {
+  auto fill = [](BatchPlanner& planner, FakeClock& clock) {
+    AddAt(planner, clock, MakeRequest(2, 60));
+    clock.Set(1);
+    AddAt(planner, clock, MakeRequest(1, 10));
+  };
+  {
+    // Time proportional to rows: a 4-row bucket costs twice the 2 rows that must go, so the rider
+    // waits for a batch of its own length.
+    FakeClock clock;
+    BatchPlanner planner(TestSpec(), Options(1000), Costs(0, 100));
+    fill(planner, clock);
+    auto decision = planner.Next(1001, false);  // both due; bin 16's is the younger
+    ASSERT_TRUE(decision);
+    EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{60}));
+    EXPECT_EQ(decision->padded_shape, (BucketShape{2, 64}));
+    auto next = planner.Next(1001, false);
+    ASSERT_TRUE(next);
+    EXPECT_EQ(next->padded_shape, (BucketShape{1, 16}));
+  }
+  {
+    // Launch-bound (small batches on a GPU): 4 rows cost about what 2 do, so the short request
+    // rides padded now instead of taking a launch of its own.
+    FakeClock clock;
+    BatchPlanner planner(TestSpec(), Options(1000), Costs(700, 1));
+    fill(planner, clock);
+    auto decision = planner.Next(1001, false);
+    ASSERT_TRUE(decision);
+    EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{60, 10}));
+    EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+    EXPECT_EQ(decision->ride_alongs, 1);
+    EXPECT_EQ(planner.queued_requests(), 0u);
+  }
 }
 
 TEST(BatchPlannerTest, FewerRowsInASmallerBucketWhenThatDoesMoreWorkPerMicrosecond) {
