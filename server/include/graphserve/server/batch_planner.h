@@ -166,7 +166,8 @@ struct DispatchDecision {
 //     a staircase: short lengths may batch more rows than max_batch_size, ModelSpec), padded to
 //     the smallest batch bucket holding them (or fewer of them in a smaller bucket, when that does
 //     more real work per µs); the bucket's spare rows, padding otherwise, carry ride-alongs from
-//     shorter bins.
+//     shorter bins. Ride-alongs may also fill a larger bucket than the own rows need, where its
+//     measured time is at most 1.5× the needed one's (rows nearly free, as small batches on a GPU).
 //   - The batch arrival order would form replaces the planner's when it does more real work per µs
 //     (relative to a full batch of its length) at most twice the cost: never worse than FIFO.
 //   - A bin may go when it holds a full largest batch, when its oldest request is due (has waited
@@ -260,7 +261,7 @@ class BatchPlanner {
   Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
   // A batch in bin `bin`'s length and batch bucket index `bucket`: the first must[j] requests of
   // every bin j, then more of the bin's own, then ride-alongs. False when the bucket is larger than
-  // the own and required rows need (riders never make a bucket larger).
+  // the own and required rows need, unless riders need it and it costs at most 1.5× the needed one.
   bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
                Candidate* candidate) const;
   DispatchDecision Take(const Candidate& candidate);
