@@ -160,14 +160,16 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
     // nudge.
     wake = idle_workers_ > 0;
   }
-  if (wake) {
-    if (device_shared_) {
-      work_available_.notify_all();
-    } else {
-      work_available_.notify_one();
-    }
-  }
+  if (wake) WakeAnIdleWorker();
   return Status::Ok();
+}
+
+void ModelScheduler::WakeAnIdleWorker() {
+  if (device_shared_) {
+    work_available_.notify_all();
+  } else {
+    work_available_.notify_one();
+  }
 }
 
 void ModelScheduler::Poke() {
@@ -587,7 +589,7 @@ void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
       const double work_us = CountDispatched(*decision);
       const bool backlogged = planner_.queued_requests() > 0;
       // Work may remain that another sleeping worker could take right away.
-      if (backlogged && idle_workers_ > 0) work_available_.notify_one();
+      if (backlogged && idle_workers_ > 0) WakeAnIdleWorker();
       lock.Unlock();
       if (!doomed.empty()) AnswerDoomed(std::move(doomed), now_us);
       // The new batch is assembled and queued on the device while the one before it still runs;

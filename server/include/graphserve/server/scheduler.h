@@ -128,6 +128,9 @@ class ModelScheduler {
   // executor runs on the same device as an earlier instance's: it takes only batches that are ready
   // anyway (full or due), never cuts one short because it is idle, since its device is not.
   void WorkerLoop(Executor* executor, bool shares_device) EXCLUDES(mutex_);
+  // Wakes a sleeping worker that can take new work: with an instance sharing its device, every
+  // sleeping worker (the one woken alone might take only due batches).
+  void WakeAnIdleWorker();
   // Counts the requests TakeDead removed and returns the status each is answered with.
   std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
                                 int64_t now_us) REQUIRES(mutex_);
@@ -177,8 +180,8 @@ class ModelScheduler {
   std::vector<std::pair<int64_t, double>> row_costs_us_;
   // The fastest bucket's measured time; 0 when none was measured.
   const double cheapest_batch_us_;
-  // Per executor: whether an earlier instance runs on the same device (see WorkerLoop). With any, a
-  // new request wakes every sleeping worker, since the one woken alone might not take it.
+  // Per executor: whether an earlier instance runs on the same device (see WorkerLoop); with any,
+  // WakeAnIdleWorker wakes them all.
   const std::vector<bool> shares_device_;
   const bool device_shared_;
   std::vector<std::thread> workers_;
