@@ -342,14 +342,10 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
   }
   c.shape = BucketShape{batch_rows, bins_[bin_index].length};
   c.cost_us = cost_us_[bin_index][bucket];
-  // Riders may make a batch larger than the own rows need only where rows come nearly free (the
-  // device is not yet busy at that size: small batches cost about one launch); there a short
-  // request rides padded now rather than run in a batch of its own later. Beyond, padding a rider
-  // costs real device time and its own bin batches it better.
+  // A bucket larger than the own rows need holds only when the riders need it (BuildCandidate
+  // offers such buckets only where their rows come nearly free).
   const size_t needed = SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows);
-  if (bucket == needed) return true;
-  return bucket > needed && c.rows > spec_.bucket_batch_sizes[bucket - 1] &&
-         cost_us_[bin_index][bucket] <= kNearlyFreeRows * cost_us_[bin_index][needed];
+  return bucket == needed || (bucket > needed && c.rows > spec_.bucket_batch_sizes[bucket - 1]);
 }
 
 BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t now_us,
@@ -397,7 +393,14 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   double best_score = -1;
   const size_t last_option_bucket =
       take_all ? all_bucket : std::min(SmallestAtLeast(sizes, bin.largest_batch), sizes.size() - 1);
+  // Riders may make the batch larger than its own rows need only where rows come nearly free (the
+  // device is not yet busy at that size: small batches cost about one launch); there a short
+  // request rides padded now rather than run in a batch of its own later. Beyond, padding a rider
+  // costs real device time and its own bin batches it better. Checked before composing: at
+  // saturation most such buckets fail it.
+  const double nearly_free_us = kNearlyFreeRows * cost_us_[bin_index][all_bucket];
   for (size_t bucket = first_bucket; bucket <= last_option_bucket; ++bucket) {
+    if (bucket > all_bucket && cost_us_[bin_index][bucket] > nearly_free_us) continue;
     if (!Compose(bin_index, must, bucket, now_us, &option)) continue;
     const double score = option.real_elements / option.cost_us;
     if (score >= best_score) {

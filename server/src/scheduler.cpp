@@ -78,7 +78,8 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       row_costs_us_(RowCosts(costs_)),
       cheapest_batch_us_(CheapestBatchUs(costs_)),
       shares_device_(SharesDevice(executors_)),
-      device_shared_(std::find(shares_device_.begin(), shares_device_.end(), true) != shares_device_.end()),
+      device_shared_(std::any_of(shares_device_.begin(), shares_device_.end(),
+                                 [](bool shares) { return shares; })),
       answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
 

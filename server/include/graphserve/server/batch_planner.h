@@ -261,7 +261,8 @@ class BatchPlanner {
   Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
   // A batch in bin `bin`'s length and batch bucket index `bucket`: the first must[j] requests of
   // every bin j, then more of the bin's own, then ride-alongs. False when the bucket is larger than
-  // the own and required rows need, unless riders need it and it costs at most 1.5× the needed one.
+  // the own and required rows need, unless the riders need it (BuildCandidate offers a larger one
+  // only where it costs at most 1.5× the needed one).
   bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
                Candidate* candidate) const;
   DispatchDecision Take(const Candidate& candidate);
