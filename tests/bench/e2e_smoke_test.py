@@ -59,9 +59,11 @@ def main():
             check(metrics["graph_replays"] == 0 and set(metrics["eager_by_reason"]) == {"no_cuda"},
                   f"{where}: replays {metrics['graph_replays']}, eager {metrics['eager_by_reason']}")
             # The batches' own compute time, from the model's statistics: some, and (one executor)
-            # at most the window, with room for the scrapes' own timing.
+            # about the window at most. A batch that started before the first scrape counts whole,
+            # and on a loaded 2-core machine an eager batch is a good part of this 1 s window, so the
+            # bound leaves room for one; counting each batch twice would still exceed it.
             share = metrics["infer_measured_share"]
-            check(metrics["infer_measured_s"] and 0 < share <= 1.05, f"{where}: measured compute share {share}")
+            check(metrics["infer_measured_s"] and 0 < share <= 1.3, f"{where}: measured compute share {share}")
             batches, padded = metrics["batches"], metrics["padded_elements"]
             if mode == "c":
                 check(padded == batches * 8 * 128, f"{where}: {padded} padded elements in {batches} batches")
