@@ -131,20 +131,23 @@ std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size, int64_t max
 std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   std::vector<int64_t> lengths;
   if (max_sequence_length < 1) return lengths;
-  // Steps of 16 up to 128, where most requests of a typical (log-normal, median ~50) mix fall: a
-  // fixed step wastes at most 15 positions per request. Above, each doubling in four equal steps
-  // (160, 192, 224, 256, 320, ..., 512, 640, ...): at most a quarter wasted, while the count (one
-  // CUDA graph per length and batch size) grows only logarithmically. Long requests are few but
-  // costly: on a log-normal mix (median 48, sigma 0.8, up to 512) the 11% above 128 tokens take
-  // about a third of the GPU's time, so their padding counts. Length padding alone on that mix is
-  // 1.13x here, against 1.18x with powers of two and their midpoints above 96 and 1.43x with
-  // powers of two only; BERT-base bf16 on the H200 served 1.4% more real tokens/s at saturation
-  // than with the midpoints (BENCHMARKS.md). 16 lengths for 512: with batch sizes up to 32, 96
-  // graphs, and the default token budget adds 26 rows-beyond-32 points for short lengths.
+  // Steps of 8 up to 64 and of 16 up to 128, where most requests of a typical (log-normal, median
+  // ~50) mix fall: a fixed step wastes at most 7 (15) positions per request, a large share of a
+  // short one. Above, each doubling in four equal steps (160, 192, 224, 256, 320, ..., 512, 640,
+  // ...): at most a quarter wasted, while the count (one CUDA graph per length and batch size) grows
+  // only logarithmically. Long requests are few but costly: on a log-normal mix (median 48, sigma
+  // 0.8, up to 512) the 11% above 128 tokens take about a third of the GPU's time, so their padding
+  // counts. On the H200 (BERT-base bf16, that mix, BENCHMARKS.md) the steps of 8 below 64 served
+  // 1-2% more real tokens/s than steps of 16 from 512 clients up and the same at 8 and 64, where
+  // steps of 8 up to 128 lost at 64 and 512 clients (finer bins, smaller batches). 20 lengths for
+  // 512: with the default batch sizes and token budget, 160 graphs.
+  constexpr int64_t kFineStep = 8;
+  constexpr int64_t kLastFineStep = 64;
   constexpr int64_t kStep = 16;
   constexpr int64_t kLastStep = 128;
   constexpr int64_t kStepsPerDoubling = 4;
-  for (int64_t length = kStep; length <= kLastStep && length < max_sequence_length; length += kStep) {
+  for (int64_t length = kFineStep; length <= kLastStep && length < max_sequence_length;
+       length += length < kLastFineStep ? kFineStep : kStep) {
     lengths.push_back(length);
   }
   for (int64_t power = kLastStep; power < max_sequence_length; power *= 2) {

@@ -210,7 +210,7 @@ ModelSpec StaircaseSpec() {
   spec.max_sequence_length = 512;
   spec.max_batch_tokens = kDefaultMaxBatchTokens;
   spec.bucket_lengths = DefaultBucketLengths(512);
-  spec.bucket_batch_sizes = DefaultBucketBatchSizes(32, kDefaultMaxBatchTokens, 16);
+  spec.bucket_batch_sizes = DefaultBucketBatchSizes(32, kDefaultMaxBatchTokens, spec.bucket_lengths.front());
   return spec;
 }
 
@@ -220,8 +220,9 @@ TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
             (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
   // Per length the largest batch: max_batch_size at least, and more while it fits 16384 tokens.
   const std::vector<std::pair<int64_t, int64_t>> largest = {
-      {16, 512}, {32, 512}, {48, 256}, {64, 256}, {80, 128}, {96, 128}, {112, 128}, {128, 128},
-      {160, 64}, {192, 64}, {224, 64}, {256, 64}, {320, 32}, {384, 32}, {448, 32}, {512, 32}};
+      {8, 512},   {16, 512},  {24, 512},  {32, 512},  {40, 256}, {48, 256}, {56, 256},
+      {64, 256},  {80, 128},  {96, 128},  {112, 128}, {128, 128}, {160, 64}, {192, 64},
+      {224, 64},  {256, 64},  {320, 32},  {384, 32},  {448, 32},  {512, 32}};
   size_t points = 0;
   for (const auto& [length, batch] : largest) {
     EXPECT_EQ(spec.LargestBatchFor(length), batch) << length;
@@ -233,8 +234,8 @@ TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
     points += next;
   }
   EXPECT_EQ(spec.Buckets().size(), points);
-  EXPECT_EQ(points, 122u);  // against 96 for batch sizes up to 32 at every length
-  EXPECT_EQ(spec.LargestBatchFor(20), 512);  // pads to 32
+  EXPECT_EQ(points, 160u);  // against 120 for batch sizes up to 32 at every length
+  EXPECT_EQ(spec.LargestBatchFor(20), 512);  // pads to 24
   EXPECT_EQ(spec.LargestBatchFor(513), 0);   // beyond the grid
   // Ties on batch x length go to the larger batch.
   EXPECT_EQ(spec.LargestBucket(), (BucketShape{512, 32}));
@@ -248,7 +249,8 @@ TEST(ModelSpecTest, BucketForOnTheStaircasePicksAmongTheLengthsOwnSizes) {
   EXPECT_EQ(spec.BucketFor(300, 30), (BucketShape{512, 32}));
   EXPECT_EQ(spec.BucketFor(300, 40), (BucketShape{300, 40}));  // 512x48 exceeds the budget
   EXPECT_TRUE(spec.IsOversize(300, 40));
-  EXPECT_EQ(spec.BucketFor(200, 40), (BucketShape{256, 48}));
+  EXPECT_EQ(spec.BucketFor(200, 40), (BucketShape{256, 40}));
+  EXPECT_EQ(spec.BucketFor(200, 41), (BucketShape{256, 48}));
   EXPECT_EQ(spec.BucketFor(33, 400), (BucketShape{33, 400}));
   EXPECT_TRUE(spec.IsOversize(33, 400));
   EXPECT_FALSE(spec.IsOversize(513 - 1, 17));
@@ -261,7 +263,7 @@ TEST(ModelSpecTest, BucketForOnTheStaircasePicksAmongTheLengthsOwnSizes) {
   ModelSpec rectangle = spec;
   rectangle.max_batch_tokens = 0;
   EXPECT_EQ(rectangle.BucketFor(300, 500), (BucketShape{512, 512}));
-  EXPECT_EQ(rectangle.Buckets().size(), 160u);
+  EXPECT_EQ(rectangle.Buckets().size(), 200u);
 }
 
 TEST(ModelSpecTest, GridPointsNeedNoProductThatOverflows) {
@@ -349,16 +351,20 @@ TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
 }
 
 TEST(ModelSpecTest, DefaultLengthsAreDenseAtSmallSizesAndEndAtTheMax) {
-  EXPECT_EQ(DefaultBucketLengths(512), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224,
-                                                             256, 320, 384, 448, 512}));
-  EXPECT_EQ(DefaultBucketLengths(100), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 100}));
-  EXPECT_EQ(DefaultBucketLengths(128), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128}));
-  EXPECT_EQ(DefaultBucketLengths(200), (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 200}));
-  EXPECT_EQ(DefaultBucketLengths(40), (std::vector<int64_t>{16, 32, 40}));
-  EXPECT_EQ(DefaultBucketLengths(16), (std::vector<int64_t>{16}));
+  EXPECT_EQ(DefaultBucketLengths(512), (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+                                                             160, 192, 224, 256, 320, 384, 448, 512}));
+  EXPECT_EQ(DefaultBucketLengths(100), (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 100}));
+  EXPECT_EQ(DefaultBucketLengths(128),
+            (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128}));
+  EXPECT_EQ(DefaultBucketLengths(200), (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+                                                             160, 192, 200}));
+  EXPECT_EQ(DefaultBucketLengths(60), (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56, 60}));
+  EXPECT_EQ(DefaultBucketLengths(40), (std::vector<int64_t>{8, 16, 24, 32, 40}));
+  EXPECT_EQ(DefaultBucketLengths(16), (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(DefaultBucketLengths(8), (std::vector<int64_t>{8}));
+  EXPECT_EQ(DefaultBucketLengths(5), (std::vector<int64_t>{5}));
   EXPECT_EQ(DefaultBucketLengths(2048).back(), 2048);
-  EXPECT_EQ(DefaultBucketLengths(2048).size(), 24u);  // ..., 512, 640, 768, 896, 1024, 1280, ..., 2048
+  EXPECT_EQ(DefaultBucketLengths(2048).size(), 28u);  // ..., 512, 640, 768, 896, 1024, 1280, ..., 2048
 }
 
 TEST(ExecutorTypesTest, EagerReasonNamesAreMetricLabels) {

@@ -148,7 +148,7 @@ TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {
   // A budget of one's own: the default sizes that fit it at the shortest length.
   config.mutable_buckets()->set_max_batch_tokens(1024);
   ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
-  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128}));
   EXPECT_EQ(spec.LargestBatchFor(100), 8);
 }
 
@@ -190,7 +190,7 @@ TEST(ConfigTest, BuiltinEncoderGetsTheStaircaseGrid) {
   ASSERT_TRUE(ModelSpecFromConfig(BuiltinEncoderConfig(), &spec).ok());
   EXPECT_EQ(spec.max_batch_size, 32);
   EXPECT_EQ(spec.max_batch_tokens, 16384);
-  EXPECT_EQ(spec.Buckets().size(), 122u);  // 96 with batch sizes up to 32 at each of 16 lengths
+  EXPECT_EQ(spec.Buckets().size(), 160u);  // 120 with batch sizes up to 32 at each of 20 lengths
   EXPECT_EQ(spec.LargestBatchFor(16), 512);
   EXPECT_EQ(spec.LargestBatchFor(64), 256);
   EXPECT_EQ(spec.LargestBatchFor(512), 32);
