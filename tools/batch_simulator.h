@@ -139,8 +139,8 @@ bool MeetsFifoParity(const SimulationResult& binned, const SimulationResult& fif
 // The grids EncoderSpec offers.
 enum class EncoderGrid {
   kTokenBudget,  // graphserve's default: lengths DefaultBucketLengths(512), batch sizes 1..32 at
-                 // every length and up to 512 within kDefaultMaxBatchTokens (122 buckets)
-  kRowsOnly,     // the same lengths × batch sizes 1..32 (the default before the budget; 96)
+                 // every length and up to 512 within kDefaultMaxBatchTokens (160 buckets)
+  kRowsOnly,     // the same lengths × batch sizes 1..32 (the grid before the budget; 120)
   kSixBySix,     // {1..32} x {16..512}
 };
 
