@@ -622,8 +622,12 @@ void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
     if (stopping_) return;
 
     const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/!shares_device);
-    if (options_.busy_poll_us > 0 && !polled) {
+    // Polling saves the wake-up of a worker that takes a lone request at once. A second instance on
+    // the same device never does (it takes only full or due batches, for which a wake-up costs little
+    // beside the wait), so it sleeps rather than spin a core beside the instance that runs them.
+    if (options_.busy_poll_us > 0 && !polled && !shares_device) {
       polled = true;
+      ++counters_.busy_polls;
       // Real time, not clock_: the poll spins this thread, whatever clock the planner runs on.
       using SteadyClock = std::chrono::steady_clock;
       const SteadyClock::time_point poll_until =

@@ -863,6 +863,40 @@ TEST_F(ModelSchedulerTest, ASecondInstanceOnTheSameDeviceTakesOnlyBatchesThatAre
   scheduler_->Stop();
 }
 
+TEST_F(ModelSchedulerTest, OnlyTheFirstInstanceOnADeviceBusyPolls) {
+  // A lone request goes to the first instance at once; the second, on the same device, may take it
+  // only once it is due, long after the first has. So only the first gains from spinning after
+  // each request, and only it polls: once per idle spell, one per request here. Real time: a test
+  // clock's waiters are woken together when it moves, which would add idle spells.
+  static SteadyClock steady_clock;
+  SchedulerOptions options = Options(1000);
+  constexpr int64_t kPollUs = 2000;
+  options.busy_poll_us = kPollUs;
+  std::vector<std::unique_ptr<Executor>> executors;
+  for (int i = 0; i < 2; ++i) {
+    executors.push_back(std::make_unique<FakeExecutor>(shared_, i, std::vector<BucketInfo>{}, "cuda:0"));
+  }
+  scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(executors), &steady_clock);
+  scheduler_->Start();
+  constexpr int kRequests = 10;
+  for (int id = 0; id < kRequests; ++id) {
+    std::future<Outcome> outcome;
+    ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10, id, &outcome)).ok());
+    ASSERT_TRUE(Ready(outcome)) << id;
+    EXPECT_TRUE(outcome.get().status.ok()) << id;
+    // Longer than a poll and the delay, so that each request finds both workers asleep and wakes
+    // both, and arrivals are too far apart for a request to wait for company.
+    std::this_thread::sleep_for(std::chrono::microseconds(3 * kPollUs));
+  }
+  scheduler_->Stop();
+  const SchedulerCounters counters = scheduler_->Counters();
+  // The first instance polls (a loaded host may let a request reach it mid-poll, sparing one).
+  EXPECT_GE(counters.busy_polls, static_cast<uint64_t>(kRequests / 2));
+  // The start-up poll beside one per request; a second polling instance would add one per request
+  // and one per wake-up at a request's due time (20 in all on the previous code).
+  EXPECT_LE(counters.busy_polls, static_cast<uint64_t>(kRequests + 1));
+}
+
 TEST(ModelSchedulerCostsTest, TheInstancesMeasuredBucketTimesAreAveraged) {
   auto shared = std::make_shared<FakeExecutor::Shared>();
   auto bucket = [](int64_t batch, int64_t length, double time_us) {

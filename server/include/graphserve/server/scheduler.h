@@ -49,6 +49,7 @@ struct SchedulerCounters {
   uint64_t batches = 0;
   uint64_t batch_rows = 0;   // real rows summed over batches
   uint64_t ride_alongs = 0;  // requests that filled padding rows of a longer bin's batch
+  uint64_t busy_polls = 0;   // spins idle workers started (SchedulerOptions::busy_poll_us)
 };
 
 // What one executor has counted and holds, as the metrics exporter reads it.
