@@ -3,8 +3,8 @@
 //
 // Threads: one worker per executor. Workers sleep on a condition variable until the planner's next
 // wake-up (waited for through the injected Clock), an Enqueue, a Poke or Stop; with
-// options.busy_poll_us an idle worker first spins that long, without the lock, on a counter of
-// those events. Every `done` callback runs with the lock released.
+// options.busy_poll_us an idle worker (not a second one on the same device) first spins that long,
+// without the lock, on a counter of those events. Every `done` callback runs with the lock released.
 #include "graphserve/server/scheduler.h"
 
 #include <algorithm>

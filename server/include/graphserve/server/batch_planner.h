@@ -138,7 +138,8 @@ struct SchedulerOptions {
   double admission_deadline_fraction = 0.5;
   // An idle worker polls the queue without sleeping for this long before it waits on its condition
   // variable: a request arriving then starts without a thread wake-up. A server setting
-  // (--busy-poll-us), not a model's; 0: the worker sleeps at once.
+  // (--busy-poll-us), not a model's; 0: the worker sleeps at once. A second instance on the same
+  // device never polls (it takes no lone request at once).
   int64_t busy_poll_us = 0;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
