@@ -78,8 +78,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       row_costs_us_(RowCosts(costs_)),
       cheapest_batch_us_(CheapestBatchUs(costs_)),
       shares_device_(SharesDevice(executors_)),
-      device_shared_(std::any_of(shares_device_.begin(), shares_device_.end(),
-                                 [](bool shares) { return shares; })),
+      device_shared_(std::find(shares_device_.begin(), shares_device_.end(), true) != shares_device_.end()),
       answering_(CallbackPool::DefaultThreads()),
       planner_(spec, options, costs_) {}
 
@@ -106,7 +105,9 @@ void ModelScheduler::Stop() {
   for (std::thread& worker : workers_) worker.join();
   // Joined workers leave the queue empty. Without workers (never started) the caller drains it, so
   // that every accepted request is still answered exactly once.
-  if (workers_.empty() && !executors_.empty()) WorkerLoop(executors_.front().get(), /*shares_device=*/false);
+  if (workers_.empty() && !executors_.empty()) {
+    WorkerLoop(executors_.front().get(), /*shares_device=*/false);
+  }
   workers_.clear();
   answering_.Drain();
 }
@@ -621,7 +622,8 @@ void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
     // Stopping makes every queued request dispatchable, so no decision means an empty queue.
     if (stopping_) return;
 
-    const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/!shares_device);
+    const std::optional<int64_t> wake_us =
+        planner_.NextWakeUp(now_us, /*executor_idle=*/!shares_device);
     // Polling saves the wake-up of a worker that takes a lone request at once. A second instance on
     // the same device never does (it takes only full or due batches, for which a wake-up costs little
     // beside the wait), so it sleeps rather than spin a core beside the instance that runs them.

@@ -116,12 +116,15 @@ struct Outcome {
 
 class ModelSchedulerTest : public ::testing::Test {
  protected:
-  void MakeScheduler(const SchedulerOptions& options, int executors = 1, const std::string& device = "cpu") {
+  // On the test's clock_ unless given another.
+  void MakeScheduler(const SchedulerOptions& options, int executors = 1, const std::string& device = "cpu",
+                     const Clock* clock = nullptr) {
     std::vector<std::unique_ptr<Executor>> list;
     for (int i = 0; i < executors; ++i) {
       list.push_back(std::make_unique<FakeExecutor>(shared_, i, std::vector<BucketInfo>{}, device));
     }
-    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list), &clock_);
+    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list),
+                                                  clock != nullptr ? clock : &clock_);
   }
 
   // A request whose `done` fulfils the returned future; a second call would throw in the worker.
@@ -872,11 +875,7 @@ TEST_F(ModelSchedulerTest, OnlyTheFirstInstanceOnADeviceBusyPolls) {
   SchedulerOptions options = Options(1000);
   constexpr int64_t kPollUs = 2000;
   options.busy_poll_us = kPollUs;
-  std::vector<std::unique_ptr<Executor>> executors;
-  for (int i = 0; i < 2; ++i) {
-    executors.push_back(std::make_unique<FakeExecutor>(shared_, i, std::vector<BucketInfo>{}, "cuda:0"));
-  }
-  scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(executors), &steady_clock);
+  MakeScheduler(options, /*executors=*/2, "cuda:0", &steady_clock);
   scheduler_->Start();
   constexpr int kRequests = 10;
   for (int id = 0; id < kRequests; ++id) {
