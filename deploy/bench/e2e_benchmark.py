@@ -525,6 +525,11 @@ def measure_overhead(args, server, model, ceiling):
     queue_ms, compute_ms = delta["queue_ms"], delta["compute_ms"]
     measured = None not in (p50, queue_ms, compute_ms)
     known = measured and replay_ms is not None  # a CPU has no replay to subtract
+    # The server's own replays, between CUDA events around them: above the bare replay when
+    # something beside them slows every replay on the device (a second instance does, by about
+    # 70 us a replay on the H200: BENCHMARKS.md, Issue #17, sixth pass).
+    infer_s, batches = delta.get("infer_measured_s"), delta.get("batches")
+    server_replay_ms = infer_s / batches * 1000 if infer_s is not None and batches else None
     out = {
         "loadgen": report,
         "metrics": delta,
@@ -534,11 +539,13 @@ def measure_overhead(args, server, model, ceiling):
         "overhead_ms": p50 - replay_ms if known else None,
         "queue_ms": queue_ms,
         "execution_beyond_replay_ms": compute_ms - replay_ms if known else None,
+        "server_replay_ms": server_replay_ms,
         "front_end_ms": p50 - queue_ms - compute_ms if measured else None,
     }
     log(f"  {model} overhead at c=1, 1x64: p50 {fmt(p50, 3)} ms, replay {fmt(replay_ms, 3)} ms, added "
         f"{fmt(out['overhead_ms'], 3)} ms = queue {fmt(queue_ms, 3)} + execution beyond replay "
-        f"{fmt(out['execution_beyond_replay_ms'], 3)} + front end {fmt(out['front_end_ms'], 3)}")
+        f"{fmt(out['execution_beyond_replay_ms'], 3)} (the server's replays {fmt(server_replay_ms, 3)}) + "
+        f"front end {fmt(out['front_end_ms'], 3)}")
     return out
 
 
@@ -669,7 +676,9 @@ def markdown(args, results):
                          f"bucket's bare replay {fmt(over['replay_ms'], 3)} ms: the server adds "
                          f"{fmt(over['overhead_ms'], 3)} ms = scheduling {fmt(over['queue_ms'], 3)} (mean queue) + "
                          f"execution beyond the replay {fmt(over['execution_beyond_replay_ms'], 3)} (mean compute "
-                         f"− replay: padding, copies, synchronisation; one Execute in-process takes "
+                         f"− replay: padding, copies, synchronisation; the server's own replays (on a CPU, "
+                         f"forwards) took {fmt(over.get('server_replay_ms'), 3)} each, timed in the server; "
+                         f"one Execute in-process takes "
                          f"{fmt(over['bench_execute_ms'], 3)}) + front end {fmt(over['front_end_ms'], 3)} "
                          f"(p50 − mean queue − mean compute: gRPC, decoding, encoding)")
         lines.append("")
