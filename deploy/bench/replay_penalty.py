@@ -13,9 +13,10 @@ its one thing and the same graphs are timed again.
 
 On the H200 (driver 580, CUDA 13, PyTorch 2.11), in three runs, every scenario that ran a kernel
 outside the graphs made every later replay about 70-80 us slower, small or large, for the rest of the
-process, while an allocation did not; a second instance always did. Earlier one-off runs saw an
-elementwise kernel on a second stream, and a GEMM on the graphs' own stream, leave the replays alone,
-so what exactly flips the device is not pinned down (BENCHMARKS.md, Issue #17, sixth pass).
+process, while an allocation did not; a second instance always did. Other one-off runs saw an
+elementwise kernel on a second stream, a GEMM on the graphs' own stream and, once, a GEMM on a second
+stream leave the replays alone, so what exactly flips the device is not pinned down (BENCHMARKS.md,
+Issue #17, sixth pass).
 graphserve's one instance launches nothing but its graphs and copies once it is warm (unless a batch
 falls back to eager), and keeps the fast replays.
 
@@ -30,9 +31,9 @@ import time
 
 SCENARIOS = {
     "nothing": "nothing (the timing's own noise)",
-    "kernel_other_stream": "an elementwise kernel on a second stream",
+    "kernel_other_stream": "a float32 fill and add on a second stream",
     "alloc_other_stream": "a 64 MiB allocation on a second stream",
-    "gemm_same_stream": "a bf16 768x768 GEMM on the graphs' own stream",
+    "gemm_same_stream": "a bf16 768x768 GEMM on the graphs' own stream (its operand drawn on the default)",
     "gemm_other_stream": "a bf16 768x768 GEMM on a second stream",
     "capture_other_stream": "a one-kernel graph captured and replayed on a second stream",
     "second_instance": "a second instance: the model loaded again, its graphs captured on its own stream",
