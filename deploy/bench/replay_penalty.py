@@ -11,14 +11,15 @@ pool), and times each graph: one replay and a synchronisation at a time (median 
 client sees it) and 50 back to back (mean, as a saturated device runs them). Then the scenario does
 its one thing and the same graphs are timed again.
 
-On the H200 (driver 580, CUDA 13, PyTorch 2.11), in three runs, every scenario that ran a kernel
-outside the graphs made every later replay about 70-80 us slower, small or large, for the rest of the
-process, while an allocation did not; a second instance always did. Other one-off runs saw an
-elementwise kernel on a second stream, a GEMM on the graphs' own stream and, once, a GEMM on a second
-stream leave the replays alone, so what exactly flips the device is not pinned down (BENCHMARKS.md,
-Issue #17, sixth pass).
-graphserve's one instance launches nothing but its graphs and copies once it is warm (unless a batch
-falls back to eager), and keeps the fast replays.
+On the H200 (driver 580, CUDA 13, PyTorch 2.11), in three runs of the first seven scenarios, every
+scenario that ran a kernel outside the graphs made every later replay about 70-80 us slower, small
+or large, for the rest of the process, while an allocation did not; a second instance always did.
+Other one-off runs saw an elementwise kernel on a second stream, a GEMM on the graphs' own stream
+and, once, a GEMM on a second stream leave the replays alone, so what exactly flips the device is
+not pinned down (BENCHMARKS.md, Issue #17, sixth pass). The last three, which tell a kernel run for
+the first time from a second stream, have not run on the H200 yet. graphserve's one instance
+launches nothing but its graphs and copies once it is warm (unless a batch falls back to eager), and
+keeps the fast replays.
 
 Needs PyTorch with CUDA (the CUDA host's interpreter).
 """
@@ -37,6 +38,11 @@ SCENARIOS = {
     "gemm_other_stream": "a bf16 768x768 GEMM on a second stream",
     "capture_other_stream": "a one-kernel graph captured and replayed on a second stream",
     "second_instance": "a second instance: the model loaded again, its graphs captured on its own stream",
+    # Whether it is a kernel the process has not run before (lazily loaded) rather than a stream:
+    # operands from torch.empty, so that nothing else runs.
+    "known_kernel_other_stream": "a bf16 add, as the model's residuals run, on a second stream",
+    "new_kernel_same_stream": "a float64 cumsum, never run before, on the graphs' own stream",
+    "new_kernel_other_stream": "a float64 cumsum, never run before, on a second stream",
 }
 TIMED = 50
 
@@ -113,6 +119,14 @@ def run_scenario(path, shapes, scenario):
             counter.add_(1)
             graph.capture_end()
             graph.replay()
+    elif scenario == "known_kernel_other_stream":
+        values = torch.empty(4096, dtype=torch.bfloat16, device=device)
+        with torch.cuda.stream(other):
+            values.add_(values)
+    elif scenario in ("new_kernel_same_stream", "new_kernel_other_stream"):
+        values = torch.empty(4096, dtype=torch.float64, device=device)
+        with torch.cuda.stream(instance.stream if scenario == "new_kernel_same_stream" else other):
+            values.cumsum(0)
     elif scenario == "second_instance":
         second = Instance(torch, path, device, shapes)  # noqa: F841 (kept alive while timing)
     torch.cuda.synchronize()
