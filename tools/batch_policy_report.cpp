@@ -1,10 +1,12 @@
 // Prints the batching policies' comparison on the simulated H200 BERT-base cost model (see
 // batch_simulator.h): padding ratio, throughput and queue wait, below capacity and at saturation,
 // for one and two executors. Simulated time: the figures are the same on any host. Run by hand:
-// <build>/tools/batch_policy_report [requests per run, default 40000] [fifo-parity: that table only]
+// <build>/tools/batch_policy_report [requests per run, default 40000]
+//                                   [fifo-parity | lengths: that table only]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "batch_simulator.h"
 
@@ -94,11 +96,67 @@ void PrintFifoParity(int requests, const LengthMix& mix) {
   }
 }
 
+// The default lengths up to 128, then each doubling up to 512 in `steps_per_doubling` equal steps.
+std::vector<int64_t> LengthsWithStepsAbove128(int steps_per_doubling) {
+  std::vector<int64_t> lengths;
+  for (int64_t length : DefaultBucketLengths(512)) {
+    if (length <= 128) lengths.push_back(length);
+  }
+  for (int64_t power = 128; power < 512; power *= 2) {
+    for (int step = 1; step <= steps_per_doubling; ++step) {
+      lengths.push_back(power + power / steps_per_doubling * step);
+    }
+  }
+  return lengths;
+}
+
+// The default lengths against finer and coarser steps for long requests (above 128 tokens), and a
+// larger token budget, in closed loops: finer bins pad less but fill smaller batches, and the
+// comparison says which wins at which load before a device run does.
+void PrintLengthChoices(int requests, const LengthMix& mix) {
+  struct Grid {
+    std::string name;
+    std::vector<int64_t> lengths;
+    int64_t max_batch_tokens;
+  };
+  const std::vector<Grid> grids = {
+      {"default", DefaultBucketLengths(512), kDefaultMaxBatchTokens},
+      {"8 steps per doubling >128", LengthsWithStepsAbove128(8), kDefaultMaxBatchTokens},
+      {"2 steps per doubling >128", LengthsWithStepsAbove128(2), kDefaultMaxBatchTokens},
+      {"default, 24576 tokens", DefaultBucketLengths(512), 24576},
+  };
+  std::printf(
+      "\nLengths for long requests: the planner, 1 executor, closed loops; the default lengths "
+      "take 4 steps per doubling above 128.\n\n");
+  std::printf("| %-7s | %-25s | %7s | %11s | %7s | %6s | %7s | %7s |\n", "clients", "grid", "buckets",
+              "real ktok/s", "padding", "rows/b", "p50 us", "p99 us");
+  std::printf("|---------|---------------------------|---------|-------------|---------|--------|---------|---------|\n");
+  for (int clients : {8, 64, 512, 2048}) {
+    for (const Grid& grid : grids) {
+      SimulationConfig config = Config(kContenders[0], 1);
+      config.spec.bucket_lengths = grid.lengths;
+      config.spec.max_batch_tokens = grid.max_batch_tokens;
+      config.spec.bucket_batch_sizes = DefaultBucketBatchSizes(
+          config.spec.max_batch_size, grid.max_batch_tokens, grid.lengths.front());
+      const SimulationResult r = SimulateClosedLoop(config, clients, requests, mix, kSeed);
+      std::printf("| %7d | %-25s | %7zu | %11.1f | %7.3f | %6.1f | %7lld | %7lld |\n", clients,
+                  grid.name.c_str(), config.spec.Buckets().size(), r.real_tokens_per_second() / 1e3,
+                  r.padding_ratio(), r.mean_batch_rows(),
+                  static_cast<long long>(r.latency_percentile_us(50)),
+                  static_cast<long long>(r.latency_percentile_us(99)));
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   const int requests = argc > 1 ? std::atoi(argv[1]) : 40000;
   const LengthMix mix;  // log-normal, median 48, sigma 0.8, clipped to [8, 512]
   if (argc > 2 && std::string(argv[2]) == "fifo-parity") {
     PrintFifoParity(requests, mix);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "lengths") {
+    PrintLengthChoices(requests, mix);
     return 0;
   }
   const ModelSpec grid = EncoderSpec(EncoderGrid::kTokenBudget);
@@ -141,6 +199,7 @@ int Main(int argc, char** argv) {
     }
   }
   PrintFifoParity(requests, mix);
+  PrintLengthChoices(requests, mix);
   return 0;
 }
 
