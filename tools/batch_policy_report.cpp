@@ -2,7 +2,9 @@
 // batch_simulator.h): padding ratio, throughput and queue wait, below capacity and at saturation,
 // for one and two executors. Simulated time: the figures are the same on any host. Run by hand:
 // <build>/tools/batch_policy_report [requests per run, default 40000]
-//                                   [fifo-parity | lengths: that table only]
+//                                   [fifo-parity | grids [MEASURED_BUCKETS]: that table only]
+// MEASURED_BUCKETS: replay times measured on a device ("BATCHxLENGTH US" lines), the cost model of
+// the grids table instead of the fitted one (MeasuredCostModel, batch_simulator.h).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -110,34 +112,49 @@ std::vector<int64_t> LengthsWithStepsAbove128(int steps_per_doubling) {
   return lengths;
 }
 
-// The default lengths against finer and coarser steps for long requests (above 128 tokens), and a
-// larger token budget, in closed loops: finer bins pad less but fill smaller batches, and the
-// comparison says which wins at which load before a device run does.
-void PrintLengthChoices(int requests, const LengthMix& mix) {
+// The default grid against finer and coarser steps for long requests (above 128 tokens), batch
+// sizes in steps of 1.5 (everywhere, or from 32 rows up) and a larger token budget, in closed
+// loops: finer bins pad less but fill smaller batches, and the comparison says which wins at which
+// load before a device run does.
+void PrintGridChoices(int requests, const LengthMix& mix, const CostModel& cost, const char* cost_name) {
   struct Grid {
     std::string name;
     std::vector<int64_t> lengths;
+    std::vector<int64_t> batch_sizes;  // empty: the default for the token budget
     int64_t max_batch_tokens;
   };
+  const std::vector<int64_t> default_lengths = DefaultBucketLengths(512);
   const std::vector<Grid> grids = {
-      {"default", DefaultBucketLengths(512), kDefaultMaxBatchTokens},
-      {"8 steps per doubling >128", LengthsWithStepsAbove128(8), kDefaultMaxBatchTokens},
-      {"2 steps per doubling >128", LengthsWithStepsAbove128(2), kDefaultMaxBatchTokens},
-      {"default, 24576 tokens", DefaultBucketLengths(512), 24576},
+      {"default", default_lengths, {}, kDefaultMaxBatchTokens},
+      {"8 steps per doubling >128", LengthsWithStepsAbove128(8), {}, kDefaultMaxBatchTokens},
+      {"2 steps per doubling >128", LengthsWithStepsAbove128(2), {}, kDefaultMaxBatchTokens},
+      {"batch sizes x1.5",
+       default_lengths,
+       {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512},
+       kDefaultMaxBatchTokens},
+      {"batch sizes x1.5 from 32",
+       default_lengths,
+       {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512},
+       kDefaultMaxBatchTokens},
+      {"24576 tokens", default_lengths, {}, 24576},
   };
   std::printf(
-      "\nLengths for long requests: the planner, 1 executor, closed loops; the default lengths "
-      "take 4 steps per doubling above 128.\n\n");
+      "\nGrids: the planner, 1 executor, closed loops, cost model: %s. The default takes 4 steps "
+      "per doubling above 128 tokens and batch sizes in powers of 2 within 16384 tokens.\n\n",
+      cost_name);
   std::printf("| %-7s | %-25s | %7s | %11s | %7s | %6s | %7s | %7s |\n", "clients", "grid", "buckets",
               "real ktok/s", "padding", "rows/b", "p50 us", "p99 us");
   std::printf("|---------|---------------------------|---------|-------------|---------|--------|---------|---------|\n");
-  for (int clients : {8, 64, 512, 2048}) {
+  for (int clients : {1, 8, 64, 512, 2048}) {
     for (const Grid& grid : grids) {
       SimulationConfig config = Config(kContenders[0], 1);
+      config.cost = cost;
       config.spec.bucket_lengths = grid.lengths;
       config.spec.max_batch_tokens = grid.max_batch_tokens;
-      config.spec.bucket_batch_sizes = DefaultBucketBatchSizes(
-          config.spec.max_batch_size, grid.max_batch_tokens, grid.lengths.front());
+      config.spec.bucket_batch_sizes =
+          !grid.batch_sizes.empty()
+              ? grid.batch_sizes
+              : DefaultBucketBatchSizes(config.spec.max_batch_size, grid.max_batch_tokens, grid.lengths.front());
       const SimulationResult r = SimulateClosedLoop(config, clients, requests, mix, kSeed);
       std::printf("| %7d | %-25s | %7zu | %11.1f | %7.3f | %6.1f | %7lld | %7lld |\n", clients,
                   grid.name.c_str(), config.spec.Buckets().size(), r.real_tokens_per_second() / 1e3,
@@ -155,8 +172,19 @@ int Main(int argc, char** argv) {
     PrintFifoParity(requests, mix);
     return 0;
   }
-  if (argc > 2 && std::string(argv[2]) == "lengths") {
-    PrintLengthChoices(requests, mix);
+  if (argc > 2 && std::string(argv[2]) == "grids") {
+    if (argc > 3) {
+      std::vector<MeasuredBucket> measured;
+      std::string error;
+      if (!ReadMeasuredBuckets(argv[3], &measured, &error)) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 2;
+      }
+      const std::string name = std::string("measured buckets from ") + argv[3];
+      PrintGridChoices(requests, mix, MeasuredCostModel(measured), name.c_str());
+    } else {
+      PrintGridChoices(requests, mix, H200BertBaseUs, "the fitted H200 BERT-base formula");
+    }
     return 0;
   }
   const ModelSpec grid = EncoderSpec(EncoderGrid::kTokenBudget);
@@ -199,7 +227,7 @@ int Main(int argc, char** argv) {
     }
   }
   PrintFifoParity(requests, mix);
-  PrintLengthChoices(requests, mix);
+  PrintGridChoices(requests, mix, H200BertBaseUs, "the fitted H200 BERT-base formula");
   return 0;
 }
 

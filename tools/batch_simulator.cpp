@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <queue>
 #include <random>
+#include <sstream>
 #include <tuple>
 
 namespace graphserve::sim {
@@ -313,6 +315,77 @@ double H200BertBaseUs(int64_t batch, int64_t length) {
   const double elements = static_cast<double>(batch * length);
   return std::max(
       730.0, 610.0 + 0.34932454 * elements + 2.4636587e-4 * elements * static_cast<double>(length));
+}
+
+namespace {
+
+// The cost of `batch` rows at one measured length (batch size -> µs, at least one entry).
+double AtMeasuredLength(const std::map<int64_t, double>& row, int64_t batch) {
+  if (row.size() == 1) {
+    return row.begin()->second * std::max(1.0, static_cast<double>(batch) /
+                                                   static_cast<double>(row.begin()->first));
+  }
+  auto upper = row.lower_bound(batch);
+  if (upper != row.end() && upper->first == batch) return upper->second;
+  if (upper == row.begin()) ++upper;  // below the smallest: the first step's line
+  if (upper == row.end()) --upper;    // beyond the largest: the last step's line
+  const auto lower = std::prev(upper);
+  const double slope = (upper->second - lower->second) / static_cast<double>(upper->first - lower->first);
+  return lower->second + slope * static_cast<double>(batch - lower->first);
+}
+
+}  // namespace
+
+CostModel MeasuredCostModel(const std::vector<MeasuredBucket>& buckets) {
+  auto table = std::make_shared<std::map<int64_t, std::map<int64_t, double>>>();
+  for (const MeasuredBucket& bucket : buckets) (*table)[bucket.length][bucket.batch] = bucket.us;
+  return [table](int64_t batch, int64_t length) {
+    auto upper = table->lower_bound(length);
+    if (upper != table->end() && upper->first == length) return AtMeasuredLength(upper->second, batch);
+    if (upper == table->begin()) return AtMeasuredLength(upper->second, batch);
+    if (upper == table->end()) {
+      if (table->size() == 1) return AtMeasuredLength(table->begin()->second, batch);
+      --upper;
+    }
+    const auto lower = std::prev(upper);
+    const double low = AtMeasuredLength(lower->second, batch);
+    const double high = AtMeasuredLength(upper->second, batch);
+    return low + (high - low) * static_cast<double>(length - lower->first) /
+                     static_cast<double>(upper->first - lower->first);
+  };
+}
+
+bool ReadMeasuredBuckets(const std::string& path, std::vector<MeasuredBucket>* buckets,
+                         std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = "cannot read " + path;
+    return false;
+  }
+  buckets->clear();
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream fields(line);
+    std::string shape;
+    if (!(fields >> shape)) continue;
+    MeasuredBucket bucket;
+    char separator = 0;
+    std::istringstream dims(shape);
+    std::string rest;
+    if (!(dims >> bucket.batch >> separator >> bucket.length) || separator != 'x' || (dims >> rest) ||
+        !(fields >> bucket.us) || (fields >> rest) || bucket.batch < 1 || bucket.length < 1 ||
+        !(bucket.us > 0)) {
+      *error = path + ":" + std::to_string(number) + ": expected BATCHxLENGTH MICROSECONDS";
+      return false;
+    }
+    buckets->push_back(bucket);
+  }
+  if (buckets->empty()) {
+    *error = path + ": no bucket";
+    return false;
+  }
+  return true;
 }
 
 std::vector<Arrival> PoissonArrivals(double per_second, int count, const LengthMix& mix,

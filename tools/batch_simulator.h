@@ -39,6 +39,29 @@ using CostModel = std::function<double(int64_t batch, int64_t length)>;
 // three.
 double H200BertBaseUs(int64_t batch, int64_t length);
 
+// One bucket's replay time as measured on a device (graphserve-bucket-bench, the e2e benchmark's
+// ceiling, or the log's capture-time line).
+struct MeasuredBucket {
+  int64_t batch = 0;
+  int64_t length = 0;
+  double us = 0;
+};
+
+// Measured buckets as a cost model, for grids with buckets that were not measured: a measured bucket
+// costs what it measured; at a measured length, a batch between two measured batch sizes is
+// interpolated linearly in rows, and one beyond the largest is extrapolated from the largest two
+// (cost keeps growing at the last measured step's rate, which overstates it where larger batches
+// grow more efficient); a length between two measured lengths is interpolated linearly between
+// them, one beyond the longest extrapolated from the longest two, one below the shortest costs
+// what the shortest does. A length with one measured batch size scales it in proportion to rows.
+// `buckets` must not be empty.
+CostModel MeasuredCostModel(const std::vector<MeasuredBucket>& buckets);
+
+// Reads "BATCHxLENGTH MICROSECONDS" lines ('#' starts a comment, blank lines are skipped). False,
+// with `error` naming the line, on anything else or on no bucket at all.
+bool ReadMeasuredBuckets(const std::string& path, std::vector<MeasuredBucket>* buckets,
+                         std::string* error);
+
 // Request lengths: log-normal with this median and σ (of the log), rounded, clipped to [min, max].
 // The default is the skewed mix.
 struct LengthMix {

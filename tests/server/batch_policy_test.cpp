@@ -4,7 +4,12 @@
 // under scripted mixes that try to starve a bin.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -302,6 +307,50 @@ TEST(BatchPolicyTest, NeverWorseThanFifoFromOneClientToSaturation) {
         << f.real_tokens_per_second() << " tok/s, p50 " << f.latency_percentile_us(50)
         << " us, p99 " << f.latency_percentile_us(99) << " us";
   }
+}
+
+TEST(MeasuredCostModelTest, MeasuredBucketsAndWhatLiesBetweenAndBeyond) {
+  const CostModel cost = MeasuredCostModel({{1, 16, 600}, {4, 16, 700}, {8, 16, 900},  //
+                                            {1, 64, 650}, {4, 64, 1000}});
+  EXPECT_DOUBLE_EQ(cost(4, 16), 700);                    // measured
+  EXPECT_DOUBLE_EQ(cost(6, 16), 800);                    // between 4 and 8 rows
+  EXPECT_DOUBLE_EQ(cost(16, 16), 1300);                  // beyond 8 rows: the last step's rate
+  EXPECT_DOUBLE_EQ(cost(4, 40), (700.0 + 1000.0) / 2);   // halfway between lengths 16 and 64
+  EXPECT_DOUBLE_EQ(cost(4, 8), 700);                     // below the shortest length
+  EXPECT_DOUBLE_EQ(cost(4, 112), 1000 + (1000 - 700));   // beyond the longest: its step's rate
+  const CostModel single = MeasuredCostModel({{2, 32, 500}});
+  EXPECT_DOUBLE_EQ(single(8, 32), 2000);  // one batch size: in proportion to rows
+  EXPECT_DOUBLE_EQ(single(1, 32), 500);   // never below what was measured
+}
+
+TEST(MeasuredCostModelTest, ReadsBucketLinesAndNamesABadOne) {
+  char dir[] = "/tmp/graphserve_batch_policy_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/buckets.txt";
+  auto write = [&](const char* text) {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+  };
+  std::vector<MeasuredBucket> buckets;
+  std::string error;
+  write("# measured\n1x8 620.5\n\n32x512 8250  # the largest\n");
+  ASSERT_TRUE(ReadMeasuredBuckets(path, &buckets, &error)) << error;
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[1].batch, 32);
+  EXPECT_EQ(buckets[1].length, 512);
+  EXPECT_DOUBLE_EQ(buckets[1].us, 8250);
+  for (const char* bad : {"1x8 620\n32*512 8250\n", "1x8\n", "1x8 620 7\n", "0x8 620\n", "1x8 -3\n",
+                          "# nothing\n"}) {
+    write(bad);
+    EXPECT_FALSE(ReadMeasuredBuckets(path, &buckets, &error)) << bad;
+    EXPECT_NE(error.find(path), std::string::npos) << error;
+  }
+  write("1x8 620\n32*512 8250\n");
+  ASSERT_FALSE(ReadMeasuredBuckets(path, &buckets, &error));
+  EXPECT_NE(error.find(":2:"), std::string::npos) << error;
+  EXPECT_FALSE(ReadMeasuredBuckets(std::string(dir) + "/missing.txt", &buckets, &error));
+  std::remove(path.c_str());
+  rmdir(dir);
 }
 
 }  // namespace
