@@ -98,7 +98,8 @@ void PrintFifoParity(int requests, const LengthMix& mix) {
   }
 }
 
-// The default lengths up to 128, then each doubling up to 512 in `steps_per_doubling` equal steps.
+// The default lengths up to 128, then each doubling up to 512 in `steps_per_doubling` equal steps:
+// DefaultBucketLengths' rule (4 steps) with the step count varied, for the comparison only.
 std::vector<int64_t> LengthsWithStepsAbove128(int steps_per_doubling) {
   std::vector<int64_t> lengths;
   for (int64_t length : DefaultBucketLengths(512)) {

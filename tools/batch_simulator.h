@@ -54,7 +54,11 @@ struct MeasuredBucket {
 // grow more efficient); a length between two measured lengths is interpolated linearly between
 // them, one beyond the longest extrapolated from the longest two, one below the shortest costs
 // what the shortest does. A length with one measured batch size scales it in proportion to rows.
-// `buckets` must not be empty.
+// `buckets` must not be empty. Not plan-grid's planner::CostModel (client/grid_planner.h), which
+// prices every unmeasured bucket from one fitted c0 + c1·bL + c2·bL²: on the H200's BERT-base table
+// that fit misses measured buckets by up to 39% (512x8) and prices a 384x40 batch 9% below the line
+// through its measured neighbours: batch sizes in steps of 1.5 would gain 4.5% at 2,048 clients
+// on it against 1.5% here.
 CostModel MeasuredCostModel(const std::vector<MeasuredBucket>& buckets);
 
 // Reads "BATCHxLENGTH MICROSECONDS" lines ('#' starts a comment, blank lines are skipped). False,
