@@ -24,6 +24,23 @@ using google::protobuf::Reflection;
 // Bodies come from clients: a string that is not UTF-8 must not make the answer fail.
 std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// A client's value quoted in an error message: scalars as written (cut short), containers by kind
+// only. dump() recurses, and an array nested 100,000 deep overflowed the handler thread's stack.
+std::string Describe(const json& value) {
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  constexpr size_t kMaxQuoted = 40;
+  std::string text = Dump(value);
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return text;
+}
+
+std::string DimsText(const std::vector<int64_t>& dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
 std::string Quoted(const std::string& key) { return "['" + key + "']"; }
 
 Status ParseJson(std::string_view text, json* document) {
@@ -113,7 +130,7 @@ Status AppendData(const json& data, DataType dtype, const std::string& field, in
     return Status::Ok();
   }
   if (!AppendElement(data, dtype, out)) {
-    return InvalidArgument(field + ": element " + std::to_string(*count) + " (" + Dump(data) +
+    return InvalidArgument(field + ": element " + std::to_string(*count) + " (" + Describe(data) +
                            ") is not a " + DataTypeName(dtype) + " value");
   }
   ++*count;
@@ -129,14 +146,16 @@ Status ShapeElements(const json& shape, const std::string& field, std::vector<in
   *elements = 1;
   for (const json& dim : shape) {
     if (!dim.is_number_integer() || (!dim.is_number_unsigned() && dim.get<int64_t>() < 0)) {
-      return InvalidArgument(field + ": dimensions must be non-negative integers, got " + Dump(dim));
+      return InvalidArgument(field + ": dimensions must be non-negative integers, got " + Describe(dim));
     }
     const int64_t value = dim.is_number_unsigned() && dim.get<uint64_t>() > uint64_t(kMaxElements)
                               ? kMaxElements + 1
                               : dim.get<int64_t>();
     dims->push_back(value);
+  }
+  for (const int64_t value : *dims) {
     if (value != 0 && *elements > kMaxElements / value) {
-      return InvalidArgument(field + ": " + Dump(shape) + " has too many elements");
+      return InvalidArgument(field + ": " + DimsText(*dims) + " has too many elements");
     }
     *elements *= value;
   }

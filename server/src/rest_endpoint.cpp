@@ -1,6 +1,7 @@
 #include "graphserve/server/rest_endpoint.h"
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <optional>
@@ -63,6 +64,17 @@ struct Rpc {
   }
 };
 
+// Path segments become proto3 string fields, which must be UTF-8: a "%FF" in a model name made
+// protobuf fail the call with a 500 and an empty message. nlohmann's strict dump checks it.
+bool IsUtf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 // "/v2/models/m/versions/3/infer" → {"v2", "models", "m", "versions", "3", "infer"}.
 std::vector<std::string_view> PathSegments(std::string_view path) {
   std::vector<std::string_view> segments;
@@ -104,6 +116,10 @@ struct RestApi {
   void Handle(const HttpRequest& http, HttpReply reply) {
     if (stopping.load()) {
       reply.Send(Error(503, "the server is shutting down"));
+      return;
+    }
+    if (!IsUtf8(http.path)) {
+      reply.Send(Error(400, "path: not valid UTF-8 once its %-escapes are decoded"));
       return;
     }
     const std::vector<std::string_view> path = PathSegments(http.path);

@@ -104,6 +104,22 @@ TEST(RestCodecTest, ParametersGraphserveDoesNotConsumeArePassedOnForGrpcToJudge)
   EXPECT_TRUE(format.IsBinary("o2"));
 }
 
+// A value quoted in a refusal is described, not dumped: dumping recurses, and 100,000 brackets in
+// one ~200 KB body overflowed the handler thread's stack and killed the server.
+TEST(RestCodecTest, DeeplyNestedValuesAreRefusedWithoutQuotingThem) {
+  const int depth = 100000;
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [)" + nested + "]}]}"),
+            "inputs[0].shape: dimensions must be non-negative integers, got an array");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [{"x": )" + nested +
+                    "}]}]}"),
+            "inputs[0].data: element 0 (an object) is not a INT64 value");
+  const std::string long_string(1000, 'x');
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [")" + long_string +
+                    "\"]}]}"),
+            "inputs[0].data: element 0 (\"" + std::string(39, 'x') + "...) is not a INT64 value");
+}
+
 TEST(RestCodecTest, EveryMalformedRequestIsRefusedNamingTheField) {
   EXPECT_EQ(Refusal("{\"inputs\": [}"), "body: not valid JSON (at byte 13)");
   EXPECT_EQ(Refusal("[1]"), "body: expected a JSON object");

@@ -96,6 +96,10 @@ class CurlTest(server_fixture.ServerTestCase):
     def test_mistakes_get_a_json_error_and_the_right_status(self):
         infer = f"/v2/models/{MODEL}/infer"
         good_input = {"name": "attention_mask", "datatype": "INT64", "shape": [1, 2], "data": [1, 1]}
+        # Nested 100,000 deep: quoting it in the message once overflowed the handler's stack.
+        deep = self.scratch / "deep.json"
+        deep.write_text('{"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": ['
+                        + "[" * 100000 + "]" * 100000 + "]}]}")
         cases = [
             (infer, ["-d", "{not json"], 400, "body: not valid JSON"),
             (infer, ["-d", json.dumps({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 3],
@@ -108,6 +112,10 @@ class CurlTest(server_fixture.ServerTestCase):
             ("/v2/models/no_such_model", [], 404, "no_such_model"),
             (infer, [], 405, "POST"),
             ("/v2/nowhere", [], 404, "unknown path '/v2/nowhere'"),
+            (infer, ["--data-binary", f"@{deep}"], 400,
+             "inputs[0].shape: dimensions must be non-negative integers, got an array"),
+            ("/v2/models/%FF/infer", ["-d", "{}"], 400, "path: not valid UTF-8"),
+            ("/v2/models/%FF", [], 400, "path: not valid UTF-8"),
             ("/metrics", [], 404, "/v2"),
         ]
         for path, args, want_status, fragment in cases:
