@@ -137,6 +137,12 @@ int main(int argc, char** argv) {
     std::unique_ptr<graphserve::TokenAuthenticator> tokens;
     status = graphserve::TokenAuthenticator::Create(options.auth, nullptr, &tokens);
   }
+  if (status.ok() && options.auth.enabled() && !options.tls.enabled()) {
+    // A token sent in plaintext can be read on the way, and gRPC 1.51 checks metadata only on TLS
+    // credentials (on plaintext it aborted the process at start-up).
+    status = graphserve::InvalidArgument(
+        "--auth-token-file and GRAPHSERVE_AUTH_TOKEN need TLS: --tls-cert-file and --tls-key-file");
+  }
   if (status.ok() && options.metrics_plaintext && !options.tls.enabled()) {
     status = graphserve::InvalidArgument("--metrics-plaintext needs --tls-cert-file");
   }

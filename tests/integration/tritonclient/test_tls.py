@@ -274,6 +274,8 @@ class FlagsTest(unittest.TestCase):
         self.assertIn("--tls-cert-file: cannot read",
                       self.refused("--tls-cert-file", str(folder / "missing"), "--tls-key-file", "/etc/hostname"))
         self.assertIn("holds no token", self.refused("--auth-token-file", str(folder / "empty")))
+        (folder / "token").write_text("a-token\n")
+        self.assertIn("need TLS", self.refused("--auth-token-file", str(folder / "token")))
         env = {key: value for key, value in os.environ.items() if key != "GRAPHSERVE_AUTH_TOKEN"}
         self.assertIn("--auth-health", self.refused("--auth-health", env=env))
 
