@@ -355,42 +355,74 @@ Status ModelScheduler::ForClient(const Status& failure, uint64_t error_id) const
 void ModelScheduler::IsolateFailures(Executor* executor, const BucketShape& padded_shape,
                                      const std::vector<std::shared_ptr<PendingRequest>>& requests,
                                      std::vector<Status>* statuses, BatchOutputs* outputs) {
-  // Halving finds one culprit in about 2·log2(n) reruns; a device that fails everything (a lost
-  // GPU) would take 2n, so the reruns are bounded and what is left untried gets the batch's failure.
-  int reruns_left = 8;
-  for (size_t n = requests.size(); n > 1; n /= 2) reruns_left += 2;
-  // [begin, end) ranges of requests, each known to fail as one group.
-  std::vector<std::pair<size_t, size_t>> failing{{0, requests.size()}};
+  // Halving finds one culprit in about 2·log2(n) reruns, and each culprit found earns that many
+  // more, so that several bad requests in one batch cost their batch mates nothing. What fails
+  // everything (a faulted device, a model that fails every input) would take 2n reruns: once the
+  // first culprit is found without any rerun having passed (every range tried held a failure: all
+  // fail, or nearly), what is left fails together.
+  int per_culprit = 2;
+  for (size_t n = requests.size(); n > 1; n /= 2) per_culprit += 2;
+  int reruns_left = 8 + per_culprit;
+  size_t culprits = 0;
+  size_t passes = 0;
+  // Ranges [begin, end) known to hold a failure: either they failed when run, or their sibling
+  // passed (a failure follows a request, not its batch mates). `ran` says whether this range failed
+  // as run: one request is blamed only after failing alone.
+  struct Failing {
+    size_t begin, end;
+    bool ran;
+  };
+  std::vector<Failing> failing{{0, requests.size(), true}};
+  // Runs [begin, end) as one batch; their statuses and outputs take its outcome.
+  const auto rerun = [&](size_t begin, size_t end) {
+    --reruns_left;
+    Batch part;
+    part.padded_shape = padded_shape;  // fewer rows than the bucket holds is an ordinary batch
+    for (size_t i = begin; i < end; ++i) part.items.push_back(&requests[i]->item);
+    std::unique_ptr<LaunchedBatch> launched;
+    BatchOutputs part_outputs;
+    Status status = executor->Launch(part, &launched);
+    if (status.ok()) status = executor->Complete(std::move(launched), &part_outputs);
+    if (status.ok() && part_outputs.size() != end - begin) {
+      status = Internal("executor returned " + std::to_string(part_outputs.size()) + " results for " +
+                        std::to_string(end - begin) + " requests");
+    }
+    for (size_t i = begin; i < end; ++i) {
+      (*statuses)[i] = status;
+      if (status.ok()) (*outputs)[i] = std::move(part_outputs[i - begin]);
+    }
+    if (status.ok()) ++passes;
+    return status.ok();
+  };
+  const auto fail = [&](size_t begin, size_t end, const char* how) {
+    const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
+    spdlog::error("model '{}' on {}: {} request(s) fail{} (error {}): {}", spec_.name, executor->device(),
+                  end - begin, how, error_id, (*statuses)[begin].ToString());
+    for (size_t i = begin; i < end; ++i) (*statuses)[i] = ForClient((*statuses)[i], error_id);
+  };
   while (!failing.empty()) {
-    const auto [begin, end] = failing.back();
+    const Failing group = failing.back();
     failing.pop_back();
-    if (end - begin == 1 || reruns_left <= 0) {
-      const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
-      spdlog::error("model '{}' on {}: {} request(s) fail{} (error {}): {}", spec_.name, executor->device(),
-                    end - begin, end - begin == 1 ? "s alone" : " together, reruns exhausted", error_id,
-                    (*statuses)[begin].ToString());
-      for (size_t i = begin; i < end; ++i) (*statuses)[i] = ForClient((*statuses)[i], error_id);
+    if (group.end - group.begin == 1 && group.ran) {
+      fail(group.begin, group.end, "s alone");
+      ++culprits;
+      reruns_left += per_culprit;
       continue;
     }
-    const size_t middle = begin + (end - begin) / 2;
-    for (const auto& [part_begin, part_end] : {std::pair{middle, end}, std::pair{begin, middle}}) {
-      --reruns_left;
-      Batch part;
-      part.padded_shape = padded_shape;  // fewer rows than the bucket holds is an ordinary batch
-      for (size_t i = part_begin; i < part_end; ++i) part.items.push_back(&requests[i]->item);
-      std::unique_ptr<LaunchedBatch> launched;
-      BatchOutputs part_outputs;
-      Status status = executor->Launch(part, &launched);
-      if (status.ok()) status = executor->Complete(std::move(launched), &part_outputs);
-      if (status.ok() && part_outputs.size() != part_end - part_begin) {
-        status = Internal("executor returned " + std::to_string(part_outputs.size()) + " results for " +
-                          std::to_string(part_end - part_begin) + " requests");
-      }
-      for (size_t i = part_begin; i < part_end; ++i) {
-        (*statuses)[i] = status;
-        if (status.ok()) (*outputs)[i] = std::move(part_outputs[i - part_begin]);
-      }
-      if (!status.ok()) failing.emplace_back(part_begin, part_end);
+    if (reruns_left <= 0 || (culprits > 0 && passes == 0)) {
+      fail(group.begin, group.end, " together, reruns stopped");
+      continue;
+    }
+    if (group.end - group.begin == 1) {  // inferred: its failure is confirmed alone, or it passes
+      if (!rerun(group.begin, group.end)) failing.push_back({group.begin, group.end, true});
+      continue;
+    }
+    const size_t middle = group.begin + (group.end - group.begin) / 2;
+    if (rerun(group.begin, middle)) {
+      failing.push_back({middle, group.end, false});
+    } else {
+      failing.push_back({group.begin, middle, true});
+      if (!rerun(middle, group.end)) failing.push_back({middle, group.end, true});
     }
   }
 }

@@ -29,6 +29,7 @@ namespace {
 using std::chrono::seconds;
 using scheduler_test::MakeRequest;
 using scheduler_test::Options;
+using scheduler_test::StaircaseTestSpec;
 using scheduler_test::TaggedTensor;
 using scheduler_test::TestSpec;
 
@@ -56,7 +57,7 @@ class FakeExecutor : public Executor {
     Status error;
     // A batch holding an item whose input carries this tag fails with `poison_error`, as a token id
     // beyond an embedding table fails every batch it rides in.
-    std::optional<int64_t> poison_tag;
+    std::set<int64_t> poison_tags;
     Status poison_error;
     BatchStageTimes stage_times;  // what every batch reports, where the scheduler asks
     // When set, every batch advances it by execute_us, as if it took that long.
@@ -88,7 +89,7 @@ class FakeExecutor : public Executor {
     for (const InferenceItem* item : batch.items) {
       int64_t tag = 0;
       std::memcpy(&tag, item->inputs.at(0).bytes.data(), sizeof(tag));
-      if (shared_->poison_tag == tag) return shared_->poison_error;
+      if (shared_->poison_tags.count(tag) > 0) return shared_->poison_error;
     }
     outputs->clear();
     for (const InferenceItem* item : batch.items) outputs->push_back({item->inputs.at(0)});
@@ -123,7 +124,7 @@ class ModelSchedulerTest : public ::testing::Test {
     for (int i = 0; i < executors; ++i) {
       list.push_back(std::make_unique<FakeExecutor>(shared_, i, std::vector<BucketInfo>{}, device));
     }
-    scheduler_ = std::make_unique<ModelScheduler>(TestSpec(), options, std::move(list),
+    scheduler_ = std::make_unique<ModelScheduler>(spec_, options, std::move(list),
                                                   clock != nullptr ? clock : &clock_);
   }
 
@@ -138,6 +139,17 @@ class ModelSchedulerTest : public ::testing::Test {
       promise->set_value(Outcome{status, std::move(outputs), timing});
     };
     return request;
+  }
+
+  // 128 one-row requests of bin 16 (tags 0..127), run as one StaircaseTestSpec batch: not started,
+  // so Stop runs the queue on this thread.
+  std::vector<std::future<Outcome>> RunOneBatchOf128() {
+    std::vector<std::future<Outcome>> outcomes(128);
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      EXPECT_TRUE(scheduler_->Enqueue(Request(1, 10, static_cast<int64_t>(i), &outcomes[i])).ok());
+    }
+    scheduler_->Stop();
+    return outcomes;
   }
 
   void Hold() {
@@ -195,6 +207,7 @@ class ModelSchedulerTest : public ::testing::Test {
 
   FakeClock clock_;
   std::shared_ptr<FakeExecutor::Shared> shared_ = std::make_shared<FakeExecutor::Shared>();
+  ModelSpec spec_ = TestSpec();  // MakeScheduler's
   std::unique_ptr<ModelScheduler> scheduler_;
 };
 
@@ -717,7 +730,7 @@ TEST_F(ModelSchedulerTest, AnExecutorThatFailsEveryBatchFailsEveryRequestWithout
 }
 
 TEST_F(ModelSchedulerTest, ARequestThatFailsItsBatchFailsAloneAndTheOthersGetTheirResults) {
-  shared_->poison_tag = 5;
+  shared_->poison_tags = {5};
   shared_->poison_error = InvalidArgument("index 40000 is out of bounds; see /srv/models/bert/code.py");
   MakeScheduler(Options(10'000'000));
   // Four one-row requests of bin 16 make one batch; the third is the culprit.
@@ -743,11 +756,51 @@ TEST_F(ModelSchedulerTest, ARequestThatFailsItsBatchFailsAloneAndTheOthersGetThe
     ASSERT_EQ(result.outputs.size(), 1u);
     EXPECT_EQ(result.outputs[0].bytes, TaggedTensor(1, 10, tags[i]).bytes) << "request " << i;
   }
-  // The batch of four, its halves, the failing half's halves.
+  // The batch of four, its first half (which passes, so the culprit is in the second), that half's
+  // halves.
   const std::vector<RecordedBatch> batches = Batches();
-  ASSERT_EQ(batches.size(), 5u);
+  ASSERT_EQ(batches.size(), 4u);
   EXPECT_EQ(batches[0].rows.size(), 4u);
   for (const RecordedBatch& rerun : batches) EXPECT_EQ(rerun.padded_shape, batches[0].padded_shape);
+}
+
+// The budget of reruns grows with each culprit found: with a fixed one, three bad requests in a
+// batch of 128 failed 64 good ones with them.
+TEST_F(ModelSchedulerTest, SeveralRequestsThatFailTheirBatchFailAloneAndTheOthersGetTheirResults) {
+  shared_->poison_tags = {3, 40, 77, 100};
+  shared_->poison_error = InvalidArgument("index out of range");
+  spec_ = StaircaseTestSpec();
+  MakeScheduler(Options(10'000'000));
+  std::vector<std::future<Outcome>> outcomes = RunOneBatchOf128();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(Ready(outcomes[i]));
+    const Outcome result = outcomes[i].get();
+    if (shared_->poison_tags.count(static_cast<int64_t>(i)) > 0) {
+      EXPECT_EQ(result.status.code(), StatusCode::kInvalidArgument) << "request " << i;
+    } else {
+      ASSERT_TRUE(result.status.ok()) << "request " << i << ": " << result.status.ToString();
+      EXPECT_EQ(result.outputs.at(0).bytes, TaggedTensor(1, 10, static_cast<int64_t>(i)).bytes);
+    }
+  }
+  const std::vector<RecordedBatch> batches = Batches();
+  EXPECT_EQ(batches.at(0).rows.size(), 128u);
+  // About 2·log2(128) reruns per culprit, fewer where their searches share ranges.
+  EXPECT_LE(batches.size(), 1u + 4 * 14);
+}
+
+// Where everything fails (a broken model), the search stops once the first culprit is found
+// without any rerun having passed: a dozen reruns, not 2n.
+TEST_F(ModelSchedulerTest, ABatchWhereEveryRequestFailsStopsRerunningAfterTheFirstCulprit) {
+  shared_->error = Internal("model broken");
+  spec_ = StaircaseTestSpec();
+  MakeScheduler(Options(10'000'000));
+  std::vector<std::future<Outcome>> outcomes = RunOneBatchOf128();
+  for (auto& outcome : outcomes) {
+    ASSERT_TRUE(Ready(outcome));
+    EXPECT_EQ(outcome.get().status.code(), StatusCode::kInternal);
+  }
+  // The batch, then two halves at each of log2(128) = 7 levels down to the first culprit.
+  EXPECT_EQ(Batches().size(), 1u + 2 * 7);
 }
 
 TEST_F(ModelSchedulerTest, RideAlongsAreCountedAndGetTheirOwnRowsBack) {
