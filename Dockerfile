@@ -2,7 +2,7 @@
 # pinned PyTorch wheel (deploy/toolchain.env) and the CUDA-graph executor compiled in:
 #   docker build -t graphserve:cuda .                        CUDA: Ubuntu 24.04 with the CUDA toolkit
 #   docker build --build-arg VARIANT=cpu -t graphserve:cpu . CPU: Debian 12 (CUDA's compiler from PyPI)
-#   docker run --gpus all -p 8000:8000 -p 8001:8001 -p 8002:8002 graphserve:cuda
+#   docker run --gpus all -p 8000:8000 -p 8001:8001 -p 127.0.0.1:8002:8002 graphserve:cuda
 # Both build stages run the same install and build scripts as the README and CI (.ci/run), and each
 # runtime stage installs only the packages whose shared libraries the binaries load.
 # --build-arg PIP_INDEX_URL=... points pip at another index; empty uses pip's default.
@@ -53,9 +53,14 @@ USER graphserve
 # default ports (server.h), Triton's numbers.
 EXPOSE 8000 8001 8002
 VOLUME ["/models"]
-# ServerLive and ServerReady; the start period covers model warm-up and CUDA graph capture.
+# ServerLive and ServerReady; the start period covers model warm-up and CUDA graph capture. Shell form,
+# so that the variables expand when the check runs (exec: Docker's timeout then kills the probe itself):
+# GRAPHSERVE_HEALTH_ADDRESS for another --grpc-address, GRAPHSERVE_HEALTH_ARGS (split on spaces) for TLS
+# or --auth-health, e.g. "--tls-ca-file /tls/ca.pem --auth-token-file /run/secrets/token". Unset: the
+# plaintext probe of 127.0.0.1:8001.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=300s \
-  CMD ["graphserve-cli", "health", "--address", "127.0.0.1:8001", "--timeout-ms", "3000"]
+  CMD exec graphserve-cli health --address "${GRAPHSERVE_HEALTH_ADDRESS:-127.0.0.1:8001}" --timeout-ms 3000 \
+      ${GRAPHSERVE_HEALTH_ARGS:-}
 # An empty /models volume serves the built-in encoder; extra arguments go to graphserve. exec: the
 # server is PID 1 and gets `docker stop`'s SIGTERM itself, and drains (--drain-timeout-s).
 ENTRYPOINT ["/bin/sh", "-c", "if [ -n \"$(ls -A /models 2>/dev/null)\" ]; then exec graphserve --model-repository /models \"$@\"; else exec graphserve \"$@\"; fi", "graphserve"]

@@ -23,6 +23,7 @@ GRPC_PORT=${GRPC_PORT:-18001}
 METRICS_PORT=${METRICS_PORT:-18002}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/deploy/bookworm-rootfs.sh"
+. "$repo/deploy/toolchain.env"  # GRAPHSERVE_VENV, for pip's configuration below
 say() { echo "docker-cpu-image: $*"; }
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -92,7 +93,14 @@ make_base debian:bookworm-slim
 # pip in the build uses this machine's CA bundle where its pip configuration names one (a TLS proxy
 # that re-signs certificates): copied into the build context, ignored by git.
 build_args=(--build-arg VARIANT=cpu)
-pip_cert=${PIP_CERT:-$(python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$/\1/p" | head -n1)}
+# Debian 12's python3 has no pip (deploy/install-deps.sh installs none): then the project's venv, which
+# reads the same configuration files; with neither the cert stays empty. Without `|| true` the failing
+# pipe would end the script silently (set -e, pipefail).
+pip_config_list() {
+  python3 -m pip config list 2>/dev/null \
+    || "$GRAPHSERVE_VENV/bin/python3" -m pip config list 2>/dev/null || true
+}
+pip_cert=${PIP_CERT:-$(pip_config_list | sed -n "s/^global\.cert='\(.*\)'$/\1/p" | head -n1)}
 if [[ -n $pip_cert && -f $pip_cert ]]; then
   cp "$pip_cert" "$repo/.pip-cert.pem"
   build_args+=(--build-arg PIP_CERT=/src/.pip-cert.pem)

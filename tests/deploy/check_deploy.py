@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 import subprocess
+import tempfile
 import unittest
 
 import yaml
@@ -133,11 +134,27 @@ class DockerfileTest(unittest.TestCase):
                          sorted([HTTP_PORT, GRPC_PORT, METRICS_PORT]))
         self.assertIn('VOLUME ["/models"]', runtime)
         self.assertIn("--model-repository /models", runtime)
-        health = re.search(r"(?m)^HEALTHCHECK .*CMD (\[.*\])$", re.sub(r"\\\n", " ", runtime))
-        self.assertIsNotNone(health)
-        command = yaml.safe_load(health.group(1))
+        # Unset, the probe is plaintext gRPC on the default port; the variables reach graphserve-cli.
+        command = self.health_probe(runtime)
         self.assertEqual(command[:2], ["graphserve-cli", "health"])
         self.assertTrue(flag_value(command, "--address").endswith(f":{GRPC_PORT}"))
+        args = ["--tls-ca-file", "/tls/ca.pem", "--auth-token-file", "/run/secrets/token"]
+        command = self.health_probe(runtime, GRAPHSERVE_HEALTH_ADDRESS="localhost:9001",
+                                    GRAPHSERVE_HEALTH_ARGS=" ".join(args))
+        self.assertEqual(flag_value(command, "--address"), "localhost:9001")
+        self.assertEqual(command[-len(args):], args)
+
+    def health_probe(self, runtime, **env):
+        """The HEALTHCHECK's command as the container's /bin/sh expands it with `env` set."""
+        health = re.search(r"(?m)^HEALTHCHECK .*? CMD (?!\[)(.*)$", re.sub(r"\\\n", " ", runtime))
+        self.assertIsNotNone(health, "HEALTHCHECK in the shell form, so that its variables expand")
+        with tempfile.TemporaryDirectory() as stub:
+            cli = pathlib.Path(stub, "graphserve-cli")
+            cli.write_text('#!/bin/sh\nprintf "%s\\n" graphserve-cli "$@"\n')
+            cli.chmod(0o755)
+            result = subprocess.run(["/bin/sh", "-c", health.group(1)], capture_output=True, text=True,
+                                    env={"PATH": f"{stub}:/usr/bin:/bin", **env}, check=True)
+        return result.stdout.splitlines()
 
 
 class ComposeTest(unittest.TestCase):
@@ -153,8 +170,10 @@ class ComposeTest(unittest.TestCase):
         variants = self.graphserve_services()
         self.assertEqual(set(variants), {"graphserve", "graphserve-cpu"})
         for name, service in variants.items():
+            # /metrics on loopback only: Prometheus reaches it over the compose network.
             self.assertEqual(sorted(service["ports"]),
-                             sorted(f"{port}:{port}" for port in (HTTP_PORT, GRPC_PORT, METRICS_PORT)), name)
+                             sorted([f"{HTTP_PORT}:{HTTP_PORT}", f"{GRPC_PORT}:{GRPC_PORT}",
+                                     f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}"]), name)
             for arg in service["command"]:
                 if arg.startswith("--"):
                     self.assertIn(arg, flags, f"{name}: graphserve has no {arg}")
