@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 namespace graphserve {
@@ -28,8 +29,40 @@ constexpr const char* kBuiltinEncoderConfig = R"pb(
   instance_group { count: 1 }
 )pb";
 
-// Collects the text parser's complaints: errors so that the message names the line and column,
-// warnings (the unknown fields it skipped) as findings of their own.
+// Triton's fields that graphserve's schema leaves out but skips with a warning: without them every
+// answer stays the same (warm-up samples, caching, metric labels, placement and scheduling hints).
+// Any other field it lacks is refused: a misspelling (a typo in max_queue_delay_microseconds once
+// loaded as a delay of 0), or a Triton feature graphserve does not serve, whose absence could change
+// what a request means (ensembles, priority queues, custom op libraries, repository agents).
+constexpr std::pair<std::string_view, std::string_view> kSkippedTritonFields[] = {
+    {"ModelConfig", "runtime"},
+    {"ModelConfig", "metric_tags"},
+    {"ModelConfig", "model_warmup"},
+    {"ModelConfig", "response_cache"},
+    {"ModelConfig", "model_metrics"},
+    {"ModelInstanceGroup", "rate_limiter"},
+    {"ModelInstanceGroup", "host_policy"},
+    {"ModelInstanceGroup", "profile"},
+    {"ModelInstanceGroup", "passive"},
+    {"ModelInstanceGroup", "secondary_devices"},
+    {"ModelDynamicBatching", "default_priority_level"},
+    {"ModelOptimizationPolicy", "graph"},
+    {"ModelOptimizationPolicy", "priority"},
+    {"ModelOptimizationPolicy", "input_pinned_memory"},
+    {"ModelOptimizationPolicy", "output_pinned_memory"},
+    {"ModelOptimizationPolicy", "gather_kernel_buffer_threshold"},
+    {"ModelOptimizationPolicy", "eager_batching"},
+    {"ModelOptimizationPolicy.Cuda", "busy_wait_events"},
+    {"ModelOptimizationPolicy.Cuda", "output_copy_stream"},
+};
+
+// Messages declared empty only to be refused as a whole (model_config.proto): what they hold is
+// not looked at.
+constexpr std::string_view kRefusedWholeMessages[] = {"ModelSequenceBatching", "BatchInput", "BatchOutput"};
+
+// Collects the text parser's complaints: errors so that the message names the line and column;
+// unknown fields (which the parser reports as warnings) as warnings when kSkippedTritonFields has
+// them, else as errors.
 class ParseErrors : public google::protobuf::io::ErrorCollector {
  public:
   explicit ParseErrors(std::string origin) : origin_(std::move(origin)) {}
@@ -38,15 +71,47 @@ class ParseErrors : public google::protobuf::io::ErrorCollector {
     errors_ << " line " << line + 1 << ", column " << column + 1 << ": " << message << ";";
   }
   void AddWarning(int line, int column, const std::string& message) override {
-    const bool period = !message.empty() && message.back() == '.';
-    warnings_.push_back(origin_ + " line " + std::to_string(line + 1) + ", column " +
-                        std::to_string(column + 1) + ": " +
-                        message.substr(0, message.size() - (period ? 1 : 0)) + "; ignored");
+    std::string type, field;
+    if (!UnknownField(message, &type, &field)) {
+      warnings_.push_back(origin_ + " line " + std::to_string(line + 1) + ", column " +
+                          std::to_string(column + 1) + ": " + message);
+      return;
+    }
+    // The line only: the parser reports an unknown field's position after its value.
+    const std::string where = " line " + std::to_string(line + 1);
+    if (std::find(std::begin(kRefusedWholeMessages), std::end(kRefusedWholeMessages), type) !=
+        std::end(kRefusedWholeMessages)) {
+      return;
+    }
+    const std::pair<std::string_view, std::string_view> key{type, field};
+    if (std::find(std::begin(kSkippedTritonFields), std::end(kSkippedTritonFields), key) !=
+        std::end(kSkippedTritonFields)) {
+      warnings_.push_back(origin_ + where + ": Triton's " + type + " field \"" + field +
+                          "\" has no use in graphserve; ignored");
+      return;
+    }
+    errors_ << where << ": " << type << " has no field \"" << field
+            << "\" (misspelt, or a Triton setting graphserve does not serve);";
   }
   std::string errors() const { return errors_.str(); }
   const ConfigWarnings& warnings() const { return warnings_; }
 
  private:
+  // protobuf's text parser words it `Message type "inference.X" has no field named "y".`
+  static bool UnknownField(const std::string& message, std::string* type, std::string* field) {
+    constexpr std::string_view kType = "Message type \"inference.";
+    constexpr std::string_view kField = "\" has no field named \"";
+    if (message.rfind(kType, 0) != 0) return false;
+    const size_t type_end = message.find(kField, kType.size());
+    if (type_end == std::string::npos) return false;
+    const size_t field_begin = type_end + kField.size();
+    const size_t field_end = message.find('"', field_begin);
+    if (field_end == std::string::npos) return false;
+    *type = message.substr(kType.size(), type_end - kType.size());
+    *field = message.substr(field_begin, field_end - field_begin);
+    return true;
+  }
+
   const std::string origin_;
   std::ostringstream errors_;
   ConfigWarnings warnings_;
@@ -397,12 +462,11 @@ inference::Precision PrecisionToConfig(Precision precision) {
 Status ParseModelConfig(const std::string& text, const std::string& origin,
                         inference::ModelConfig* config, ConfigWarnings* warnings) {
   google::protobuf::TextFormat::Parser parser;
-  // A Triton config holds many fields graphserve has no use for (model_warmup, response_cache, ...):
-  // skipped with a warning, so that it loads unchanged.
+  // Unknown fields reach ParseErrors, which refuses all but Triton's that graphserve may skip.
   parser.AllowUnknownField(true);
   ParseErrors errors(origin);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(ColonBeforeLists(text), config)) {
+  if (!parser.ParseFromString(ColonBeforeLists(text), config) || !errors.errors().empty()) {
     return InvalidArgument(origin + ": not a valid ModelConfig:" + errors.errors());
   }
   for (const std::string& warning : errors.warnings()) {

@@ -143,6 +143,10 @@ Status CheckHeader(const inference::ModelConfig& config) {
   if (config.has_sequence_batching()) {
     return InvalidArgument("sequence_batching: stateful (sequence) models are not served");
   }
+  if (config.model_transaction_policy().decoupled()) {
+    return InvalidArgument("model_transaction_policy.decoupled: true: graphserve answers each request "
+                           "with exactly one response");
+  }
   if (config.batch_input_size() > 0) {
     return InvalidArgument("batch_input: inputs made by the batcher are not served");
   }

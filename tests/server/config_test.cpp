@@ -362,21 +362,47 @@ TEST(ConfigTest, ParseErrorNamesLine) {
   EXPECT_NE(status.message().find("line 2"), std::string::npos) << status.message();
 }
 
-// Fields outside the schema (the rest of Triton's) are skipped, each named in a warning with its
-// line; only malformed text is an error.
-TEST(ConfigTest, UnknownFieldsAreWarningsNamingThem) {
+// Triton's fields that change no answer are skipped, each named in a warning with its line.
+TEST(ConfigTest, TritonFieldsWithoutUseAreWarningsNamingThem) {
   inference::ModelConfig config;
   ConfigWarnings warnings;
   const Status status = ParseModelConfig(
-      "name: \"x\"\nresponse_cache { enable: true }\ninput { name: \"a\" is_non_linear_format_io: true }\n",
+      "name: \"x\"\nresponse_cache { enable: true }\ninstance_group { count: 1 rate_limiter { } }\n",
       "cfg.pbtxt", &config, &warnings);
   ASSERT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(config.name(), "x");
-  EXPECT_EQ(config.input(0).name(), "a");
+  EXPECT_EQ(config.instance_group(0).count(), 1);
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find("cfg.pbtxt line 2"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[0].find("\"response_cache\""), std::string::npos) << warnings[0];
-  EXPECT_NE(warnings[1].find("\"is_non_linear_format_io\""), std::string::npos) << warnings[1];
+  EXPECT_NE(warnings[1].find("\"rate_limiter\""), std::string::npos) << warnings[1];
+}
+
+// Any other field outside the schema is refused with its line: a misspelt one would otherwise
+// leave its setting at the default (a typo in dynamic_batching loaded as a queue delay of 0), and a
+// Triton feature graphserve does not serve would be dropped.
+TEST(ConfigTest, MisspeltAndUnservedFieldsAreRefusedNamingThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"name: \"x\"\ndynamic_batching { max_queue_delay_microsecond: 100 }\n",
+       "line 2: ModelDynamicBatching has no field \"max_queue_delay_microsecond\""},
+      {"max_sequence_lenght: 64\n", "line 1: ModelConfig has no field \"max_sequence_lenght\""},
+      {"input { name: \"a\" is_non_linear_format_io: true }\n",
+       "ModelInput has no field \"is_non_linear_format_io\""},
+      {"dynamic_batching { priority_queue_policy { key: 1 value { } } }\n",
+       "ModelDynamicBatching has no field \"priority_queue_policy\""},
+      {"ensemble_scheduling { step { model_name: \"a\" } }\n", "ModelConfig has no field \"ensemble_scheduling\""},
+  };
+  for (const auto& [text, expected] : cases) {
+    inference::ModelConfig config;
+    const Status status = ParseModelConfig(text, "cfg.pbtxt", &config, nullptr);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
+  }
+  // What a refused block holds is not looked at: the block's own refusal names it (triton_config).
+  inference::ModelConfig config;
+  EXPECT_TRUE(ParseModelConfig("sequence_batching { max_sequence_idle_microseconds: 1000 }", "cfg", &config,
+                               nullptr).ok());
+  EXPECT_TRUE(config.has_sequence_batching());
 }
 
 // The README's config examples are valid, and the Triton one warns only about what it says it does.

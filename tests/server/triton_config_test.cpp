@@ -377,6 +377,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "version_policy.specific.versions"},
         RefusedCase{"sequence_batching { max_sequence_idle_microseconds: 1000 }", "sequence_batching"},
         RefusedCase{"batch_input { kind: BATCH_ELEMENT_COUNT target_name: \"n\" }", "batch_input"},
+        RefusedCase{"model_transaction_policy { decoupled: true }", "model_transaction_policy.decoupled"},
         RefusedCase{"backend: \"onnxruntime\"", "backend: 'onnxruntime'"},
         RefusedCase{"dynamic_batching { default_queue_policy { timeout_action: DELAY } }",
                     "dynamic_batching.default_queue_policy.timeout_action: DELAY"}));
