@@ -82,8 +82,10 @@ Status InferPath::Prepare(const grpc::ServerContextBase& context,
 void InferPath::Start(const PreparedInference& prepared, const inference::ModelInferRequest& request,
                       inference::ModelInferResponse* response, InferenceReceiver* receiver) const {
   // Copied out first: once the request is queued, its receiver may be answered and destroy
-  // `prepared` before Enqueue even returns.
-  std::shared_ptr<LoadedModel> model = prepared.model;
+  // `prepared` before Enqueue even returns. The model is the receiver's to hold until it is
+  // answered (`done` touches it only before Answered): a copy here would live as long as the
+  // request, and a stream whose client stopped reading kept an unload waiting forever.
+  const LoadedModel* model = prepared.model.get();
   ModelScheduler* scheduler = prepared.scheduler;
   ModelRequestMetrics* model_metrics = prepared.metrics;
   const Clock* clock = clock_;

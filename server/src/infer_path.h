@@ -41,8 +41,9 @@ class InferenceReceiver {
 };
 
 // A request that Prepare accepted: its model version (held until the request is answered, so that an
-// unload or reload of that version waits for it), the decoded request, its metrics series and when it
-// arrived.
+// unload or reload of that version waits for it, and no longer: a receiver drops `model` once
+// answered, since writing the answer can take as long as the client likes), the decoded request, its
+// metrics series and when it arrived.
 struct PreparedInference {
   std::shared_ptr<LoadedModel> model;
   ModelScheduler* scheduler = nullptr;

@@ -99,6 +99,7 @@ void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome)
   // answer now.
   if (!outcome.ok()) request->Fail(outcome);
   std::unique_ptr<StreamRequest> dropped;
+  std::shared_ptr<LoadedModel> released;
   NextCall next;
   {
     MutexLock lock(&mutex_);
@@ -106,11 +107,15 @@ void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome)
       dropped = std::move(*request->position);
       queued_.erase(request->position);
     } else {
+      // Answered, so never cancelled (AbandonLocked cancels only queued_): the model may go while
+      // the answer waits for a client that reads slowly, or not at all.
+      released = std::move(request->prepared.model);
       to_write_.splice(to_write_.end(), queued_, request->position);
     }
     next = NextCallLocked();
   }
   dropped.reset();
+  released.reset();
   Make(next);
 }
 

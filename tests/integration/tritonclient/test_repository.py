@@ -11,7 +11,9 @@ import threading
 import time
 import unittest
 
+import grpc
 import numpy as np
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 import server_fixture
 from server_fixture import InferenceServerException
@@ -173,6 +175,40 @@ class VersionedRepositoryTest(server_fixture.ServerTestCase):
         # Every request either reached the model and was answered, or arrived after the unload began.
         self.assertTrue(set(results) <= {"OK", "StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE"}, results)
         self.assertIn("OK", results)
+
+    def test_a_stream_whose_client_reads_nothing_does_not_hold_up_an_unload(self):
+        # A request held its model until its answer was written; with a client that stops reading,
+        # flow control stalls the writes and the unload (and every later load) waited forever.
+        self.client.load_model(ENCODER)
+        ids = np.ones((8, 64), dtype=np.int64).tobytes()
+        request = service_pb2.ModelInferRequest(model_name=ENCODER)
+        for name in ("input_ids", "attention_mask"):
+            request.inputs.add(name=name, datatype="INT64", shape=[8, 64])
+            request.raw_input_contents.append(ids)
+        count = 60  # half a megabyte of last_hidden_state each: far beyond the stream's window
+        stop = threading.Event()
+
+        def requests():
+            for _ in range(count):
+                yield request
+            stop.wait(120)
+
+        channel = grpc.insecure_channel(self.server.url)
+        responses = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        try:
+            self.server.wait_until(
+                lambda client: int(client.get_inference_statistics(ENCODER, as_json=True)["model_stats"][0]
+                                   .get("inference_stats", {}).get("success", {}).get("count", "0")) >= count,
+                60, "the stream's requests answered")
+            unloader = threading.Thread(target=self.client.unload_model, args=(ENCODER,))
+            unloader.start()
+            unloader.join(30)
+            self.assertFalse(unloader.is_alive(), "the unload waits for a stream that reads nothing")
+            self.assertEqual(index_of(self.client)[ENCODER]["state"], "UNAVAILABLE")
+        finally:
+            stop.set()
+            responses.cancel()
+            channel.close()
 
     def test_refusals_name_what_is_wrong(self):
         code, message = status_of(lambda: self.client.load_model("no_such_model"))
