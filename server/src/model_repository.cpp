@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -146,7 +147,16 @@ Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& de
     std::unique_ptr<Executor> executor;
     Status status = CreateExecutor(spec, executor_options, &executor);
     if (status.ok()) status = executor->Warmup();
-    if (!status.ok()) return status;
+    if (!status.ok()) {
+      // The engine's message can quote libtorch (a zip reader's complaint, a stack of TorchScript
+      // frames) and host paths: it goes to the log, and the caller of a load gets its code and a
+      // number to find it there, as a failed request does.
+      static std::atomic<uint64_t> last_error_id{0};
+      const uint64_t error_id = last_error_id.fetch_add(1) + 1;
+      spdlog::error("model '{}' on {} (load error {}): {}", spec.name, device, error_id, status.message());
+      return Status(status.code(), "model '" + spec.name + "' failed to load on " + device + " (load error " +
+                                       std::to_string(error_id) + " in the server log)");
+    }
     spdlog::info("model '{}' instance {} on {}: {}", spec.name, executors->size(), executor->device(),
                  InstanceSummary(spec, *executor));
     executors->push_back(std::move(executor));

@@ -232,6 +232,18 @@ class VersionedRepositoryTest(server_fixture.ServerTestCase):
         self.assertEqual(entry["state"], "UNAVAILABLE")
         self.assertNotIn(str(self.repository), entry.get("reason", ""))
         self.assertTrue(self.client.is_model_ready(SCRIPTED))  # the others keep serving
+        # A model file libtorch cannot read: its complaint stays in the log, the caller gets a number.
+        garbled = self.repository / "garbled"
+        shutil.copytree(self.repository / TRACED, garbled, dirs_exist_ok=True)
+        config = garbled / "config.pbtxt"
+        config.write_text(config.read_text().replace(f'"{TRACED}"', '"garbled"'))
+        (garbled / "model.pt").write_bytes(b"not a zip archive")
+        code, message = status_of(lambda: self.client.load_model("garbled"))
+        self.assertEqual(code, "StatusCode.INVALID_ARGUMENT", message)
+        self.assertRegex(message, r"model 'garbled' failed to load on cpu \(load error \d+ in the server log\)")
+        self.assertNotIn("zip", message.lower())
+        self.assertIn("zip", self.server.log().lower())
+        self.assertNotIn("zip", index_of(self.client)["garbled"].get("reason", "").lower())
 
 
 class NoneModeTest(unittest.TestCase):
