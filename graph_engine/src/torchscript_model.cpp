@@ -2,6 +2,7 @@
 
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <exception>
@@ -52,6 +53,56 @@ Status BindPositions(const std::vector<TensorSpec>& tensors, const char* kind, b
                              std::to_string(tensors.size() - 1) + ")");
     }
     positions->push_back(static_cast<size_t>(index));
+  }
+  return Status::Ok();
+}
+
+// forward()'s arguments after self, as "forward(a, b)" for messages.
+std::string SignatureText(const std::vector<c10::Argument>& arguments) {
+  std::string text = "forward(";
+  for (size_t i = 1; i < arguments.size(); ++i) text += (i > 1 ? ", " : "") + arguments[i].name();
+  return text + ")";
+}
+
+// Checks BindPositions' binding against forward()'s own arguments, and binds by name where the
+// config names every input as forward() does: a config listing them in another order then still
+// feeds each its tensor, where binding by place silently swapped them. A config that uses forward's
+// names but not all of them, or for other places, is refused, as is one that leaves an argument
+// without a default unfed.
+Status BindToSignature(const std::vector<TensorSpec>& inputs, const std::vector<c10::Argument>& schema,
+                       std::vector<size_t>* positions) {
+  const std::string signature = SignatureText(schema);
+  std::vector<std::string> names;  // without self
+  for (size_t i = 1; i < schema.size(); ++i) names.push_back(schema[i].name());
+  const auto place_of = [&names](const std::string& name) {
+    return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  if (positions->empty()) {
+    std::vector<size_t> by_name;
+    for (const TensorSpec& input : inputs) by_name.push_back(place_of(input.name));
+    if (std::all_of(by_name.begin(), by_name.end(), [&names](size_t at) { return at < names.size(); })) {
+      *positions = std::move(by_name);
+    } else {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (by_name[i] < names.size() && by_name[i] != i) {
+          return InvalidArgument("input '" + inputs[i].name + "' is argument " + std::to_string(by_name[i]) +
+                                 " of " + signature + " but config input " + std::to_string(i) +
+                                 ": name every input as forward() does, or none, in its order");
+        }
+      }
+    }
+  }
+  if (inputs.size() > names.size()) {
+    return InvalidArgument("the config has " + std::to_string(inputs.size()) + " inputs; " + signature +
+                           " takes " + std::to_string(names.size()));
+  }
+  std::vector<bool> fed(names.size(), false);
+  for (size_t i = 0; i < inputs.size(); ++i) fed[positions->empty() ? i : (*positions)[i]] = true;
+  for (size_t j = 0; j < names.size(); ++j) {
+    // Forward passes exactly inputs.size() arguments, so the fed ones must come first.
+    if (!fed[j] && (j < inputs.size() || !schema[j + 1].default_value())) {
+      return InvalidArgument("argument '" + names[j] + "' of " + signature + " gets no config input");
+    }
   }
   return Status::Ok();
 }
@@ -154,10 +205,13 @@ Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& path,
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, device);
+    status = BindToSignature(spec.inputs, module.get_method("forward").function().getSchema().arguments(),
+                             &input_positions);
   } catch (const std::exception& error) {
     return InvalidArgument("model '" + spec.name + "': loading " + path +
                            " failed: " + ExceptionMessage(error));
   }
+  if (!status.ok()) return InvalidArgument("model '" + spec.name + "': " + status.message());
   try {
     module.eval();
     const at::ScalarType compute_type = PrecisionScalarType(spec.precision);

@@ -170,6 +170,54 @@ TEST(TorchScriptTest, TritonIndexedNamesBindByIndex) {
   }
 }
 
+// Named as forward() names its arguments, inputs bind by name: a config listing them in another
+// order gets the same answers (bound by place, the tensors were silently swapped).
+TEST(TorchScriptTest, InputsNamedAsForwardsArgumentsBindByName) {
+  const ModelSpec plain = TokenFeaturesSpec("tuple", {PerTokenSpec(), PooledSpec()});
+  ASSERT_EQ(plain.inputs[0].name, "input_ids");
+  ModelSpec reordered = plain;
+  reordered.inputs = {plain.inputs[1], plain.inputs[0]};
+  std::unique_ptr<Executor> in_order, by_name;
+  ASSERT_TRUE(Create(plain, ModelDir("tuple"), &in_order).ok());
+  const Status created = Create(reordered, ModelDir("tuple"), &by_name);
+  ASSERT_TRUE(created.ok()) << created.ToString();
+
+  const std::vector<InferenceItem> items = {TokenItem(1, 3, 31, 1024, 2), TokenItem(2, 8, 32, 1024, 2)};
+  std::vector<InferenceItem> reversed = items;
+  for (InferenceItem& item : reversed) std::swap(item.inputs[0], item.inputs[1]);
+  BatchOutputs expected, actual;
+  ASSERT_TRUE(in_order->Execute(MakeBatch({&items[0], &items[1]}, BucketShape{4, 8}), &expected).ok());
+  ASSERT_TRUE(by_name->Execute(MakeBatch({&reversed[0], &reversed[1]}, BucketShape{4, 8}), &actual).ok());
+  for (size_t k = 0; k < items.size(); ++k) {
+    EXPECT_EQ(Fp32Values(actual[k][0]), Fp32Values(expected[k][0])) << "per_token of item " << k;
+    EXPECT_EQ(Fp32Values(actual[k][1]), Fp32Values(expected[k][1])) << "pooled of item " << k;
+  }
+}
+
+TEST(TorchScriptTest, InputsThatDoNotMatchForwardsArgumentsAreRefused) {
+  const ModelSpec plain = TokenFeaturesSpec("args", {PerTokenSpec(), PooledSpec()});
+  ModelSpec misplaced = plain;  // one of forward's names, in the other's place
+  misplaced.inputs[0].name = "mask";
+  misplaced.inputs[1].name = "input_ids";
+  ModelSpec extra = plain;
+  extra.inputs.push_back(plain.inputs[1]);
+  extra.inputs.back().name = "token_type_ids";
+  ModelSpec missing = plain;
+  missing.inputs.pop_back();
+  for (const auto& [spec, message] :
+       {std::pair{misplaced, "input 'input_ids' is argument 0 of forward(input_ids, attention_mask) but config "
+                             "input 1"},
+        std::pair{extra, "the config has 3 inputs; forward(input_ids, attention_mask) takes 2"},
+        std::pair{missing, "argument 'attention_mask' of forward(input_ids, attention_mask) gets no config "
+                           "input"}}) {
+    std::unique_ptr<Executor> executor;
+    const Status status = Create(spec, ModelDir("tuple"), &executor);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find("model 'args': " + std::string(message)), std::string::npos)
+        << status.ToString();
+  }
+}
+
 TEST(TorchScriptTest, TritonIndicesMustBeDistinctAndCoverEveryArgument) {
   for (const auto& [first, second, message] :
        {std::tuple{"ids__0", "mask__0", "input 'mask__0': index 0 is taken"},
