@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -201,9 +202,46 @@ std::string FormatNumber(double value) {
   return text.str();
 }
 
+// A value the config gives for an input's elements (pad_value, min_value, max_value) must be one of
+// its type: padding converts it (300 into a UINT8 failed at warm-up, 0.5 into an INT64 became 0),
+// and a NaN bound refused every request.
+Status CheckElementValue(double value, const std::string& field, DataType dtype) {
+  if (!std::isfinite(value)) {
+    return InvalidArgument(field + ": " + FormatNumber(value) + " is not a finite number");
+  }
+  double lowest = 0, highest = 0;
+  switch (dtype) {
+    case DataType::kBool: lowest = 0, highest = 1; break;
+    case DataType::kUint8: lowest = 0, highest = 255; break;
+    case DataType::kInt8: lowest = -128, highest = 127; break;
+    case DataType::kInt16: lowest = -32768, highest = 32767; break;
+    case DataType::kInt32: lowest = -2147483648.0, highest = 2147483647.0; break;
+    // 2^63 is a double; the largest int64 is not, and a double of 2^63 would overflow.
+    case DataType::kInt64:
+      lowest = -9223372036854775808.0, highest = std::nextafter(9223372036854775808.0, 0.0);
+      break;
+    case DataType::kFp16: lowest = -65504, highest = 65504; break;
+    default: return Status::Ok();  // bf16, fp32, fp64 hold any finite double a config may reasonably give
+  }
+  const bool integral = dtype != DataType::kFp16;
+  if (value < lowest || value > highest || (integral && value != std::floor(value))) {
+    return InvalidArgument(field + ": " + FormatNumber(value) + " is not a " + DataTypeName(dtype) +
+                           " value");
+  }
+  return Status::Ok();
+}
+
 Status ValueRangeFromConfig(const inference::ModelInput& input, const std::string& field,
                             const TensorSpec& tensor, ValueRange* range) {
   *range = ValueRange{};
+  Status status = CheckElementValue(tensor.pad_value, field + ".pad_value", tensor.dtype);
+  if (status.ok() && input.has_min_value()) {
+    status = CheckElementValue(input.min_value(), field + ".min_value", tensor.dtype);
+  }
+  if (status.ok() && input.has_max_value()) {
+    status = CheckElementValue(input.max_value(), field + ".max_value", tensor.dtype);
+  }
+  if (!status.ok()) return status;
   if (!input.has_min_value() && !input.has_max_value()) return Status::Ok();
   // The server reads these types' values as numbers; half floats it never decodes.
   switch (tensor.dtype) {
@@ -377,8 +415,35 @@ Status CheckSchedulingConfig(const inference::ModelConfig& config) {
 }
 
 // Stops at the first error, in this order: the grid step relies on the limits checked before it.
+// protobuf keeps an enum number its schema does not name (`kind: 9`): refused, not read as the
+// default.
+Status CheckEnumValues(const inference::ModelConfig& config) {
+  for (int i = 0; i < config.instance_group_size(); ++i) {
+    if (!inference::ModelInstanceGroup::Kind_IsValid(config.instance_group(i).kind())) {
+      return InvalidArgument("instance_group[" + std::to_string(i) + "].kind: unknown value " +
+                             std::to_string(config.instance_group(i).kind()));
+    }
+  }
+  for (int i = 0; i < config.input_size(); ++i) {
+    if (!inference::ModelInput::Format_IsValid(config.input(i).format())) {
+      return InvalidArgument("input[" + std::to_string(i) + "].format: unknown value " +
+                             std::to_string(config.input(i).format()));
+    }
+  }
+  const int action = config.dynamic_batching().default_queue_policy().timeout_action();
+  if (!inference::ModelQueuePolicy::TimeoutAction_IsValid(action)) {
+    return InvalidArgument("dynamic_batching.default_queue_policy.timeout_action: unknown value " +
+                           std::to_string(action));
+  }
+  if (!inference::Precision_IsValid(config.precision())) {
+    return InvalidArgument("precision: unknown value " + std::to_string(config.precision()));
+  }
+  return Status::Ok();
+}
+
 Status BuildSpec(const inference::ModelConfig& config, ModelSpec* spec) {
-  Status status = HeaderFromConfig(config, spec);
+  Status status = CheckEnumValues(config);
+  if (status.ok()) status = HeaderFromConfig(config, spec);
   if (status.ok()) status = TensorsFromConfig(config, spec);
   if (status.ok()) status = SequenceLimitFromConfig(config, spec);
   if (status.ok()) status = BucketGridFromConfig(config, spec);

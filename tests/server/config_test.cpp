@@ -295,6 +295,18 @@ INSTANTIATE_TEST_SUITE_P(
                     BadConfigCase{"buckets { batch_sizes: [ 128 ] max_batch_tokens: 1024 }",
                                   "buckets.batch_sizes: 128 is outside [1, 64]"},
                     BadConfigCase{"cuda_graphs { verify_rtol: -1 }", "cuda_graphs.verify_rtol"},
+                    // Element values of the input's type, finite; enum numbers the schema names.
+                    BadConfigCase{"input { name: \"x\" data_type: TYPE_UINT8 dims: [ -1 ] pad_value: 300 }",
+                                  "input[2].pad_value: 300 is not a UINT8 value"},
+                    BadConfigCase{"input { name: \"x\" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0.5 }",
+                                  "input[2].pad_value: 0.5 is not a INT64 value"},
+                    BadConfigCase{"input { name: \"x\" data_type: TYPE_INT32 dims: [ -1 ] max_value: nan }",
+                                  "input[2].max_value: nan is not a finite number"},
+                    BadConfigCase{"input { name: \"x\" data_type: TYPE_FP16 dims: [ -1 ] pad_value: 1e6 }",
+                                  "input[2].pad_value: 1e+06 is not a FP16 value"},
+                    BadConfigCase{"instance_group { kind: 9 }", "instance_group[0].kind: unknown value 9"},
+                    BadConfigCase{"dynamic_batching { default_queue_policy { timeout_action: 5 } }",
+                                  "dynamic_batching.default_queue_policy.timeout_action: unknown value 5"},
                     BadConfigCase{"dynamic_batching { max_queue_delay_microseconds: 60000000 }",
                                   "max_queue_delay"},
                     // kValidConfig's 250 µs delay would be ignored without batching: refused.
