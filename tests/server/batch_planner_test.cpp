@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <memory>
 #include <set>
 #include <string>
@@ -43,6 +45,20 @@ std::vector<int64_t> Lengths(const DispatchDecision& decision) {
 
 std::vector<int64_t> Rows(const DispatchDecision& decision) {
   return EachItems(decision, &InferenceItem::rows);
+}
+
+// A `timeout` parameter of 2^63-1 us wrapped negative when added to the clock, and the request was
+// answered DEADLINE_EXCEEDED at once: a timeout too long to add never runs out.
+TEST(PendingRequestTest, ATimeoutTooLongForTheClockNeverRunsOut) {
+  PendingRequest request;
+  request.enqueue_us = 5'000'000;
+  request.queue_timeout_us = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(request.QueueTimeoutEndUs(), 0);
+  EXPECT_EQ(request.ExpiryUs(), 0);
+  request.deadline_us = 9'000'000;
+  EXPECT_EQ(request.ExpiryUs(), 9'000'000);
+  request.queue_timeout_us = 1'000'000;
+  EXPECT_EQ(request.ExpiryUs(), 6'000'000);
 }
 
 TEST(BatchPlannerTest, BinsBySmallestBucketLengthThatHolds) {

@@ -67,8 +67,12 @@ struct PendingRequest {
   bool ClientDeadlinePassed(int64_t now_us) const {
     return deadline_expired.load() || (deadline_us != 0 && now_us >= deadline_us);
   }
-  // When the request's queue timeout runs out; 0 = never.
-  int64_t QueueTimeoutEndUs() const { return queue_timeout_us == 0 ? 0 : enqueue_us + queue_timeout_us; }
+  // When the request's queue timeout runs out; 0 = never, as for a timeout too long to add to the
+  // clock (a `timeout` of 2^63-1 us wrapped negative and expired the request at once).
+  int64_t QueueTimeoutEndUs() const {
+    if (queue_timeout_us <= 0 || queue_timeout_us > std::numeric_limits<int64_t>::max() - enqueue_us) return 0;
+    return enqueue_us + queue_timeout_us;
+  }
   // When the planner drops the request unrun: the earlier of the client's deadline and the end of
   // its queue timeout; 0 = never.
   int64_t ExpiryUs() const {
