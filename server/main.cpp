@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("--connection-idle-timeout-s", idle_timeout_s,
                  "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 604800.0));  // a week: gRPC takes milliseconds as an int
   app.add_option("--max-request-bytes", options.max_request_bytes,
                  "largest gRPC request message and REST request body accepted (RESOURCE_EXHAUSTED / 413 "
                  "beyond); 0: derived from the largest request the repository's models take")
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-s", drain_timeout_s,
                  "on SIGINT/SIGTERM, how long in-flight requests may take before they are cancelled")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 86400.0));  // a day; 1e300 overflowed the deadline and skipped the drain
   app.add_option("--tls-cert-file", options.tls.cert_file,
                  "PEM certificate chain: serve TLS on the gRPC, REST and /metrics ports (with --tls-key-file)");
   app.add_option("--tls-key-file", options.tls.key_file, "PEM private key of --tls-cert-file");

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace graphserve {
 namespace {
@@ -21,7 +22,9 @@ bool SplitAddress(const std::string& address, std::string* host, std::string* po
   if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
     *host = host->substr(1, host->size() - 2);
   }
-  return port->find_first_not_of("0123456789") == std::string::npos;
+  // getaddrinfo keeps only a port's low 16 bits: 99999 listened on 34463.
+  return port->find_first_not_of("0123456789") == std::string::npos && port->size() <= 5 &&
+         std::stoi(*port) <= 65535;
 }
 
 }  // namespace
@@ -29,7 +32,7 @@ bool SplitAddress(const std::string& address, std::string* host, std::string* po
 int ListenOn(const std::string& address, int backlog, bool non_blocking, std::string* error) {
   std::string host, port;
   if (!SplitAddress(address, &host, &port)) {
-    *error = "expected HOST:PORT";
+    *error = "expected HOST:PORT, the port 0 to 65535";
     return -1;
   }
   addrinfo hints{};

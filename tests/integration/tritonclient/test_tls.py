@@ -279,6 +279,21 @@ class FlagsTest(unittest.TestCase):
         env = {key: value for key, value in os.environ.items() if key != "GRAPHSERVE_AUTH_TOKEN"}
         self.assertIn("--auth-health", self.refused("--auth-health", env=env))
 
+    def test_out_of_range_ports_and_timeouts(self):
+        # getaddrinfo keeps a port's low 16 bits: 99999 listened on 34463.
+        done = subprocess.run([server_fixture.BINARY, "--grpc-address", "127.0.0.1:99999", "--http-address",
+                               "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--device", "cpu"],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("--grpc-address: cannot listen on 127.0.0.1:99999: expected HOST:PORT, the port 0 to 65535",
+                      done.stdout + done.stderr)
+        # 1e300 s overflowed the drain's deadline: SIGTERM then exited at once, without draining.
+        # CLI11 refuses these itself (its own exit code).
+        for flag, value in (("--drain-timeout-s", "1e300"), ("--connection-idle-timeout-s", "1e10")):
+            done = subprocess.run([server_fixture.BINARY, flag, value], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn(f"{flag}: Value {value} not in range", done.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
