@@ -373,6 +373,9 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
     if (options.control_mode == ModelControlMode::kExplicit) {
       return InvalidArgument("--model-control-mode explicit: needs --model-repository");
     }
+    if (!options.startup_models.empty()) {
+      return InvalidArgument("--load-model: only with --model-repository and --model-control-mode explicit");
+    }
     spdlog::info("no --model-repository given: serving the built-in model 'encoder'");
     std::shared_ptr<LoadedModel> encoder;
     status = BuildModel(BuiltinEncoderConfig(), "1", "", default_device_, clock_, options.scheduler_busy_poll,

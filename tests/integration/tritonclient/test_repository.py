@@ -7,6 +7,7 @@ reached the model first, and the refusals (mode none, unknown folders, unsupport
 broken config) with their status codes."""
 import pathlib
 import shutil
+import subprocess
 import threading
 import time
 import unittest
@@ -271,6 +272,14 @@ class NoneModeTest(unittest.TestCase):
                 self.assertEqual(code, "StatusCode.FAILED_PRECONDITION", message)
                 self.assertIn("--model-control-mode explicit", message)
             self.assertTrue(client.is_model_ready(TRACED))
+
+    def test_load_model_without_a_repository_is_refused(self):
+        # It served the built-in encoder and said nothing of the model asked for.
+        done = subprocess.run([server_fixture.BINARY, "--grpc-address", "127.0.0.1:0", "--http-address", "",
+                               "--metrics-address", "127.0.0.1:0", "--device", "cpu", "--load-model", "foo"],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("--load-model: only with --model-repository", done.stdout + done.stderr)
 
 
 if __name__ == "__main__":
