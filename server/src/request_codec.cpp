@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace graphserve {
@@ -15,62 +16,91 @@ std::string InputField(int index, const std::string& name) {
 }
 
 // Copies typed values into little-endian bytes of `dtype`. graphserve runs on little-endian hosts
-// (x86-64, aarch64), so a memcpy of each converted value is the wire layout.
+// (x86-64, aarch64), so a memcpy of each converted value is the wire layout. A value the narrower
+// type cannot hold is refused, never truncated (uint_contents 300 became 44 for a UINT8 input).
 template <typename Wire, typename Stored>
-std::string PackValues(const google::protobuf::RepeatedField<Wire>& values) {
-  std::string bytes(values.size() * sizeof(Stored), '\0');
-  char* out = bytes.data();
-  for (const Wire& value : values) {
-    const Stored stored = static_cast<Stored>(value);
+Status PackValues(const google::protobuf::RepeatedField<Wire>& values, const std::string& field, DataType dtype,
+                  std::string* bytes) {
+  bytes->assign(values.size() * sizeof(Stored), '\0');
+  char* out = bytes->data();
+  for (int i = 0; i < values.size(); ++i) {
+    const Stored stored = static_cast<Stored>(values[i]);
+    if (static_cast<Wire>(stored) != values[i] && !std::is_floating_point_v<Wire>) {
+      std::ostringstream value;
+      value << +values[i];
+      return InvalidArgument(field + ": element " + std::to_string(i) + " (" + value.str() + ") is not a " +
+                             DataTypeName(dtype) + " value");
+    }
     std::memcpy(out, &stored, sizeof(Stored));
     out += sizeof(Stored);
   }
-  return bytes;
+  return Status::Ok();
 }
 
 // The typed `contents` field that KServe v2 assigns to `dtype`, converted to raw bytes. Returns the
 // number of values found there through `count`.
 Status PackTypedContents(const inference::InferTensorContents& contents, DataType dtype,
                          const std::string& field, std::string* bytes, int64_t* count) {
+  const std::string values = field + ".contents";
+  Status status;
+  const char* read = nullptr;  // the one field a `dtype` input reads
   switch (dtype) {
     case DataType::kBool:
+      read = "bool_contents";
       *count = contents.bool_contents_size();
-      *bytes = PackValues<bool, uint8_t>(contents.bool_contents());
-      return Status::Ok();
+      status = PackValues<bool, uint8_t>(contents.bool_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kUint8:
+      read = "uint_contents";
       *count = contents.uint_contents_size();
-      *bytes = PackValues<uint32_t, uint8_t>(contents.uint_contents());
-      return Status::Ok();
+      status = PackValues<uint32_t, uint8_t>(contents.uint_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kInt8:
+      read = "int_contents";
       *count = contents.int_contents_size();
-      *bytes = PackValues<int32_t, int8_t>(contents.int_contents());
-      return Status::Ok();
+      status = PackValues<int32_t, int8_t>(contents.int_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kInt16:
+      read = "int_contents";
       *count = contents.int_contents_size();
-      *bytes = PackValues<int32_t, int16_t>(contents.int_contents());
-      return Status::Ok();
+      status = PackValues<int32_t, int16_t>(contents.int_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kInt32:
+      read = "int_contents";
       *count = contents.int_contents_size();
-      *bytes = PackValues<int32_t, int32_t>(contents.int_contents());
-      return Status::Ok();
+      status = PackValues<int32_t, int32_t>(contents.int_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kInt64:
+      read = "int64_contents";
       *count = contents.int64_contents_size();
-      *bytes = PackValues<int64_t, int64_t>(contents.int64_contents());
-      return Status::Ok();
+      status = PackValues<int64_t, int64_t>(contents.int64_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kFp32:
+      read = "fp32_contents";
       *count = contents.fp32_contents_size();
-      *bytes = PackValues<float, float>(contents.fp32_contents());
-      return Status::Ok();
+      status = PackValues<float, float>(contents.fp32_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kFp64:
+      read = "fp64_contents";
       *count = contents.fp64_contents_size();
-      *bytes = PackValues<double, double>(contents.fp64_contents());
-      return Status::Ok();
+      status = PackValues<double, double>(contents.fp64_contents(), values + "." + read, dtype, bytes);
+      break;
     case DataType::kFp16:
     case DataType::kBf16:
-      break;
+      return InvalidArgument(field + ": " + DataTypeName(dtype) +
+                             " has no typed contents field; send it in raw_input_contents");
   }
-  return InvalidArgument(field + ": " + DataTypeName(dtype) +
-                         " has no typed contents field; send it in raw_input_contents");
+  if (!status.ok()) return status;
+  // Values in any other field would be silently left out of the tensor.
+  const int64_t given = contents.bool_contents_size() + contents.int_contents_size() +
+                        contents.int64_contents_size() + contents.uint_contents_size() +
+                        contents.uint64_contents_size() + contents.fp32_contents_size() +
+                        contents.fp64_contents_size() + contents.bytes_contents_size();
+  if (given != *count) {
+    return InvalidArgument(values + ": values outside " + read + ", the one field a " + DataTypeName(dtype) +
+                           " input reads");
+  }
+  return Status::Ok();
 }
 
 bool HasTypedContents(const inference::ModelInferRequest::InferInputTensor& input) {
@@ -235,6 +265,10 @@ Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInfer
       return InvalidArgument("model '" + spec.name + "': outputs[" + std::to_string(i) + "] '" +
                              name + "': unknown output");
     }
+    if (item->outputs_wanted[index]) {  // as Triton refuses it
+      return InvalidArgument("model '" + spec.name + "': outputs[" + std::to_string(i) + "] '" + name +
+                             "': asked for twice");
+    }
     item->outputs_wanted[index] = true;
   }
   return Status::Ok();
@@ -379,7 +413,7 @@ void EncodeInferResponse(const ModelSpec& spec, const std::string& version,
     for (size_t index = 0; index < spec.outputs.size(); ++index) add_output(index);
     return;
   }
-  // In the order the client asked for; a name asked twice is answered once.
+  // In the order the client asked for (DecodeRequestedOutputs refuses a name asked twice).
   std::vector<bool> added(spec.outputs.size(), false);
   for (const auto& requested : request.outputs()) {
     for (size_t index = 0; index < spec.outputs.size(); ++index) {

@@ -206,6 +206,12 @@ INSTANTIATE_TEST_SUITE_P(
                        "length 513 exceeds max_sequence_length 512"},
         BadRequestCase{"UnknownOutput", [](auto* r) { r->add_outputs()->set_name("logits"); },
                        "outputs[0] 'logits': unknown output"},
+        BadRequestCase{"RepeatedOutput",
+                       [](auto* r) {
+                         r->add_outputs()->set_name("pooler_output");
+                         r->add_outputs()->set_name("pooler_output");
+                       },
+                       "outputs[1] 'pooler_output': asked for twice"},
         BadRequestCase{"RequestParameter",
                        [](auto* r) { (*r->mutable_parameters())["priority"].set_int64_param(1); },
                        "parameters['priority']: not supported by graphserve"},
@@ -328,6 +334,36 @@ TEST(RequestCodecTest, TypedContentsCountMismatch) {
   Status status = Decode(request);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("contents hold 7 values, expected 8"), std::string::npos)
+      << status.message();
+}
+
+// Values in a contents field the input's datatype does not read would be silently left out.
+TEST(RequestCodecTest, TypedContentsInAnotherFieldAreRefused) {
+  inference::ModelInferRequest request = TokenRequest(2, 4, false);
+  request.mutable_inputs(0)->mutable_contents()->add_int_contents(3);
+  Status status = Decode(request);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("inputs[0] 'input_ids'.contents: values outside int64_contents, the one "
+                                  "field a INT64 input reads"),
+            std::string::npos)
+      << status.message();
+}
+
+// A value the input's type cannot hold is refused, never truncated (300 became 44 for UINT8).
+TEST(RequestCodecTest, TypedValuesOutsideTheInputsTypeAreRefused) {
+  ModelSpec spec = EncoderSpec();
+  spec.inputs[1].dtype = DataType::kUint8;
+  inference::ModelInferRequest request = TokenRequest(1, 2, false);
+  request.mutable_inputs(1)->set_datatype("UINT8");
+  request.mutable_inputs(1)->mutable_contents()->clear_int64_contents();
+  request.mutable_inputs(1)->mutable_contents()->add_uint_contents(1);
+  request.mutable_inputs(1)->mutable_contents()->add_uint_contents(300);
+  PendingRequest pending;
+  Status status = DecodeInferRequest(spec, QueuePolicy{}, &request, &pending);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("inputs[1] 'attention_mask'.contents.uint_contents: element 1 (300) is not "
+                                  "a UINT8 value"),
+            std::string::npos)
       << status.message();
 }
 
