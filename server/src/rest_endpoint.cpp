@@ -102,6 +102,7 @@ std::optional<size_t> ParseByteCount(const std::string& text) {
 struct RestApi {
   std::unique_ptr<Stub> stub;
   ServerMetrics* metrics;
+  size_t max_request_bytes = 0;
   std::atomic<bool> stopping{false};
 
   template <typename Request, typename Response, typename Invoke>
@@ -304,6 +305,14 @@ struct RestApi {
     Status status = HeaderLength(http, &json_length);
     if (status.ok()) status = ParseRestInferRequest(http.body, json_length, model.name, model.version, &request, &format);
     if (!status.ok()) return refuse(status, HttpStatusFor(status.code()));
+    // Beyond the gRPC service's limit, gRPC's own refusal came back as a 429 ("retry") quoting its
+    // internals. JSON is larger than the tensors it holds, so a body within the REST limit can be.
+    if (request.ByteSizeLong() > max_request_bytes) {
+      return refuse(ResourceExhausted("body: its tensors come to " + std::to_string(request.ByteSizeLong()) +
+                                      " bytes; requests are taken up to " + std::to_string(max_request_bytes) +
+                                      " (the models' largest, or --max-request-bytes)"),
+                    413);
+    }
     Call<inference::ModelInferRequest, inference::ModelInferResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelInfer(args...); },
         [format](const inference::ModelInferResponse& response) {
@@ -377,6 +386,7 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   auto api = std::make_unique<RestApi>();
   api->stub = inference::GRPCInferenceService::NewStub(std::move(service));
   api->metrics = metrics;
+  api->max_request_bytes = options.max_request_bytes;
   HttpServerOptions http;
   http.address = options.address;
   http.flag = "--http-address";

@@ -184,6 +184,7 @@ Status GraphServer::Start(const ServerOptions& options) {
     rest.address = options.http_address;
     rest.thread_count = options.http_thread_count;
     rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
+    rest.max_request_bytes = static_cast<size_t>(limits.grpc_bytes);
     rest.tls = http_tls_;
     rest.auth = auth_.get();
     status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments), metrics_.get(),

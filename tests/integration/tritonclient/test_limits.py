@@ -59,6 +59,22 @@ class LimitsTest(server_fixture.ServerTestCase):
             status_line = connection.makefile("rb").readline().decode()
         self.assertIn(" 413 ", status_line)
 
+    def test_a_rest_body_whose_tensors_pass_the_grpc_limit_is_refused_with_413(self):
+        # 2 x 2.5 MiB of binary tensors: within REST's 16 MiB of body, beyond gRPC's 4 MiB. Answered
+        # 429 ("retry") with gRPC's internal message before.
+        with self.server.http_client() as http:
+            import tritonclient.http as httpclient
+            ids = np.zeros((1, 5 * MIB // 16), dtype=np.int64)
+            inputs = [httpclient.InferInput(name, list(ids.shape), "INT64")
+                      for name in ("input_ids", "attention_mask")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(ids, binary_data=True)
+            with self.assertRaises(InferenceServerException) as refused:
+                http.infer(MODEL, inputs)
+        self.assertEqual(refused.exception.status(), "413", refused.exception.message())
+        self.assertIn("body: its tensors come to", refused.exception.message())
+        self.assertIn("requests are taken up to 4194304", refused.exception.message())
+
     def test_a_compressed_request_inflating_past_the_limit_never_reaches_memory(self):
         pid = self.server.process.pid
         peak_before = rss_bytes(pid, "VmHWM")

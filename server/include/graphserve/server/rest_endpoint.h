@@ -34,8 +34,10 @@ struct RestEndpointOptions {
   std::string address = "0.0.0.0:8000";
   // Threads that parse and encode JSON and run the event loops.
   int thread_count = 8;
-  // The largest request body (the gRPC port's largest message is the same).
+  // The largest request body, and the largest request it may decode to: the gRPC port's largest
+  // message, since each request goes on through the gRPC service.
   size_t max_body_bytes = 256u << 20;
+  size_t max_request_bytes = 256u << 20;
   // HTTPS with these credentials; null: plaintext.
   std::shared_ptr<HttpTls> tls;
   // Set (outliving the endpoint): requests need a token, health probes unless it protects them too.
