@@ -591,8 +591,18 @@ Status ModelRepository::LoadNamed(const std::string& name) {
   }
   spdlog::info("{} model '{}' from {}", reloading ? "reloading" : "loading", name, model_dir);
   std::shared_ptr<LoadedModel> loaded;
-  const Status status =
+  Status status =
       LoadModelVersion(model_dir, name, default_device_, clock_, options_.scheduler_busy_poll, &loaded);
+  if (status.ok() && options_.max_request_bytes > 0 &&
+      LargestRequestBytes(loaded->scheduler->spec()) > options_.max_request_bytes) {
+    status = ResourceExhausted(
+        "model '" + name + "': its largest request comes to " +
+        std::to_string(LargestRequestBytes(loaded->scheduler->spec())) + " bytes, beyond the " +
+        std::to_string(options_.max_request_bytes) +
+        " the server takes (set at start-up from the models then in the repository): restart it, or start it "
+        "with a larger --max-request-bytes");
+    loaded.reset();
+  }
   if (!status.ok()) {
     spdlog::error("model '{}' failed to load: {}", name, status.message());
     if (!reloading) SetState(name, kStateUnavailable, ForClient(status).message());

@@ -197,6 +197,7 @@ Status GraphServer::Start(const ServerOptions& options) {
   StartHousekeeping();
   RepositoryOptions repository_options = options.repository;
   repository_options.scheduler_busy_poll = busy_poll;
+  repository_options.max_request_bytes = limits.grpc_bytes;
   status = repository_->Start(repository_options);
   if (!status.ok()) return status;
   SetReady(true);

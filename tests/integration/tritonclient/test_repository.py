@@ -211,6 +211,19 @@ class VersionedRepositoryTest(server_fixture.ServerTestCase):
             responses.cancel()
             channel.close()
 
+    def test_a_model_added_later_with_larger_requests_than_the_server_takes_is_refused(self):
+        # The request limit is fixed at start-up from the models then in the repository; one added
+        # later loaded and then answered its valid requests RESOURCE_EXHAUSTED.
+        late = self.repository / "late_long"
+        shutil.copytree(self.repository / TRACED, late)
+        config = (late / "config.pbtxt").read_text().replace(f'"{TRACED}"', '"late_long"')
+        (late / "config.pbtxt").write_text(config.replace("max_sequence_length: 64", "max_sequence_length: 300000"))
+        code, message = status_of(lambda: self.client.load_model("late_long"))
+        self.assertEqual(code, "StatusCode.RESOURCE_EXHAUSTED", message)
+        self.assertIn("model 'late_long': its largest request comes to 38400000 bytes", message)
+        self.assertIn("--max-request-bytes", message)
+        self.assertEqual(index_of(self.client)["late_long"]["state"], "UNAVAILABLE")
+
     def test_refusals_name_what_is_wrong(self):
         code, message = status_of(lambda: self.client.load_model("no_such_model"))
         self.assertEqual(code, "StatusCode.NOT_FOUND", message)

@@ -50,6 +50,9 @@ struct RepositoryOptions {
   std::vector<std::string> startup_models;
   // SchedulerOptions::busy_poll_us of every model loaded (ServerOptions::busy_poll sets it).
   std::chrono::microseconds scheduler_busy_poll{0};
+  // The gRPC port's largest message, fixed at start-up from the models then in the repository: a
+  // model loaded later whose largest request needs more is refused (its requests would be). 0: none.
+  int64_t max_request_bytes = 0;
 };
 
 // One loaded version of a model. Immutable once serving.
