@@ -181,18 +181,18 @@ Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
                        const std::vector<at::Tensor>& outputs) {
   const std::string context = DescribeBucket(spec, shape);
   if (outputs.size() != spec.outputs.size()) {
-    return InvalidArgument(context + ": the model returned " + std::to_string(outputs.size()) +
+    return Internal(context + ": the model returned " + std::to_string(outputs.size()) +
                            " outputs, the config declares " + std::to_string(spec.outputs.size()));
   }
   for (size_t o = 0; o < spec.outputs.size(); ++o) {
     const TensorSpec& output = spec.outputs[o];
     if (!outputs[o].defined()) {
-      return InvalidArgument(context + ": output '" + output.name + "' is an undefined tensor");
+      return Internal(context + ": output '" + output.name + "' is an undefined tensor");
     }
     const std::vector<int64_t> expected = PaddedShape(output, shape);
     const std::vector<int64_t> actual = ToVector(outputs[o].sizes());
     if (actual != expected) {
-      return InvalidArgument(context + ": output '" + output.name + "' has shape " +
+      return Internal(context + ": output '" + output.name + "' has shape " +
                              ShapeToString(actual) + ", expected " + ShapeToString(expected) +
                              " (batch, then the config's dims with -1 = the padded length)");
     }

@@ -47,9 +47,9 @@ Status MakePaddedInputs(const ModelSpec& spec, const Batch& batch, std::vector<a
 Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
                         std::vector<at::Tensor>* inputs);
 
-// INVALID_ARGUMENT, naming the model, bucket and output, unless there is one tensor per spec output
-// and each has rank 1 + dims.size(), batch dimension shape.batch, variable dimension shape.length
-// and the spec's fixed dimensions.
+// INTERNAL (the model's fault, not a request's), naming the model, bucket and output, unless there
+// is one tensor per spec output and each has rank 1 + dims.size(), batch dimension shape.batch,
+// variable dimension shape.length and the spec's fixed dimensions.
 Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
                        const std::vector<at::Tensor>& outputs);
 

@@ -131,7 +131,8 @@ class TorchScriptModel : public Model {
 
  private:
   Status MapResult(const c10::IValue& result, std::vector<at::Tensor>* outputs) const {
-    // Messages leave out the model and bucket: the executor prefixes them.
+    // Messages leave out the model and bucket: the executor prefixes them. INTERNAL: what the model
+    // returned is the model's fault, not the request's (a client would be told its values were).
     outputs->clear();
     if (result.isTensor() || result.isTuple() || result.isList()) {
       std::vector<c10::IValue> elements;
@@ -145,7 +146,7 @@ class TorchScriptModel : public Model {
       }
       for (size_t i = 0; i < elements.size(); ++i) {
         if (!elements[i].isTensor()) {
-          return InvalidArgument("forward() returned a sequence whose element " +
+          return Internal("forward() returned a sequence whose element " +
                                  std::to_string(i) + " is a " + elements[i].tagKind() +
                                  ", not a tensor");
         }
@@ -157,7 +158,7 @@ class TorchScriptModel : public Model {
       }
       for (size_t i = 0; i < spec_.outputs.size(); ++i) {
         if (output_positions_[i] >= elements.size()) {
-          return InvalidArgument("output '" + spec_.outputs[i].name + "' names element " +
+          return Internal("output '" + spec_.outputs[i].name + "' names element " +
                                  std::to_string(output_positions_[i]) + ", but forward() returned " +
                                  std::to_string(elements.size()) + " tensor(s)");
         }
@@ -170,17 +171,17 @@ class TorchScriptModel : public Model {
       for (const TensorSpec& output : spec_.outputs) {
         const auto entry = dict.find(c10::IValue(output.name));
         if (entry == dict.end()) {
-          return InvalidArgument("forward() returned a dict without output '" + output.name + "'");
+          return Internal("forward() returned a dict without output '" + output.name + "'");
         }
         if (!entry->value().isTensor()) {
-          return InvalidArgument("forward() returned a dict whose '" + output.name + "' is a " +
+          return Internal("forward() returned a dict whose '" + output.name + "' is a " +
                                  entry->value().tagKind() + ", not a tensor");
         }
         outputs->push_back(entry->value().toTensor());
       }
       return Status::Ok();
     }
-    return InvalidArgument("forward() returned a " + result.tagKind() +
+    return Internal("forward() returned a " + result.tagKind() +
                            "; expected a tensor, a tuple or list of tensors, or a dict of them");
   }
 

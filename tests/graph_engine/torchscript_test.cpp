@@ -131,7 +131,7 @@ TEST(TorchScriptTest, DictWithoutADeclaredOutputFailsWarmup) {
   ASSERT_TRUE(
       Create(TokenFeaturesSpec("dict", {PooledSpec(), logits}), ModelDir("dict"), &executor).ok());
   const Status status = executor->Warmup();
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.code(), StatusCode::kInternal);
   EXPECT_NE(status.message().find("'logits'"), std::string::npos) << status.ToString();
 }
 
@@ -238,7 +238,7 @@ TEST(TorchScriptTest, TritonIndicesMustBeDistinctAndCoverEveryArgument) {
   std::unique_ptr<Executor> executor;
   ASSERT_TRUE(Create(spec, ModelDir("tuple"), &executor).ok());
   const Status status = executor->Warmup();
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.code(), StatusCode::kInternal);
   EXPECT_NE(status.message().find("output 'pooled__5' names element 5, but forward() returned 2"),
             std::string::npos)
       << status.ToString();
@@ -297,14 +297,15 @@ TEST(TorchScriptTest, TruncatedModelFileIsInvalidArgument) {
 }
 
 // Models that load but whose results do not match the config fail Warmup, naming the model and the
-// bucket, before any request reaches them.
+// bucket, before any request reaches them; INTERNAL, since should one reach a request, the model is
+// at fault and not the request's values.
 void ExpectWarmupFails(const std::string& model, const std::string& mentions) {
   std::unique_ptr<Executor> executor;
   const Status created =
       Create(TokenFeaturesSpec(model, {PerTokenSpec(), PooledSpec()}), ModelDir(model), &executor);
   ASSERT_TRUE(created.ok()) << created.ToString();
   const Status status = executor->Warmup();
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_EQ(status.code(), StatusCode::kInternal) << status.ToString();
   EXPECT_NE(status.message().find("model '" + model + "' bucket 2x4"), std::string::npos)
       << status.ToString();
   EXPECT_NE(status.message().find(mentions), std::string::npos) << status.ToString();
