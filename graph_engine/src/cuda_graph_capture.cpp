@@ -1,6 +1,5 @@
 // The CUDA-graph executor's start-up half: static buffers, warm-up, and per bucket the capture into
 // the shared pool and its verification against eager. The launch half is cuda_graph_executor.cpp.
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -36,43 +35,6 @@ double DefaultTolerance(Precision precision) {
   return 1e-4;
 }
 
-// Inputs a client could send: every row gets a random real length in [1, L]; integer inputs hold
-// ids in [1, 100) there (1 for inputs named like a mask), floating inputs values in [-1, 1); padded
-// positions hold the pad value. Host tensors of the bucket's padded shapes.
-std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const BucketShape& shape,
-                                               uint64_t seed) {
-  at::Generator generator = at::detail::createCPUGenerator(seed);
-  const at::Tensor lengths =
-      at::randint(1, shape.length + 1, {shape.batch}, generator, at::TensorOptions().dtype(at::kLong));
-  std::vector<at::Tensor> inputs;
-  for (const TensorSpec& input : spec.inputs) {
-    const std::vector<int64_t> padded = PaddedShape(input, shape);
-    const at::ScalarType type = ToScalarType(input.dtype);
-    at::Tensor values;
-    const bool is_mask = input.name.find("mask") != std::string::npos;
-    if (at::isFloatingType(type)) {
-      values = (at::rand(padded, generator) * 2 - 1).to(type);
-    } else if (is_mask || type == at::kBool) {
-      values = at::ones(padded, at::TensorOptions().dtype(type));
-    } else {
-      values = at::randint(1, 100, padded, generator, at::TensorOptions().dtype(type));
-    }
-    const int variable_dim = input.variable_dim();
-    if (variable_dim >= 0) {
-      // real[b, ..., l, ...] = l < lengths[b], broadcast over the other dimensions.
-      std::vector<int64_t> position_shape(padded.size(), 1);
-      position_shape[variable_dim + 1] = shape.length;
-      std::vector<int64_t> length_shape(padded.size(), 1);
-      length_shape[0] = shape.batch;
-      const at::Tensor real = at::arange(shape.length, at::TensorOptions().dtype(at::kLong))
-                                  .view(position_shape)
-                                  .lt(lengths.view(length_shape));
-      values = at::where(real, values, at::full({}, input.pad_value, values.options()));
-    }
-    inputs.push_back(values.contiguous());
-  }
-  return inputs;
-}
 
 // max|a - b| / max|b| over all outputs; infinity for NaN or Inf anywhere.
 double RelativeDifference(const std::vector<at::Tensor>& replayed, const std::vector<at::Tensor>& eager) {

@@ -1,6 +1,9 @@
 #include "padding.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include "batch_accounting.h"
@@ -158,15 +161,33 @@ Status MakePaddedInputs(const ModelSpec& spec, const Batch& batch,
   return FillPaddedInputs(spec, batch, *inputs);
 }
 
+namespace {
+
+// Input i's configured range, or an empty one.
+ValueRange RangeOf(const ModelSpec& spec, size_t i) {
+  return i < spec.input_ranges.size() ? spec.input_ranges[i] : ValueRange{};
+}
+
+double ClampTo(const ValueRange& range, double value) {
+  if (range.min) value = std::max(value, *range.min);
+  if (range.max) value = std::min(value, *range.max);
+  return value;
+}
+
+}  // namespace
+
 Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
                         std::vector<at::Tensor>* inputs) {
   inputs->clear();
   try {
-    for (const TensorSpec& input : spec.inputs) {
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      const TensorSpec& input = spec.inputs[i];
       at::Tensor tensor = at::full(PaddedShape(input, shape), input.pad_value,
                                    at::TensorOptions().dtype(ToScalarType(input.dtype)));
       const int variable_dim = input.variable_dim();
-      if (variable_dim >= 0 && shape.length > 0) tensor.select(variable_dim + 1, 0).fill_(1);
+      if (variable_dim >= 0 && shape.length > 0) {
+        tensor.select(variable_dim + 1, 0).fill_(ClampTo(RangeOf(spec, i), 1.0));
+      }
       inputs->push_back(std::move(tensor));
     }
   } catch (const std::exception& error) {
@@ -177,12 +198,52 @@ Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
   return Status::Ok();
 }
 
+std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const BucketShape& shape, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  const at::Tensor lengths =
+      at::randint(1, shape.length + 1, {shape.batch}, generator, at::TensorOptions().dtype(at::kLong));
+  std::vector<at::Tensor> inputs;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const TensorSpec& input = spec.inputs[i];
+    const ValueRange range = RangeOf(spec, i);
+    const std::vector<int64_t> padded = PaddedShape(input, shape);
+    const at::ScalarType type = ToScalarType(input.dtype);
+    at::Tensor values;
+    // The name first: a floating-point mask holds 1 as an integer one does.
+    if (input.name.find("mask") != std::string::npos || type == at::kBool) {
+      values = at::full(padded, ClampTo(range, 1.0), at::TensorOptions().dtype(type));
+    } else if (at::isFloatingType(type)) {
+      const double low = range.min.value_or(range.max ? *range.max - 2 : -1);
+      const double high = range.max.value_or(low + 2);
+      values = (at::rand(padded, generator) * (high - low) + low).to(type);
+    } else {
+      const int64_t low = range.min ? static_cast<int64_t>(std::ceil(*range.min)) : 1;
+      const int64_t highest = range.max ? static_cast<int64_t>(std::floor(*range.max)) : low + 98;
+      values = at::randint(low, std::max(highest, low) + 1, padded, generator, at::TensorOptions().dtype(type));
+    }
+    const int variable_dim = input.variable_dim();
+    if (variable_dim >= 0) {
+      // real[b, ..., l, ...] = l < lengths[b], broadcast over the other dimensions.
+      std::vector<int64_t> position_shape(padded.size(), 1);
+      position_shape[variable_dim + 1] = shape.length;
+      std::vector<int64_t> length_shape(padded.size(), 1);
+      length_shape[0] = shape.batch;
+      const at::Tensor real = at::arange(shape.length, at::TensorOptions().dtype(at::kLong))
+                                  .view(position_shape)
+                                  .lt(lengths.view(length_shape));
+      values = at::where(real, values, at::full({}, input.pad_value, values.options()));
+    }
+    inputs.push_back(values.contiguous());
+  }
+  return inputs;
+}
+
 Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
                        const std::vector<at::Tensor>& outputs) {
   const std::string context = DescribeBucket(spec, shape);
   if (outputs.size() != spec.outputs.size()) {
     return Internal(context + ": the model returned " + std::to_string(outputs.size()) +
-                           " outputs, the config declares " + std::to_string(spec.outputs.size()));
+                    " outputs, the config declares " + std::to_string(spec.outputs.size()));
   }
   for (size_t o = 0; o < spec.outputs.size(); ++o) {
     const TensorSpec& output = spec.outputs[o];
@@ -192,9 +253,9 @@ Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
     const std::vector<int64_t> expected = PaddedShape(output, shape);
     const std::vector<int64_t> actual = ToVector(outputs[o].sizes());
     if (actual != expected) {
-      return Internal(context + ": output '" + output.name + "' has shape " +
-                             ShapeToString(actual) + ", expected " + ShapeToString(expected) +
-                             " (batch, then the config's dims with -1 = the padded length)");
+      return Internal(context + ": output '" + output.name + "' has shape " + ShapeToString(actual) +
+                      ", expected " + ShapeToString(expected) +
+                      " (batch, then the config's dims with -1 = the padded length)");
     }
   }
   return Status::Ok();

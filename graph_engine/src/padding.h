@@ -42,14 +42,23 @@ Status FillPaddedInputs(const ModelSpec& spec, const Batch& batch,
 Status MakePaddedInputs(const ModelSpec& spec, const Batch& batch, std::vector<at::Tensor>* inputs);
 
 // Inputs for running a bucket without requests (warm-up, graph capture): pad values everywhere
-// except position 0 of the variable dimension, which holds 1 in every row, so that an attention
-// mask is never all zeros. Host tensors.
+// except position 0 of the variable dimension, which holds 1 (or the input's value range's nearest
+// value to 1) in every row, so that an attention mask is never all zeros. Host tensors.
 Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
                         std::vector<at::Tensor>* inputs);
 
 // INTERNAL (the model's fault, not a request's), naming the model, bucket and output, unless there
 // is one tensor per spec output and each has rank 1 + dims.size(), batch dimension shape.batch,
 // variable dimension shape.length and the spec's fixed dimensions.
+// Inputs a client could send, to check a captured graph against an eager run: every row gets a random
+// real length in [1, L]; inputs named like a mask hold 1 there, other integer inputs random values
+// in their configured range (min_value, max_value; [1, 100) without one), floating inputs random
+// values in theirs ([-1, 1) without one); padded positions hold the pad value. A value outside an
+// input's range could be a device-side assert (a token type id beyond a 2-entry table). Host
+// tensors of the bucket's padded shapes; the same `seed` gives the same inputs. Throws on a libtorch
+// failure.
+std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const BucketShape& shape, uint64_t seed);
+
 Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
                        const std::vector<at::Tensor>& outputs);
 

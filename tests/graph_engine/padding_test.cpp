@@ -109,6 +109,38 @@ TEST(PaddingTest, WarmupInputsHaveOneRealPositionPerRow) {
   EXPECT_EQ(FloatContents(inputs[1]), (std::vector<float>{-1.f, -1.f, -1.f, -1.f}));
 }
 
+// BERT's three inputs, two of them bounded: the verification of a captured graph must stay within
+// them (random ids in [1, 100) once fed a token type table of 2 entries: a device-side assert), and
+// a floating-point mask gets 1, not random values.
+TEST(PaddingTest, VerificationAndWarmupInputsStayWithinTheConfiguredRanges) {
+  ModelSpec spec = PaddingSpec();
+  spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
+                 TensorSpec{"token_type_ids", DataType::kInt64, {-1}, 0.0},
+                 TensorSpec{"attention_mask", DataType::kFp32, {-1}, 0.0},
+                 TensorSpec{"scale", DataType::kFp32, {-1}, 0.5}};
+  spec.input_ranges = {ValueRange{0.0, 30521.0}, ValueRange{0.0, 1.0}, ValueRange{}, ValueRange{0.25, 0.75}};
+  const BucketShape shape{8, 64};
+  const std::vector<at::Tensor> inputs = MakeVerificationInputs(spec, shape, 7);
+  ASSERT_EQ(inputs.size(), 4u);
+  EXPECT_GE(inputs[0].min().item<int64_t>(), 0);
+  EXPECT_LE(inputs[0].max().item<int64_t>(), 30521);
+  EXPECT_GT(inputs[0].max().item<int64_t>(), 1000);  // spread over the range, not [1, 100)
+  EXPECT_GE(inputs[1].min().item<int64_t>(), 0);
+  EXPECT_LE(inputs[1].max().item<int64_t>(), 1);
+  const at::Tensor mask_values = std::get<0>(at::_unique(inputs[2]));
+  EXPECT_TRUE(at::equal(mask_values, at::tensor({0.f, 1.f}))) << mask_values;
+  EXPECT_GE(inputs[3].min().item<float>(), 0.25f);
+  EXPECT_LE(inputs[3].max().item<float>(), 0.75f);
+  // The same seed, the same inputs.
+  EXPECT_TRUE(at::equal(MakeVerificationInputs(spec, shape, 7)[0], inputs[0]));
+
+  spec.input_ranges[1] = ValueRange{2.0, 3.0};  // 1 is outside: the nearest value in range
+  std::vector<at::Tensor> warmup;
+  ASSERT_TRUE(MakeWarmupInputs(spec, BucketShape{1, 3}, &warmup).ok());
+  EXPECT_EQ(Int64Contents(warmup[1]), (std::vector<int64_t>{2, 0, 0}));
+  EXPECT_EQ(Int64Contents(warmup[0]), (std::vector<int64_t>{1, 0, 0}));
+}
+
 TEST(PaddingTest, ValidateBatchRejectsWhatDoesNotFit) {
   const ModelSpec spec = PaddingSpec();
   TwoItems items;
