@@ -138,8 +138,9 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
   const Batch& batch = *launched->batch;
   const BucketShape shape = batch.padded_shape;
   const std::string bucket_name = spec_.BucketLabel(shape);
+  // The slot is taken for good only once the launch is queued whole (below): a failed launch leaves
+  // nothing to complete, and the next one must not take the slot of a batch still outstanding.
   launched->slot = next_slot_;
-  next_slot_ = (next_slot_ + 1) % kStagingSlots;
   StagingSlot& slot = staging_[launched->slot];
   {
     NvtxRange range("assemble " + bucket_name);
@@ -185,6 +186,7 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
               "copy-out");
   }
   slot.done.record(stream_);
+  next_slot_ = (next_slot_ + 1) % kStagingSlots;
   return Status::Ok();
 }
 
