@@ -255,8 +255,10 @@ grpc::Status InferenceClient::WaitForReady(std::chrono::milliseconds timeout) {
     // Not truncated to whole milliseconds: that gave up to 1 ms before the timeout.
     const Clock::duration left = give_up - Clock::now();
     if (left <= Clock::duration::zero()) break;
-    // One poll may not outlast the overall timeout, nor the per-call deadline.
+    // One poll may not outlast the overall timeout, nor the per-call deadline. Prepared as every
+    // call is, for its token: a server whose health probes need one answers nothing else.
     grpc::ClientContext context;
+    Prepare(&context);
     auto poll_deadline = std::chrono::ceil<std::chrono::milliseconds>(left);
     if (options_.timeout_ms > 0) {
       poll_deadline = std::min(poll_deadline, std::chrono::milliseconds(options_.timeout_ms));

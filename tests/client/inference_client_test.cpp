@@ -27,6 +27,7 @@ class FakeInferenceService final : public inference::GRPCInferenceService::Servi
   explicit FakeInferenceService(int not_ready_answers) : not_ready_answers_(not_ready_answers) {}
 
   int ready_calls() const { return ready_calls_.load(); }
+  int ready_calls_without_token() const { return ready_calls_without_token_.load(); }
 
   grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
                           inference::ServerLiveResponse* response) override {
@@ -34,8 +35,10 @@ class FakeInferenceService final : public inference::GRPCInferenceService::Servi
     return grpc::Status::OK;
   }
 
-  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
+  grpc::Status ServerReady(grpc::ServerContext* context, const inference::ServerReadyRequest*,
                            inference::ServerReadyResponse* response) override {
+    const auto authorization = context->client_metadata().find("authorization");
+    if (authorization == context->client_metadata().end()) ++ready_calls_without_token_;
     const int call = ++ready_calls_;
     response->set_ready(call > not_ready_answers_);
     return grpc::Status::OK;
@@ -105,6 +108,7 @@ class FakeInferenceService final : public inference::GRPCInferenceService::Servi
  private:
   const int not_ready_answers_;
   std::atomic<int> ready_calls_{0};
+  std::atomic<int> ready_calls_without_token_{0};
 };
 
 // Starts `service` on 127.0.0.1:`port` (0: any free port); *bound_port receives the port.
@@ -125,9 +129,10 @@ class InferenceClientTest : public ::testing::Test {
     ASSERT_GT(port_, 0);
   }
 
-  InferenceClient MakeClient(int64_t timeout_ms = 5000) {
+  InferenceClient MakeClient(int64_t timeout_ms = 5000, const std::string& token = "") {
     ClientOptions options;
     options.timeout_ms = timeout_ms;
+    options.token = token;
     options.ready_poll_interval_ms = 10;
     return InferenceClient("127.0.0.1:" + std::to_string(port_), options);
   }
@@ -152,6 +157,16 @@ TEST_F(InferenceClientTest, WaitForReadyPollsUntilTheServerSaysReady) {
   EXPECT_TRUE(status.ok()) << status.error_message();
   // 1 call above, 2 more "false" answers, then the "true" one: WaitForReady stops at the first true.
   EXPECT_EQ(service_->ready_calls(), 4);
+}
+
+// A server whose health probes need a token (--auth-health) gets it while waiting too: without
+// it, `graphserve-cli health --wait-s` polled unauthenticated until the wait ran out.
+TEST_F(InferenceClientTest, WaitForReadySendsTheToken) {
+  Start(/*not_ready_answers=*/2);
+  InferenceClient client = MakeClient(5000, "secret");
+  ASSERT_TRUE(client.WaitForReady(milliseconds(10000)).ok());
+  EXPECT_EQ(service_->ready_calls(), 3);
+  EXPECT_EQ(service_->ready_calls_without_token(), 0);
 }
 
 TEST_F(InferenceClientTest, WaitForReadyGivesUpAfterItsTimeout) {
