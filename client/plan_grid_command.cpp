@@ -43,6 +43,7 @@ struct Report {
   std::string memory_how;
   planner::Plan today;
   planner::Plan proposal;
+  int max_lengths = 0;  // --max-lengths
 };
 
 std::string Format(const char* format, double value) {
@@ -103,6 +104,7 @@ bool ChooseMemoryCap(const PlanGridFlags& flags, Report* report, std::string* er
 bool BuildReport(const std::string& address, const ClientOptions& options, const PlanGridFlags& flags,
                  Report* report, std::string* error) {
   report->model = flags.model;
+  report->max_lengths = flags.max_lengths;
   InferenceClient client(address, options);
   inference::ModelConfigResponse config;
   const grpc::Status status = client.ModelConfig(flags.model, &config);
@@ -250,7 +252,15 @@ void PrintText(const Report& report) {
                  "--modes a,g --grid '...')\n";
   }
   if (same) {
-    std::cout << "\ntoday's grid is the best found: keep it\n";
+    // Today's grid stays a candidate whatever --max-lengths says, so that the search never proposes a
+    // grid worse than the one served; say so when it is the one over the limit.
+    const size_t lengths = now.sequence_lengths.size();
+    std::cout << "\ntoday's grid is the best found: keep it"
+              << (static_cast<int>(lengths) > report.max_lengths
+                      ? " (its " + std::to_string(lengths) + " lengths are more than --max-lengths " +
+                            std::to_string(report.max_lengths) + "; no grid within that limit does as well)"
+                      : std::string())
+              << "\n";
   } else {
     std::cout << "\nproposal (replace the buckets block of the model's config.pbtxt; max_batch_tokens lets "
                  "batches above max_batch_size at short lengths):\n";

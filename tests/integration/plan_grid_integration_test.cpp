@@ -102,6 +102,17 @@ TEST_F(PlanGridTest, TableNamesBothGridsWithFiguresAndAFragment) {
   EXPECT_EQ(run.output.find("caution: this traffic filled batches") != std::string::npos, !keeps_today) << run.output;
 }
 
+// One length pads this mixed traffic far more than today's 20 do: today's grid is kept, over the
+// limit, and the report says so rather than ignoring --max-lengths silently.
+TEST_F(PlanGridTest, TodaysGridKeptOverMaxLengthsSaysSo) {
+  const ToolRun run = PlanGrid("--model encoder --max-lengths 1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("today's grid is the best found: keep it (its 20 lengths are more than "
+                            "--max-lengths 1; no grid within that limit does as well)"),
+            std::string::npos)
+      << run.output;
+}
+
 TEST_F(PlanGridTest, JsonHasBothGridsTheFitAndTheFragment) {
   const ToolRun run = PlanGrid("--model encoder --max-lengths 4 --json");
   ASSERT_EQ(run.exit_code, 0) << run.output;
