@@ -57,7 +57,7 @@ def drain_timeout_s(args):
         return float(flag_value(args, "--drain-timeout-s"))
     text = subprocess.run([os.environ["GRAPHSERVE"], "--help"], check=True, capture_output=True,
                           text=True).stdout
-    return float(re.search(r"--drain-timeout-s \S*=([\d.]+)", text).group(1))
+    return float(re.search(r"--drain-timeout-s [^=\n]*=([\d.]+)", text).group(1))
 
 
 def registered_metrics():
