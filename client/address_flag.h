@@ -1,6 +1,7 @@
 #pragma once
-// The --address flag of graphserve-cli and graphserve-loadgen: checked and completed as typed
-// (NormalizeServerAddress), so that a mistake is named before anything connects.
+// The --address flag of graphserve-cli and graphserve-loadgen (and the loadgen's --http-address):
+// checked and completed as typed (NormalizeServerAddress, NormalizeHttpAddress), so that a mistake is
+// named before anything connects.
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -9,19 +10,28 @@
 
 namespace graphserve {
 
-inline CLI::Option* AddAddressFlag(CLI::App* app, std::string* address) {
-  const CLI::Validator server_address(
-      [](std::string& typed) {
+// A CLI11 transform that replaces what was typed by `normalize`'s address, or names the mistake.
+inline CLI::Validator AddressValidator(bool (*normalize)(const std::string&, std::string*, std::string*)) {
+  return CLI::Validator(
+      [normalize](std::string& typed) {
         std::string normalized;
         std::string error;
-        if (!NormalizeServerAddress(typed, &normalized, &error)) return error;
+        if (!normalize(typed, &normalized, &error)) return error;
         typed = normalized;
         return std::string();
       },
       "HOST[:PORT]");
+}
+
+inline CLI::Option* AddAddressFlag(CLI::App* app, std::string* address) {
   return app->add_option("--address", *address, "Server address, HOST[:PORT] (port 8001 when left out)")
-      ->transform(server_address)
+      ->transform(AddressValidator(&NormalizeServerAddress))
       ->capture_default_str();
+}
+
+// A scheme, a missing host or a bad port sent every call of a run to fail at once.
+inline CLI::Option* AddHttpAddressFlag(CLI::App* app, std::string* address, const std::string& description) {
+  return app->add_option("--http-address", *address, description)->transform(AddressValidator(&NormalizeHttpAddress));
 }
 
 }  // namespace graphserve

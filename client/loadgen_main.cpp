@@ -117,9 +117,10 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   app.add_flag("--grpc-executor-offload", flags->grpc_executor_offload,
                "let gRPC move a busy connection's transport work to its executor thread (gRPC's default); "
                "without it the polling thread that picked the work up finishes it");
-  app.add_option("--http-address", options.http_address,
-                 "Send the infer calls over the KServe v2 REST binding to this HOST:PORT (binary tensors; "
-                 "closed loop); --address still answers readiness and metadata");
+  graphserve::AddHttpAddressFlag(&app, &options.http_address,
+                                 "Send the infer calls over the KServe v2 REST binding to this HOST[:PORT] (port "
+                                 "8000 when left out; binary tensors; closed loop); --address still answers "
+                                 "readiness and metadata");
   app.add_option("--connections", options.connections, "HTTP/2 connections to spread calls over")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -92,14 +92,19 @@ std::string DescribeCallError(const grpc::Status& status, const std::string& add
   return std::string(StatusCodeName(status.error_code())) + ": " + message;
 }
 
-bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error) {
-  const std::string example = " (e.g. localhost:" + std::to_string(kDefaultGrpcPort) + ")";
-  if (address.rfind("unix:", 0) == 0) {
+namespace {
+
+// NormalizeServerAddress for a port of `protocol` ("gRPC", "REST") whose default is `default_port`;
+// unix: paths only where gRPC takes them.
+bool NormalizeAddress(const std::string& address, const char* protocol, int default_port, bool allow_unix,
+                      std::string* normalized, std::string* error) {
+  const std::string example = " (e.g. localhost:" + std::to_string(default_port) + ")";
+  if (allow_unix && address.rfind("unix:", 0) == 0) {
     *normalized = address;
     return true;
   }
   if (address.find("://") != std::string::npos) {
-    *error = "'" + address + "': drop the scheme; graphserve's gRPC address is HOST:PORT" + example;
+    *error = "'" + address + "': drop the scheme; graphserve's " + protocol + " address is HOST:PORT" + example;
     return false;
   }
   std::string host;
@@ -122,8 +127,7 @@ bool NormalizeServerAddress(const std::string& address, std::string* normalized,
   } else {
     const size_t colon = address.find(':');
     if (colon != std::string::npos && address.find(':', colon + 1) != std::string::npos) {
-      *error = "'" + address + "': put an IPv6 address in brackets, e.g. [::1]:" +
-               std::to_string(kDefaultGrpcPort);
+      *error = "'" + address + "': put an IPv6 address in brackets, e.g. [::1]:" + std::to_string(default_port);
       return false;
     }
     host = address.substr(0, colon);
@@ -134,13 +138,23 @@ bool NormalizeServerAddress(const std::string& address, std::string* normalized,
     *error = "'" + address + "': no host; use HOST:PORT" + example;
     return false;
   }
-  if (!port_given) port = std::to_string(kDefaultGrpcPort);
+  if (!port_given) port = std::to_string(default_port);
   if (!ValidPort(port)) {
     *error = "'" + address + "': the port must be a number from 1 to 65535";
     return false;
   }
   *normalized = host + ":" + port;
   return true;
+}
+
+}  // namespace
+
+bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error) {
+  return NormalizeAddress(address, "gRPC", kDefaultGrpcPort, /*allow_unix=*/true, normalized, error);
+}
+
+bool NormalizeHttpAddress(const std::string& address, std::string* normalized, std::string* error) {
+  return NormalizeAddress(address, "REST", kDefaultHttpPort, /*allow_unix=*/false, normalized, error);
 }
 
 bool LoadClientSecurity(const ClientSecurityFlags& flags, ClientOptions* options, std::string* error) {

@@ -342,6 +342,23 @@ TEST(ServerAddressTest, MistakesSayWhatToTypeInstead) {
   }
 }
 
+// graphserve-loadgen's --http-address: the REST port's default, no unix: paths, the same checks.
+TEST(ServerAddressTest, HttpAddressesGetTheRestPort) {
+  std::string normalized;
+  std::string error;
+  EXPECT_TRUE(NormalizeHttpAddress("127.0.0.1", &normalized, &error)) << error;
+  EXPECT_EQ(normalized, "127.0.0.1:8000");
+  EXPECT_TRUE(NormalizeHttpAddress("[::1]:9000", &normalized, &error)) << error;
+  EXPECT_EQ(normalized, "[::1]:9000");
+  for (const auto& [typed, expected] :
+       std::vector<std::pair<std::string, std::string>>{{"http://127.0.0.1:8000", "graphserve's REST address is"},
+                                                        {"::1", "e.g. [::1]:8000"},
+                                                        {"unix:/run/graphserve.sock", "from 1 to 65535"}}) {
+    EXPECT_FALSE(NormalizeHttpAddress(typed, &normalized, &error)) << typed;
+    EXPECT_NE(error.find(expected), std::string::npos) << typed << ": " << error;
+  }
+}
+
 // gRPC's own transport wording becomes a sentence naming the address; a server's answer is kept.
 TEST(DescribeCallErrorTest, RefusedConnectionNamesTheAddressAndAServerAnswerIsKept) {
   ClientOptions options;

@@ -98,6 +98,12 @@ inline constexpr int kDefaultGrpcPort = 8001;
 // port that is not 1..65535, an IPv6 address without brackets, an empty host.
 bool NormalizeServerAddress(const std::string& address, std::string* normalized, std::string* error);
 
+inline constexpr int kDefaultHttpPort = 8000;
+
+// The same for the KServe v2 REST port (graphserve-loadgen --http-address): `kDefaultHttpPort` when
+// the port is left out; no unix: paths.
+bool NormalizeHttpAddress(const std::string& address, std::string* normalized, std::string* error);
+
 // A failed call as a person can act on it: a server that refused the connection is "cannot reach
 // graphserve at ADDRESS (connection refused); is it running?", a host that does not resolve or an
 // HTTP/1.x server (the metrics port) says so; any other status is "CODE: message", the server's own
