@@ -414,7 +414,6 @@ Status CheckSchedulingConfig(const inference::ModelConfig& config) {
   return SchedulerOptionsFromConfig(config).Validate();
 }
 
-// Stops at the first error, in this order: the grid step relies on the limits checked before it.
 // protobuf keeps an enum number its schema does not name (`kind: 9`): refused, not read as the
 // default.
 Status CheckEnumValues(const inference::ModelConfig& config) {
@@ -441,6 +440,7 @@ Status CheckEnumValues(const inference::ModelConfig& config) {
   return Status::Ok();
 }
 
+// Stops at the first error, in this order: the grid step relies on the limits checked before it.
 Status BuildSpec(const inference::ModelConfig& config, ModelSpec* spec) {
   Status status = CheckEnumValues(config);
   if (status.ok()) status = HeaderFromConfig(config, spec);
