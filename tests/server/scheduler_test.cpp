@@ -786,6 +786,14 @@ TEST_F(ModelSchedulerTest, SeveralRequestsThatFailTheirBatchFailAloneAndTheOther
   EXPECT_EQ(batches.at(0).rows.size(), 128u);
   // About 2·log2(128) reruns per culprit, fewer where their searches share ranges.
   EXPECT_LE(batches.size(), 1u + 4 * 14);
+  // The reruns that passed are executions: their 124 rows are all the statistics' batches hold.
+  const ModelStatisticsSnapshot totals = scheduler_->statistics().Snapshot();
+  EXPECT_GT(totals.execution_count, 0u);
+  int64_t rows = 0;
+  for (const auto& [size, of_size] : totals.batches_by_size) {
+    rows += size * static_cast<int64_t>(of_size.compute_infer.count);
+  }
+  EXPECT_EQ(rows, 124);
 }
 
 // Where everything fails (a broken model), the search stops once the first culprit is found
