@@ -272,6 +272,13 @@ Status ParseInput(const json& input, const std::string& field, std::string_view 
     return Status::Ok();
   }
   if (data == nullptr) {
+    // A shared-memory input has no data by design: name what is not supported, as gRPC does.
+    for (const char* region : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
+      if (tensor->parameters().count(region) > 0) {
+        return InvalidArgument(field + ".parameters" + Quoted(region) + ": not supported by graphserve "
+                               "(shared memory); send the tensor in the body");
+      }
+    }
     return InvalidArgument(field + ".data: required (or parameters['binary_data_size'] with the binary "
                            "data extension)");
   }

@@ -138,6 +138,10 @@ TEST(RestCodecTest, EveryMalformedRequestIsRefusedNamingTheField) {
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1048576, 1048576, 4], "data": []}]})"),
             "inputs[0].shape: [1048576,1048576,4] has too many elements");
   EXPECT_EQ(Refusal(R"({"inputs": [{"datatype": "INT64", "shape": [1], "data": [1]}]})"), "inputs[0].name: required");
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1],
+                                    "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}]})"),
+            "inputs[0].parameters['shared_memory_region']: not supported by graphserve (shared memory); send the "
+            "tensor in the body");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "data": [1]}]})"), "inputs[0].shape: required");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "BYTES", "shape": [1], "data": ["x"]}]})"),
             "inputs[0].datatype: 'BYTES' is not a datatype graphserve serves");
