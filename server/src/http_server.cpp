@@ -191,6 +191,17 @@ struct Callbacks {
     return text;
   }
 
+  // libmicrohttpd's own unescaping, but a decoded NUL ("%00") becomes 0xFF instead of ending the
+  // path early: "/v2/models/m%00/x" was routed as "/v2/models/m". 0xFF is not UTF-8, so the REST
+  // layer refuses the path (400) instead.
+  static size_t Unescape(void*, MHD_Connection*, char* text) {
+    const size_t length = MHD_http_unescape(text);
+    for (size_t i = 0; i < length; ++i) {
+      if (text[i] == '\0') text[i] = static_cast<char>(0xFF);
+    }
+    return length;
+  }
+
   static void OnCompleted(void*, MHD_Connection*, void** context, MHD_RequestTerminationCode) {
     auto* exchange = static_cast<Exchange*>(*context);
     if (exchange == nullptr) return;
@@ -269,6 +280,7 @@ Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout.count()),
       MHD_OPTION_NOTIFY_COMPLETED, &http_internal::Callbacks::OnCompleted, nullptr,
+      MHD_OPTION_UNESCAPE_CALLBACK, &http_internal::Callbacks::Unescape, nullptr,
       MHD_OPTION_END);
   if (started->daemon_ == nullptr) {
     return Unavailable(options.flag + ": cannot start the HTTP server on " + options.address);

@@ -116,6 +116,8 @@ class CurlTest(server_fixture.ServerTestCase):
              "inputs[0].shape: dimensions must be non-negative integers, got an array"),
             ("/v2/models/%FF/infer", ["-d", "{}"], 400, "path: not valid UTF-8"),
             ("/v2/models/%FF", [], 400, "path: not valid UTF-8"),
+            # A decoded NUL once ended the path early: this was routed as the model's metadata.
+            (f"/v2/models/{MODEL}%00/anything", [], 400, "path: not valid UTF-8"),
             ("/metrics", [], 404, "/v2"),
         ]
         for path, args, want_status, fragment in cases:
