@@ -490,10 +490,15 @@ std::vector<std::shared_ptr<PendingRequest>> ModelScheduler::TakeDoomed(Dispatch
                                                                        double finish_us) {
   std::vector<std::shared_ptr<PendingRequest>> doomed;
   auto& requests = decision->requests;
-  auto kept_end = std::stable_partition(requests.begin(), requests.end(), [finish_us](const auto& request) {
+  const auto in_time = [finish_us](const std::shared_ptr<PendingRequest>& request) {
     const int64_t expiry_us = request->ExpiryUs();
     return expiry_us == 0 || static_cast<double>(expiry_us) >= finish_us;
-  });
+  };
+  // Ride-alongs come last in a decision (batch_planner.h): those dropped no longer ride.
+  for (size_t i = requests.size() - static_cast<size_t>(decision->ride_alongs); i < requests.size(); ++i) {
+    if (!in_time(requests[i])) --decision->ride_alongs;
+  }
+  auto kept_end = std::stable_partition(requests.begin(), requests.end(), in_time);
   for (auto it = kept_end; it != requests.end(); ++it) {
     LeaveQueue(**it);
     ++counters_.deadline_exceeded;

@@ -838,6 +838,29 @@ TEST_F(ModelSchedulerTest, RideAlongsAreCountedAndGetTheirOwnRowsBack) {
   EXPECT_EQ(counters.batch_rows, 4u);
 }
 
+// A rider that cannot finish before its deadline leaves the batch unrun (DEADLINE_EXCEEDED), and is
+// not counted as a ride-along.
+TEST_F(ModelSchedulerTest, ARiderDroppedForItsDeadlineIsNotCountedAsARideAlong) {
+  MakeScheduler(Options(10'000'000));
+  std::vector<std::future<Outcome>> outcomes(4);
+  const int64_t lengths[] = {40, 50, 60, 10};
+  for (int i = 0; i < 4; ++i) {
+    std::shared_ptr<PendingRequest> request = Request(1, lengths[i], i, &outcomes[i]);
+    if (i == 3) request->deadline_us = clock_.NowMicros() + 2;  // before any batch could end
+    ASSERT_TRUE(scheduler_->Enqueue(request).ok());
+    clock_.Advance(1);
+  }
+  scheduler_->Stop();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Ready(outcomes[i]));
+    EXPECT_EQ(outcomes[i].get().status.code(), i == 3 ? StatusCode::kDeadlineExceeded : StatusCode::kOk) << i;
+  }
+  SchedulerCounters counters = scheduler_->Counters();
+  EXPECT_EQ(counters.batches, 1u);
+  EXPECT_EQ(counters.batch_rows, 3u);
+  EXPECT_EQ(counters.ride_alongs, 0u);
+}
+
 TEST_F(ModelSchedulerTest, AnIdleWorkerWaitsForCompanyUntilTheClockSaysWaitingNoLongerHelps) {
   // Two requests of one bin queue together behind a first that holds the executor, so that company
   // looks imminent. Released, the idle worker waits until the expected gap (by then the time since
