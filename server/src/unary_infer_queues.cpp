@@ -88,6 +88,16 @@ class UnaryInferCall final : public InferenceReceiver {
   }
 
   void Answered(const Status& outcome) override {
+    // The model goes back now, not when the answer is written: a client that does not read a large
+    // answer would keep an unload of its model waiting. Under the lock, so that OnDone does not
+    // cancel through a scheduler that may then be gone.
+    std::shared_ptr<LoadedModel> released;
+    {
+      MutexLock lock(&answer_mutex_);
+      answered_ = true;
+      released = std::move(prepared_.model);
+    }
+    released.reset();
     // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
     if (outcome.ok()) {
       responder_.Finish(response_, grpc::Status::OK, &finished_event_);
@@ -126,7 +136,10 @@ class UnaryInferCall final : public InferenceReceiver {
     done_ = true;
     // The client went away (or its deadline passed) before its answer was written: a request still
     // queued leaves the queue, and its answer, when it comes, goes nowhere.
-    if (started_ && context_.IsCancelled()) prepared_.Cancel();
+    if (started_ && context_.IsCancelled()) {
+      MutexLock lock(&answer_mutex_);
+      if (!answered_) prepared_.Cancel();  // an answered request has left its scheduler
+    }
     if (finished_) delete this;
   }
 
@@ -136,6 +149,8 @@ class UnaryInferCall final : public InferenceReceiver {
   inference::ModelInferResponse response_;
   grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_;
   PreparedInference prepared_;
+  Mutex answer_mutex_;
+  bool answered_ GUARDED_BY(answer_mutex_) = false;
   bool started_ = false;
   bool finished_ = false;
   bool done_ = false;
