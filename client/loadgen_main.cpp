@@ -214,6 +214,16 @@ int main(int argc, char** argv) {
   if (!flags.grpc_executor_offload) graphserve::KeepGrpcTransportWorkOnPollingThreads();
   grpc::Status status = CompleteOptions(&flags);
   if (!status.ok()) return CannotRun("--lengths", status, flags.address);
+  // Tried before the run, not found unwritable after it: opened for appending, so that an existing
+  // file keeps its content, and a file made only for the try is removed again.
+  if (!flags.json_path.empty() && flags.json_path != "-") {
+    const bool existed = static_cast<bool>(std::ifstream(flags.json_path));
+    if (!std::ofstream(flags.json_path, std::ios::app)) {
+      std::cerr << "graphserve-loadgen: --json: cannot write " << flags.json_path << "\n";
+      return kCannotRun;
+    }
+    if (!existed) std::remove(flags.json_path.c_str());
+  }
 
   graphserve::ClientOptions client_options;
   client_options.timeout_ms = flags.options.timeout_ms;

@@ -156,5 +156,14 @@ TEST_F(LoadgenIntegrationTest, UnknownModelCannotRun) {
   EXPECT_TRUE(run.report.is_null()) << "no report for a run that did not happen";
 }
 
+// An unwritable --json path is named before the run, not found after it (the whole run was lost).
+TEST_F(LoadgenIntegrationTest, AnUnwritableReportPathCannotRun) {
+  const ToolRun run = RunTool(std::string(GRAPHSERVE_LOADGEN) + " --address " + server_->address() +
+                              " --model encoder --requests 5 --json " + TEST_OUTPUT_DIR + "/no_such_folder/r.json");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--json: cannot write"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("requests "), std::string::npos) << "no run: " << run.output;
+}
+
 }  // namespace
 }  // namespace graphserve::testing
