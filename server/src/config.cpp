@@ -407,10 +407,6 @@ Status ExecutionFromConfig(const inference::ModelConfig& config, ModelSpec* spec
 // Batching lives outside the spec; checked here so that a bad config fails at load (instance groups
 // are checked where they are placed: InstancePlacements).
 Status CheckSchedulingConfig(const inference::ModelConfig& config) {
-  if (!inference::ModelDynamicBatching::Policy_IsValid(config.dynamic_batching().policy())) {
-    return InvalidArgument("dynamic_batching.policy: unknown value " +
-                           std::to_string(config.dynamic_batching().policy()) + " (SIZE_BINNED, FIFO)");
-  }
   return SchedulerOptionsFromConfig(config).Validate();
 }
 
@@ -434,10 +430,11 @@ Status CheckEnumValues(const inference::ModelConfig& config) {
     return InvalidArgument("dynamic_batching.default_queue_policy.timeout_action: unknown value " +
                            std::to_string(action));
   }
-  if (!inference::Precision_IsValid(config.precision())) {
-    return InvalidArgument("precision: unknown value " + std::to_string(config.precision()));
+  if (!inference::ModelDynamicBatching::Policy_IsValid(config.dynamic_batching().policy())) {
+    return InvalidArgument("dynamic_batching.policy: unknown value " +
+                           std::to_string(config.dynamic_batching().policy()) + " (SIZE_BINNED, FIFO)");
   }
-  return Status::Ok();
+  return Status::Ok();  // precision: ExecutionFromConfig refuses numbers kPrecisions lacks
 }
 
 // Stops at the first error, in this order: the grid step relies on the limits checked before it.

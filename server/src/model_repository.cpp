@@ -593,11 +593,11 @@ Status ModelRepository::LoadNamed(const std::string& name) {
   std::shared_ptr<LoadedModel> loaded;
   Status status =
       LoadModelVersion(model_dir, name, default_device_, clock_, options_.scheduler_busy_poll, &loaded);
-  if (status.ok() && options_.max_request_bytes > 0 &&
-      LargestRequestBytes(loaded->scheduler->spec()) > options_.max_request_bytes) {
+  const int64_t largest_request = status.ok() ? LargestRequestBytes(loaded->scheduler->spec()) : 0;
+  if (options_.max_request_bytes > 0 && largest_request > options_.max_request_bytes) {
     status = ResourceExhausted(
-        "model '" + name + "': its largest request comes to " +
-        std::to_string(LargestRequestBytes(loaded->scheduler->spec())) + " bytes, beyond the " +
+        "model '" + name + "': its largest request comes to " + std::to_string(largest_request) +
+        " bytes, beyond the " +
         std::to_string(options_.max_request_bytes) +
         " the server takes (set at start-up from the models then in the repository): restart it, or start it "
         "with a larger --max-request-bytes");

@@ -35,12 +35,6 @@ std::string Describe(const json& value) {
   return text;
 }
 
-std::string DimsText(const std::vector<int64_t>& dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(dims[i]);
-  return text + "]";
-}
-
 std::string Quoted(const std::string& key) { return "['" + key + "']"; }
 
 Status ParseJson(std::string_view text, json* document) {
@@ -155,7 +149,7 @@ Status ShapeElements(const json& shape, const std::string& field, std::vector<in
   }
   for (const int64_t value : *dims) {
     if (value != 0 && *elements > kMaxElements / value) {
-      return InvalidArgument(field + ": " + DimsText(*dims) + " has too many elements");
+      return InvalidArgument(field + ": " + Dump(json(*dims)) + " has too many elements");
     }
     *elements *= value;
   }

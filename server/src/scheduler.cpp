@@ -66,6 +66,12 @@ std::vector<bool> SharesDevice(const std::vector<std::unique_ptr<Executor>>& exe
   return shares;
 }
 
+// When a batch finished, as model statistics record it (Triton's last_inference).
+uint64_t MillisecondsSinceEpoch() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count());
+}
+
 }  // namespace
 
 ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& options,
@@ -330,10 +336,7 @@ void ModelScheduler::RecordBatch(Executor* executor, const InFlightBatch& run, i
   const DispatchDecision& decision = run.decision;
   int64_t batch_rows = 0;
   for (const auto& request : decision.requests) batch_rows += request->item.rows;
-  const auto finished = std::chrono::system_clock::now().time_since_epoch();
-  statistics_.RecordExecution(
-      batch_rows, run.stage_times,
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(finished).count()));
+  statistics_.RecordExecution(batch_rows, run.stage_times, MillisecondsSinceEpoch());
   // Checked first: the arguments cost a few allocations per batch, at tens of thousands a second.
   if (spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("model '{}' on {}: batch requests={} (ride-alongs {}) padded to {} ran in {} us",
@@ -400,9 +403,7 @@ void ModelScheduler::IsolateFailures(Executor* executor, const BucketShape& padd
     if (status.ok()) {
       // An execution like any other: its requests count as answered in the statistics, so it does.
       ++passes;
-      const auto finished = std::chrono::system_clock::now().time_since_epoch();
-      statistics_.RecordExecution(
-          rows, stages, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(finished).count()));
+      statistics_.RecordExecution(rows, stages, MillisecondsSinceEpoch());
     }
     return status.ok();
   };

@@ -135,6 +135,18 @@ TEST(TorchScriptTest, DictWithoutADeclaredOutputFailsWarmup) {
   EXPECT_NE(status.message().find("'logits'"), std::string::npos) << status.ToString();
 }
 
+// Two token items run by `in_order` (inputs in config order) into `expected`, and by `swapped`
+// (a config listing the same two inputs the other way round) with their inputs swapped to match.
+void ExecuteWithInputsSwapped(Executor* in_order, Executor* swapped, BatchOutputs* expected,
+                              BatchOutputs* actual) {
+  const std::vector<InferenceItem> items = {TokenItem(1, 3, 31, 1024, 2), TokenItem(2, 8, 32, 1024, 2)};
+  std::vector<InferenceItem> reversed = items;
+  for (InferenceItem& item : reversed) std::swap(item.inputs[0], item.inputs[1]);
+  ASSERT_TRUE(in_order->Execute(MakeBatch({&items[0], &items[1]}, BucketShape{4, 8}), expected).ok());
+  const Status status = swapped->Execute(MakeBatch({&reversed[0], &reversed[1]}, BucketShape{4, 8}), actual);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+}
+
 // Triton's PyTorch backend's naming: INPUT__N is forward's argument N and OUTPUT__N the result's
 // element N, whatever the config's order. With both listed in reverse, the answers must be those of
 // the same model in config order (reversed inputs would compute (mask * w + b) * ids instead).
@@ -156,15 +168,9 @@ TEST(TorchScriptTest, TritonIndexedNamesBindByIndex) {
   const Status warmup = by_index->Warmup();
   ASSERT_TRUE(warmup.ok()) << warmup.ToString();
 
-  const std::vector<InferenceItem> items = {TokenItem(1, 3, 31, 1024, 2), TokenItem(2, 8, 32, 1024, 2)};
-  std::vector<InferenceItem> reversed = items;
-  for (InferenceItem& item : reversed) std::swap(item.inputs[0], item.inputs[1]);
   BatchOutputs expected, actual;
-  ASSERT_TRUE(by_order->Execute(MakeBatch({&items[0], &items[1]}, BucketShape{4, 8}), &expected).ok());
-  const Status status =
-      by_index->Execute(MakeBatch({&reversed[0], &reversed[1]}, BucketShape{4, 8}), &actual);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  for (size_t k = 0; k < items.size(); ++k) {
+  ASSERT_NO_FATAL_FAILURE(ExecuteWithInputsSwapped(by_order.get(), by_index.get(), &expected, &actual));
+  for (size_t k = 0; k < expected.size(); ++k) {
     EXPECT_EQ(Fp32Values(actual[k][0]), Fp32Values(expected[k][1])) << "pooled of item " << k;
     EXPECT_EQ(Fp32Values(actual[k][1]), Fp32Values(expected[k][0])) << "per_token of item " << k;
   }
@@ -182,13 +188,9 @@ TEST(TorchScriptTest, InputsNamedAsForwardsArgumentsBindByName) {
   const Status created = Create(reordered, ModelDir("tuple"), &by_name);
   ASSERT_TRUE(created.ok()) << created.ToString();
 
-  const std::vector<InferenceItem> items = {TokenItem(1, 3, 31, 1024, 2), TokenItem(2, 8, 32, 1024, 2)};
-  std::vector<InferenceItem> reversed = items;
-  for (InferenceItem& item : reversed) std::swap(item.inputs[0], item.inputs[1]);
   BatchOutputs expected, actual;
-  ASSERT_TRUE(in_order->Execute(MakeBatch({&items[0], &items[1]}, BucketShape{4, 8}), &expected).ok());
-  ASSERT_TRUE(by_name->Execute(MakeBatch({&reversed[0], &reversed[1]}, BucketShape{4, 8}), &actual).ok());
-  for (size_t k = 0; k < items.size(); ++k) {
+  ASSERT_NO_FATAL_FAILURE(ExecuteWithInputsSwapped(in_order.get(), by_name.get(), &expected, &actual));
+  for (size_t k = 0; k < expected.size(); ++k) {
     EXPECT_EQ(Fp32Values(actual[k][0]), Fp32Values(expected[k][0])) << "per_token of item " << k;
     EXPECT_EQ(Fp32Values(actual[k][1]), Fp32Values(expected[k][1])) << "pooled of item " << k;
   }

@@ -337,16 +337,17 @@ TEST(RequestCodecTest, TypedContentsCountMismatch) {
       << status.message();
 }
 
+void ExpectInvalidArgument(const Status& status, const std::string& message) {
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(message), std::string::npos) << status.message();
+}
+
 // Values in a contents field the input's datatype does not read would be silently left out.
 TEST(RequestCodecTest, TypedContentsInAnotherFieldAreRefused) {
   inference::ModelInferRequest request = TokenRequest(2, 4, false);
   request.mutable_inputs(0)->mutable_contents()->add_int_contents(3);
-  Status status = Decode(request);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("inputs[0] 'input_ids'.contents: values outside int64_contents, the one "
-                                  "field a INT64 input reads"),
-            std::string::npos)
-      << status.message();
+  ExpectInvalidArgument(Decode(request), "inputs[0] 'input_ids'.contents: values outside int64_contents, the "
+                                         "one field a INT64 input reads");
 }
 
 // A value the input's type cannot hold is refused, never truncated (300 became 44 for UINT8).
@@ -359,12 +360,8 @@ TEST(RequestCodecTest, TypedValuesOutsideTheInputsTypeAreRefused) {
   request.mutable_inputs(1)->mutable_contents()->add_uint_contents(1);
   request.mutable_inputs(1)->mutable_contents()->add_uint_contents(300);
   PendingRequest pending;
-  Status status = DecodeInferRequest(spec, QueuePolicy{}, &request, &pending);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("inputs[1] 'attention_mask'.contents.uint_contents: element 1 (300) is not "
-                                  "a UINT8 value"),
-            std::string::npos)
-      << status.message();
+  ExpectInvalidArgument(DecodeInferRequest(spec, QueuePolicy{}, &request, &pending),
+                        "inputs[1] 'attention_mask'.contents.uint_contents: element 1 (300) is not a UINT8 value");
 }
 
 TEST(RequestCodecTest, NoInputs) {
