@@ -165,10 +165,11 @@ bool MeetsFifoParity(const SimulationResult& binned, const SimulationResult& fif
 
 // The grids EncoderSpec offers.
 enum class EncoderGrid {
-  kTokenBudget,  // graphserve's default: lengths DefaultBucketLengths(512), batch sizes 1..32 at
-                 // every length and up to 512 within kDefaultMaxBatchTokens (160 buckets)
-  kRowsOnly,     // the same lengths × batch sizes 1..32 (the grid before the budget; 120)
-  kSixBySix,     // {1..32} x {16..512}
+  kTokenBudget,  // graphserve's default: lengths DefaultBucketLengths(512), batch sizes
+                 // DefaultBucketBatchSizes (steps of 1.5) 1..32 at every length and up to 512
+                 // within kDefaultMaxBatchTokens (284 buckets)
+  kRowsOnly,     // the same lengths × batch sizes 1..32 (the grid before the budget; 200)
+  kSixBySix,     // the default batch sizes 1..32 x {16..512}
 };
 
 // The built-in encoder's spec (max batch 32, length 512) on `grid`.

@@ -9,6 +9,8 @@
 #include <set>
 #include <tuple>
 
+#include "graphserve/engine/model_spec.h"
+
 namespace graphserve::planner {
 
 namespace {
@@ -98,11 +100,11 @@ std::vector<int64_t> PowersOfTwoUpTo(int64_t limit) {
   return powers;
 }
 
-// The largest batch of a searched grid at `length`: max_batch_size, or the largest power of two p
-// with p·length <= budget.
+// The largest batch of a searched grid at `length`: max_batch_size, or the largest of the default
+// grid's batch sizes (steps of 1.5) s with s·length <= budget.
 int64_t SearchedLargestBatch(int64_t max_batch_size, int64_t budget, int64_t length) {
   int64_t largest = max_batch_size;
-  for (int64_t power : PowersOfTwoUpTo(budget / length)) largest = std::max(largest, power);
+  for (int64_t size : BatchSizeSteps(budget / length)) largest = std::max(largest, size);
   return largest;
 }
 
@@ -112,11 +114,11 @@ BucketGrid SearchedGrid(const ModelLimits& limits, std::vector<int64_t> lengths,
   BucketGrid grid;
   grid.sequence_lengths = std::move(lengths);
   std::set<int64_t> sizes = {limits.max_batch_size};
-  for (int64_t power : PowersOfTwoUpTo(limits.max_batch_size)) sizes.insert(power);
+  for (int64_t size : BatchSizeSteps(limits.max_batch_size)) sizes.insert(size);
   const int64_t shortest = grid.sequence_lengths.front();
-  for (int64_t power : PowersOfTwoUpTo(budget / shortest)) {
-    if (power > limits.max_batch_size) {
-      sizes.insert(power);
+  for (int64_t size : BatchSizeSteps(budget / shortest)) {
+    if (size > limits.max_batch_size) {
+      sizes.insert(size);
       grid.max_batch_tokens = budget;
     }
   }

@@ -287,7 +287,7 @@ TEST(GridPlannerTest, TodaysGridFoundAgainHasTheModelsFigure) {
   const ModelLimits limits{4, 128};
   const CostModel cost({}, Truth(0, 1e-6, 0));
   const Traffic traffic = OneRowTraffic({{0, 64, 30}, {64, 128, 10}});
-  const BucketGrid today{{1, 2, 4}, {64, 128}, 0};
+  const BucketGrid today{{1, 2, 3, 4}, {64, 128}, 0};
   SearchOptions options;
   options.max_lengths = 2;
   options.max_bucket_tokens = 1 << 14;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -217,12 +218,12 @@ ModelSpec StaircaseSpec() {
 TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
   const ModelSpec spec = StaircaseSpec();
   EXPECT_EQ(spec.bucket_batch_sizes,
-            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
   // Per length the largest batch: max_batch_size at least, and more while it fits 16384 tokens.
   const std::vector<std::pair<int64_t, int64_t>> largest = {
-      {8, 512},   {16, 512},  {24, 512},  {32, 512},  {40, 256}, {48, 256}, {56, 256},
-      {64, 256},  {80, 128},  {96, 128},  {112, 128}, {128, 128}, {160, 64}, {192, 64},
-      {224, 64},  {256, 64},  {320, 32},  {384, 32},  {448, 32},  {512, 32}};
+      {8, 512},   {16, 512},  {24, 512},  {32, 512},  {40, 384}, {48, 256}, {56, 256},
+      {64, 256},  {80, 192},  {96, 128},  {112, 128}, {128, 128}, {160, 96}, {192, 64},
+      {224, 64},  {256, 64},  {320, 48},  {384, 32},  {448, 32},  {512, 32}};
   size_t points = 0;
   for (const auto& [length, batch] : largest) {
     EXPECT_EQ(spec.LargestBatchFor(length), batch) << length;
@@ -234,21 +235,22 @@ TEST(ModelSpecTest, TokenBudgetMakesAStaircaseOfTheGrid) {
     points += next;
   }
   EXPECT_EQ(spec.Buckets().size(), points);
-  EXPECT_EQ(points, 160u);  // against 120 for batch sizes up to 32 at every length
+  EXPECT_EQ(points, 284u);  // against 200 for batch sizes up to 32 at every length
   EXPECT_EQ(spec.LargestBatchFor(20), 512);  // pads to 24
   EXPECT_EQ(spec.LargestBatchFor(513), 0);   // beyond the grid
   // Ties on batch x length go to the larger batch.
   EXPECT_EQ(spec.LargestBucket(), (BucketShape{512, 32}));
   EXPECT_FALSE(spec.HasBucket({512, 48}));
-  EXPECT_FALSE(spec.HasBucket({3, 16}));  // not on the axes
+  EXPECT_FALSE(spec.HasBucket({5, 16}));  // not on the axes
 }
 
 TEST(ModelSpecTest, BucketForOnTheStaircasePicksAmongTheLengthsOwnSizes) {
   const ModelSpec spec = StaircaseSpec();
   EXPECT_EQ(spec.BucketFor(100, 10), (BucketShape{128, 16}));
-  EXPECT_EQ(spec.BucketFor(300, 30), (BucketShape{512, 32}));
-  EXPECT_EQ(spec.BucketFor(300, 40), (BucketShape{300, 40}));  // 512x48 exceeds the budget
-  EXPECT_TRUE(spec.IsOversize(300, 40));
+  EXPECT_EQ(spec.BucketFor(300, 30), (BucketShape{384, 32}));
+  EXPECT_EQ(spec.BucketFor(300, 40), (BucketShape{384, 40}));
+  EXPECT_EQ(spec.BucketFor(400, 40), (BucketShape{400, 40}));  // 512x40 exceeds the budget
+  EXPECT_TRUE(spec.IsOversize(400, 40));
   EXPECT_EQ(spec.BucketFor(200, 40), (BucketShape{256, 40}));
   EXPECT_EQ(spec.BucketFor(200, 41), (BucketShape{256, 48}));
   EXPECT_EQ(spec.BucketFor(33, 400), (BucketShape{33, 400}));
@@ -262,8 +264,8 @@ TEST(ModelSpecTest, BucketForOnTheStaircasePicksAmongTheLengthsOwnSizes) {
   // Without the budget the same axes are a full grid again.
   ModelSpec rectangle = spec;
   rectangle.max_batch_tokens = 0;
-  EXPECT_EQ(rectangle.BucketFor(300, 500), (BucketShape{512, 512}));
-  EXPECT_EQ(rectangle.Buckets().size(), 200u);
+  EXPECT_EQ(rectangle.BucketFor(300, 500), (BucketShape{384, 512}));
+  EXPECT_EQ(rectangle.Buckets().size(), 360u);
 }
 
 TEST(ModelSpecTest, GridPointsNeedNoProductThatOverflows) {
@@ -334,20 +336,33 @@ TEST(ModelSpecTest, FixedShapeSpecRefusesOtherLengthsAndVariableOutputs) {
   EXPECT_NE(status.message().find("output 'logits' has a -1"), std::string::npos) << status.message();
 }
 
-TEST(ModelSpecTest, DefaultBatchSizesArePowersOfTwoEndingAtTheMax) {
+TEST(ModelSpecTest, BatchSizeStepsArePowersOfTwoAndOneAndAHalfTimesThem) {
+  EXPECT_EQ(BatchSizeSteps(100), (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96}));
+  EXPECT_EQ(BatchSizeSteps(1), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(BatchSizeSteps(0).empty());
+  const std::vector<int64_t> all = BatchSizeSteps(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(all.back(), int64_t{1} << 61);  // ends before a step could overflow
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end()));
+}
+
+TEST(ModelSpecTest, DefaultBatchSizesGrowInStepsOfOneAndAHalfEndingAtTheMax) {
   EXPECT_EQ(DefaultBucketBatchSizes(1), (std::vector<int64_t>{1}));
-  EXPECT_EQ(DefaultBucketBatchSizes(32), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
-  EXPECT_EQ(DefaultBucketBatchSizes(24), (std::vector<int64_t>{1, 2, 4, 8, 16, 24}));
+  EXPECT_EQ(DefaultBucketBatchSizes(32), (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32}));
+  EXPECT_EQ(DefaultBucketBatchSizes(24), (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24}));
+  EXPECT_EQ(DefaultBucketBatchSizes(20), (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 20}));
   EXPECT_EQ(DefaultBucketBatchSizes(3), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_TRUE(DefaultBucketBatchSizes(0).empty());
-  // With a token budget, powers of two beyond max_batch_size that fit it at the shortest length,
-  // up to kDefaultLargestBatch; a model allowed more rows a request keeps its own sizes.
+  // With a token budget, the same steps beyond max_batch_size while they fit it at the shortest
+  // length, up to kDefaultLargestBatch; a model allowed more rows a request keeps its own sizes.
   EXPECT_EQ(DefaultBucketBatchSizes(24, 16384, 16),
-            (std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512}));
-  EXPECT_EQ(DefaultBucketBatchSizes(8, 1024, 16), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
-  EXPECT_EQ(DefaultBucketBatchSizes(32, 16384, 512), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
+  EXPECT_EQ(DefaultBucketBatchSizes(20, 16384, 16).at(9), 24);  // the steps go on after 20
+  EXPECT_EQ(DefaultBucketBatchSizes(8, 1024, 16),
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}));
+  EXPECT_EQ(DefaultBucketBatchSizes(32, 16384, 512),
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32}));
   EXPECT_EQ(DefaultBucketBatchSizes(1024, 16384, 16).back(), 1024);
-  EXPECT_EQ(DefaultBucketBatchSizes(1024, 16384, 16).size(), 11u);
+  EXPECT_EQ(DefaultBucketBatchSizes(1024, 16384, 16).size(), 20u);
 }
 
 TEST(ModelSpecTest, DefaultLengthsAreDenseAtSmallSizesAndEndAtTheMax) {

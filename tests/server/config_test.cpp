@@ -132,7 +132,7 @@ TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {
   // Rows a request may carry at every length, and short batches up to the default token budget.
   EXPECT_EQ(spec.max_batch_tokens, kDefaultMaxBatchTokens);
   EXPECT_EQ(spec.bucket_batch_sizes,
-            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}));
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
   EXPECT_EQ(spec.LargestBatchFor(16), 512);
   EXPECT_EQ(spec.LargestBatchFor(100), 128);
   EXPECT_EQ(spec.BucketFor(8, 100), (BucketShape{8, 100}));
@@ -148,7 +148,8 @@ TEST(ConfigTest, MissingGridGetsDefaultCappedByLimits) {
   // A budget of one's own: the default sizes that fit it at the shortest length.
   config.mutable_buckets()->set_max_batch_tokens(1024);
   ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
-  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128}));
+  EXPECT_EQ(spec.bucket_batch_sizes,
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}));
   EXPECT_EQ(spec.LargestBatchFor(100), 8);
 }
 
@@ -190,7 +191,7 @@ TEST(ConfigTest, BuiltinEncoderGetsTheStaircaseGrid) {
   ASSERT_TRUE(ModelSpecFromConfig(BuiltinEncoderConfig(), &spec).ok());
   EXPECT_EQ(spec.max_batch_size, 32);
   EXPECT_EQ(spec.max_batch_tokens, 16384);
-  EXPECT_EQ(spec.Buckets().size(), 160u);  // 120 with batch sizes up to 32 at each of 20 lengths
+  EXPECT_EQ(spec.Buckets().size(), 284u);  // 200 with batch sizes up to 32 at each of 20 lengths
   EXPECT_EQ(spec.LargestBatchFor(16), 512);
   EXPECT_EQ(spec.LargestBatchFor(64), 256);
   EXPECT_EQ(spec.LargestBatchFor(512), 32);
@@ -323,7 +324,7 @@ TEST(ConfigTest, FixedShapeModelGetsABatchOnlyGrid) {
   EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{kFixedShapeLength}));
   EXPECT_EQ(spec.bucket_batch_sizes, DefaultBucketBatchSizes(8));
   EXPECT_EQ(spec.max_batch_tokens, 0);  // no length, no token budget: batches stay within 8 rows
-  EXPECT_EQ(spec.BucketFor(3, kFixedShapeLength), (BucketShape{4, kFixedShapeLength}));
+  EXPECT_EQ(spec.BucketFor(5, kFixedShapeLength), (BucketShape{6, kFixedShapeLength}));
   EXPECT_EQ(spec.BucketLabel(BucketShape{4, kFixedShapeLength}), "4x-");
 
   status = ModelSpecFromConfig(fixed_shape_test::CnnConfig("buckets { batch_sizes: [ 8, 2 ] }"), &spec);

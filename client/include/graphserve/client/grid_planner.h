@@ -13,9 +13,9 @@
 //  - SearchGrid returns, among the grids it considers, one of highest expected real tokens/s whose
 //    largest bucket stays within a token cap (the memory budget): lengths chosen from the length
 //    histogram's bounds by dynamic programming (at most max_lengths of them, the last always
-//    max_sequence_length), token budgets from powers of two, batch sizes powers of two up to
-//    budget / shortest length, max_batch_size always among them; and today's grid, kept when
-//    nothing beats it.
+//    max_sequence_length), token budgets from powers of two, batch sizes in the default grid's
+//    steps of 1.5 (BatchSizeSteps) up to budget / shortest length, max_batch_size always among
+//    them; and today's grid, kept when nothing beats it.
 // Value types and free functions; thread-compatible (no shared state).
 #pragma once
 
