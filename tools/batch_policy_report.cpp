@@ -114,7 +114,7 @@ std::vector<int64_t> LengthsWithStepsAbove128(int steps_per_doubling) {
 }
 
 // The default grid against finer and coarser steps for long requests (above 128 tokens), batch
-// sizes in steps of 1.5 (everywhere, or from 32 rows up) and a larger token budget, in closed
+// sizes in powers of two (the default before steps of 1.5) and a larger token budget, in closed
 // loops: finer bins pad less but fill smaller batches, and the comparison says which wins at which
 // load before a device run does.
 void PrintGridChoices(int requests, const LengthMix& mix, const CostModel& cost, const char* cost_name) {
@@ -129,19 +129,15 @@ void PrintGridChoices(int requests, const LengthMix& mix, const CostModel& cost,
       {"default", default_lengths, {}, kDefaultMaxBatchTokens},
       {"8 steps per doubling >128", LengthsWithStepsAbove128(8), {}, kDefaultMaxBatchTokens},
       {"2 steps per doubling >128", LengthsWithStepsAbove128(2), {}, kDefaultMaxBatchTokens},
-      {"batch sizes x1.5",
+      {"batch sizes powers of 2",
        default_lengths,
-       {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512},
-       kDefaultMaxBatchTokens},
-      {"batch sizes x1.5 from 32",
-       default_lengths,
-       {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512},
+       {1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
        kDefaultMaxBatchTokens},
       {"24576 tokens", default_lengths, {}, 24576},
   };
   std::printf(
       "\nGrids: the planner, 1 executor, closed loops, cost model: %s. The default takes 4 steps "
-      "per doubling above 128 tokens and batch sizes in powers of 2 within 16384 tokens.\n\n",
+      "per doubling above 128 tokens and batch sizes in steps of 1.5 within 16384 tokens.\n\n",
       cost_name);
   std::printf("| %-7s | %-25s | %7s | %11s | %7s | %6s | %7s | %7s |\n", "clients", "grid", "buckets",
               "real ktok/s", "padding", "rows/b", "p50 us", "p99 us");
