@@ -487,9 +487,9 @@ Status SettleWithClient(const Status& outcome, const PendingRequest& request, in
   return outcome;
 }
 
-std::vector<std::shared_ptr<PendingRequest>> ModelScheduler::TakeDoomed(DispatchDecision* decision,
-                                                                       double finish_us) {
-  std::vector<std::shared_ptr<PendingRequest>> doomed;
+std::vector<ModelScheduler::DoomedRequest> ModelScheduler::TakeDoomed(DispatchDecision* decision,
+                                                                     int64_t now_us, double finish_us) {
+  std::vector<DoomedRequest> doomed;
   auto& requests = decision->requests;
   const auto in_time = [finish_us](const std::shared_ptr<PendingRequest>& request) {
     const int64_t expiry_us = request->ExpiryUs();
@@ -502,22 +502,28 @@ std::vector<std::shared_ptr<PendingRequest>> ModelScheduler::TakeDoomed(Dispatch
   auto kept_end = std::stable_partition(requests.begin(), requests.end(), in_time);
   for (auto it = kept_end; it != requests.end(); ++it) {
     LeaveQueue(**it);
-    ++counters_.deadline_exceeded;
-    doomed.push_back(std::move(*it));
+    const PendingRequest& request = **it;
+    if (request.cancelled.load(std::memory_order_relaxed) && !request.ClientDeadlinePassed(now_us)) {
+      ++counters_.cancelled;
+      doomed.push_back({std::move(*it), Status(StatusCode::kCancelled, "request cancelled while queued")});
+    } else {
+      ++counters_.deadline_exceeded;
+      doomed.push_back({std::move(*it), Status(StatusCode::kDeadlineExceeded,
+                                               "model '" + spec_.name +
+                                                   "': the request would finish after its deadline or "
+                                                   "queue timeout; not run")});
+    }
   }
   requests.erase(kept_end, requests.end());
   return doomed;
 }
 
-void ModelScheduler::AnswerDoomed(std::vector<std::shared_ptr<PendingRequest>> doomed, int64_t now_us) {
-  for (auto& request : doomed) {
-    answering_.Post([request = std::move(request), now_us, model = spec_.name] {
+void ModelScheduler::AnswerDoomed(std::vector<DoomedRequest> doomed, int64_t now_us) {
+  for (DoomedRequest& dropped : doomed) {
+    answering_.Post([dropped = std::move(dropped), now_us] {
       RequestTiming timing;
-      timing.queue_us = now_us - request->enqueue_us;
-      request->done(Status(StatusCode::kDeadlineExceeded,
-                           "model '" + model + "': the request would finish after its deadline or queue "
-                                               "timeout; not run"),
-                    {}, timing);
+      timing.queue_us = now_us - dropped.request->enqueue_us;
+      dropped.request->done(dropped.outcome, {}, timing);
     });
   }
 }
@@ -629,8 +635,8 @@ void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
                                /*executor_idle=*/in_flight.empty() && !shares_device);
     }
     if (decision) {
-      std::vector<std::shared_ptr<PendingRequest>> doomed =
-          TakeDoomed(&*decision, now_us + ahead_us + planner_.CostUs(decision->padded_shape));
+      std::vector<DoomedRequest> doomed =
+          TakeDoomed(&*decision, now_us, now_us + ahead_us + planner_.CostUs(decision->padded_shape));
       if (decision->requests.empty()) {
         lock.Unlock();
         AnswerDoomed(std::move(doomed), now_us);

@@ -1042,14 +1042,17 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatCannotMeetItsDeadlineIsRefusedAtOn
 
 // Two requests on an unstarted scheduler with buckets 1x16 (500 us) and 4x16 (1,000 us, 250 us a
 // row: the admission estimate): `late`, with a deadline `deadline_in_us` away, then `open`, without
-// one. The clock then moves on by `wait_us` and Stop runs the queue.
+// one. The clock then moves on by `wait_us` and Stop runs the queue. With `late_cancelled`, `late`'s
+// client has cancelled by then, and the scheduler has not yet been told (the moment between a
+// gRPC thread setting the flag and noting it under the scheduler's lock).
 struct LateAndOpen {
   Status late;
   Status open;
   std::vector<RecordedBatch> batches;
   uint64_t deadline_exceeded = 0;
+  uint64_t cancelled = 0;
 };
-LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us) {
+LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us, bool late_cancelled = false) {
   auto shared = std::make_shared<FakeExecutor::Shared>();
   BucketInfo one, four;
   one.shape = BucketShape{1, 16};
@@ -1074,12 +1077,14 @@ LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us) {
   EXPECT_TRUE(scheduler.Enqueue(late).ok());
   EXPECT_TRUE(scheduler.Enqueue(open).ok());
   clock.Set(clock.NowMicros() + wait_us);
+  if (late_cancelled) late->cancelled = true;
   scheduler.Stop();
   result.late = late_outcome.get_future().get();
   result.open = open_outcome.get_future().get();
   std::lock_guard<std::mutex> lock(shared->mutex);
   result.batches = shared->batches;
   result.deadline_exceeded = scheduler.Counters().deadline_exceeded;
+  result.cancelled = scheduler.Counters().cancelled;
   return result;
 }
 
@@ -1096,6 +1101,18 @@ TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRu
   ASSERT_EQ(outcome.batches.size(), 1u);
   EXPECT_EQ(outcome.batches[0].lengths, (std::vector<int64_t>{12}));
   EXPECT_EQ(outcome.deadline_exceeded, 1u);
+}
+
+// The same request dropped from its batch after its client cancelled (before the deadline) was
+// cancelled, not expired: answered and counted as such.
+TEST(ModelSchedulerAdmissionTest, ACancelledRequestDroppedFromItsBatchCountsAsCancelled) {
+  const LateAndOpen outcome = RunLateAndOpen(/*deadline_in_us=*/2000, /*wait_us=*/1200, /*late_cancelled=*/true);
+  EXPECT_EQ(outcome.late.code(), StatusCode::kCancelled) << outcome.late.ToString();
+  EXPECT_TRUE(outcome.open.ok());
+  ASSERT_EQ(outcome.batches.size(), 1u);
+  EXPECT_EQ(outcome.batches[0].lengths, (std::vector<int64_t>{12}));
+  EXPECT_EQ(outcome.cancelled, 1u);
+  EXPECT_EQ(outcome.deadline_exceeded, 0u);
 }
 
 // A queued request that not even the cheapest batch could finish before its deadline leaves the

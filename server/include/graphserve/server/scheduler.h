@@ -147,13 +147,20 @@ class ModelScheduler {
   // length has no measured bucket.
   double EstimateWorkUs(const PendingRequest& request) const;
   void LeaveQueue(const PendingRequest& request) REQUIRES(mutex_);
+  // A request dropped from a batch, with the status it is answered and counted with.
+  struct DoomedRequest {
+    std::shared_ptr<PendingRequest> request;
+    Status outcome;
+  };
   // Removes from `decision` the requests that would be answered after their deadline or queue
   // timeout if the batch ended at `finish_us`, and counts them: under overload the oldest requests
   // are the ones batched, and running them late would spend the device on answers nobody takes.
-  std::vector<std::shared_ptr<PendingRequest>> TakeDoomed(DispatchDecision* decision, double finish_us)
+  // One whose client has already cancelled (before its deadline, at `now_us`) is CANCELLED, as a
+  // cancelled request taken from the queue is; the others DEADLINE_EXCEEDED.
+  std::vector<DoomedRequest> TakeDoomed(DispatchDecision* decision, int64_t now_us, double finish_us)
       REQUIRES(mutex_);
-  // Answers them DEADLINE_EXCEEDED on the answering threads.
-  void AnswerDoomed(std::vector<std::shared_ptr<PendingRequest>> doomed, int64_t now_us);
+  // Answers them on the answering threads.
+  void AnswerDoomed(std::vector<DoomedRequest> doomed, int64_t now_us);
   // The executor's and the requests' work runs without the lock, so that Enqueue never waits for it.
   std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
       EXCLUDES(mutex_);
