@@ -19,6 +19,7 @@
 
 #include "address_flag.h"
 #include "graphserve/client/client.h"
+#include "graphserve/client/number_flags.h"
 #include "plan_grid_command.h"
 
 namespace {
@@ -336,7 +337,7 @@ int RunInfer(const ConnectionFlags& flags, const InferFlags& infer) {
 void AddConnectionFlags(CLI::App* command, ConnectionFlags* flags) {
   graphserve::AddAddressFlag(command, &flags->address);
   command->add_option("--timeout-ms", flags->timeout_ms, "Deadline of each RPC in ms; 0: none")
-      ->check(CLI::NonNegativeNumber)
+      ->check(graphserve::NonNegativeFlag())
       ->capture_default_str();
   command->add_flag("--tls", flags->security.tls, "Connect over TLS, trusting the system's CAs");
   command->add_option("--tls-ca-file", flags->security.tls_ca_file,
@@ -360,7 +361,7 @@ int main(int argc, char** argv) {
   AddConnectionFlags(health, &connection);
   double wait_s = 0;
   health->add_option("--wait-s", wait_s, "Wait up to this many seconds for readiness")
-      ->check(CLI::NonNegativeNumber);
+      ->check(graphserve::NonNegativeFlag());
 
   CLI::App* metadata =
       app.add_subcommand("metadata", "Print the server's metadata, or a model's with --model");
@@ -382,10 +383,10 @@ int main(int argc, char** argv) {
   InferFlags infer_flags;
   infer->add_option("--model", infer_flags.model, "Model name")->required();
   CLI::Option* rows = infer->add_option("--rows", infer_flags.rows, "Batch size")
-                          ->check(CLI::PositiveNumber)
+                          ->check(graphserve::PositiveFlag())
                           ->capture_default_str();
   CLI::Option* length = infer->add_option("--length", infer_flags.length, "Tokens per row")
-                            ->check(CLI::PositiveNumber)
+                            ->check(graphserve::PositiveFlag())
                             ->capture_default_str();
   infer->add_option("--ids", infer_flags.ids, "One row of these token ids, e.g. 101,2023,102")
       ->delimiter(',')
@@ -412,7 +413,7 @@ int main(int argc, char** argv) {
                    "Device whose bucket times to plan with (default: the only one, or the first CUDA one)");
   plan->add_option("--memory-budget-mib", plan_flags.memory_budget_mib,
                    "Graph memory the proposal may hold (default: today's, i.e. no larger largest bucket)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(graphserve::NonNegativeFlag());
   plan->add_option("--max-lengths", plan_flags.max_lengths, "Most sequence lengths the proposal may have")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

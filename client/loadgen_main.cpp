@@ -18,6 +18,7 @@
 #include "address_flag.h"
 #include "graphserve/client/client.h"
 #include "graphserve/client/load_runner.h"
+#include "graphserve/client/number_flags.h"
 #include "graphserve/client/loadgen.h"
 #include "graphserve/grpc_process.h"
 
@@ -74,26 +75,26 @@ void AddLoadFlags(CLI::App& app, Flags* flags) {
   CLI::Option* concurrency =
       app.add_option("--concurrency", options.concurrency,
                      "Closed loop: this many callers, each waiting for its answer (default 1)")
-          ->check(CLI::PositiveNumber);
+          ->check(graphserve::PositiveFlag());
   app.add_option("--rate", options.rate_rps, "Open loop: Poisson arrivals, requests per second")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->excludes(concurrency);
   app.add_option("--lengths", flags->lengths,
                  "Tokens per row: fixed:N, uniform:A-B, file:PATH, lognormal:MEDIAN,SIGMA,A-B or "
                  "skewed (= lognormal:48,0.8,8-512)")
       ->capture_default_str();
   app.add_option("--rows", options.rows, "Rows (batch) per request")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->capture_default_str();
   CLI::Option* duration =
       app.add_option("--duration-s", options.duration_s,
                      "Measure for this many seconds after the warm-up (default 10)")
-          ->check(CLI::PositiveNumber);
+          ->check(graphserve::PositiveFlag());
   app.add_option("--requests", options.requests, "Measure this many requests after the warm-up")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->excludes(duration);
   app.add_option("--warmup-s", options.warmup_s, "Seconds of load sent first and not counted")
-      ->check(CLI::NonNegativeNumber)
+      ->check(graphserve::NonNegativeFlag())
       ->capture_default_str();
 }
 
@@ -101,15 +102,15 @@ void AddLoadFlags(CLI::App& app, Flags* flags) {
 void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   loadgen::LoadOptions& options = flags->options;
   app.add_option("--timeout-ms", options.timeout_ms, "Deadline of each call in ms; 0: none")
-      ->check(CLI::NonNegativeNumber)
+      ->check(graphserve::NonNegativeFlag())
       ->capture_default_str();
   app.add_option("--max-in-flight", options.max_in_flight,
                  "Open loop: arrivals finding this many calls outstanding are not sent (error " +
                      std::string(loadgen::kNotSent) + ")")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->capture_default_str();
   app.add_option("--threads", options.polling_threads, "Threads polling the completion queue")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->capture_default_str();
   app.add_flag("--busy-poll", options.busy_poll,
                "Polling threads spin instead of sleeping, so that latency leaves out the client's wake-ups "
@@ -122,7 +123,7 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
                                  "8000 when left out; binary tensors; closed loop); --address still answers "
                                  "readiness and metadata");
   app.add_option("--connections", options.connections, "HTTP/2 connections to spread calls over")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->capture_default_str();
   app.add_option("--seed", options.seed, "Seed of the lengths, arrivals and token ids")
       ->capture_default_str();
@@ -132,7 +133,7 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
       ->check(CLI::IsMember({"raw", "typed"}))
       ->capture_default_str();
   app.add_option("--wait-s", flags->wait_s, "Wait up to this many seconds for the server to be ready")
-      ->check(CLI::NonNegativeNumber);
+      ->check(graphserve::NonNegativeFlag());
   app.add_option("--json", flags->json_path, "Also write the report as JSON to this file ('-': stdout)");
   app.add_flag("--no-progress", flags->no_progress, "No progress line, even on a terminal");
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "graphserve/client/loadgen.h"
+#include "graphserve/client/number_flags.h"
 #include "graphserve/engine/executor.h"
 #include "graphserve/server/config.h"
 #include "graphserve/server/triton_config.h"
@@ -326,13 +327,13 @@ int main(int argc, char** argv) {
   app.add_option("--traffic-requests", traffic.requests,
                  "Traffic mode: run this many one-row requests of the length mix, binned into full "
                  "batches, back to back through the executor")
-      ->check(CLI::PositiveNumber);
+      ->check(graphserve::PositiveFlag());
   app.add_option("--seed", traffic.seed, "Traffic mode: seed of the lengths")->capture_default_str();
   app.add_option("--traffic-lengths", traffic.lengths,
                  "Traffic mode: length mix, as graphserve-loadgen's --lengths")
       ->capture_default_str();
   app.add_option("--passes", traffic.passes, "Traffic mode: timed passes (the median counts)")
-      ->check(CLI::PositiveNumber)
+      ->check(graphserve::PositiveFlag())
       ->capture_default_str();
   app.add_option("--time-buckets", traffic.time_buckets,
                  "Traffic mode: also time one full batch of these buckets (e.g. 1x64)")
