@@ -139,15 +139,15 @@ bool IsGridPoint(int64_t batch, int64_t length, int64_t max_batch_size, int64_t 
 inline constexpr int64_t kDefaultMaxBatchTokens = 16384;
 inline constexpr int64_t kDefaultLargestBatch = 512;
 
-// The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
-// capped by (and always including) the model's limits. Batch sizes grow in steps of 1.5 (1, 2, 3,
-// 4, 6, 8, 12, 16, 24, ...: powers of two and 1.5 times them) up to max_batch_size, which is always
-// one; with a budget, the same steps above max_batch_size follow, up to kDefaultLargestBatch,
-// while they fit the budget at `shortest_length` (the grid's first length).
 // The batch sizes default and planned grids choose from: 1, 2, 3, 4, 6, 8, 12, ... (powers of two and
 // 1.5 times them) up to `limit` (none for a limit below 1).
 std::vector<int64_t> BatchSizeSteps(int64_t limit);
 
+// The grid used when config.pbtxt names none: dense at small sizes and sparse at large ones,
+// capped by (and always including) the model's limits. Batch sizes are BatchSizeSteps below
+// max_batch_size, then max_batch_size itself; with a budget, the steps above max_batch_size follow,
+// up to kDefaultLargestBatch, while they fit the budget at `shortest_length` (the grid's first
+// length).
 std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size, int64_t max_batch_tokens = 0,
                                              int64_t shortest_length = 1);
 std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length);
