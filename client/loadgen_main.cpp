@@ -18,8 +18,8 @@
 #include "address_flag.h"
 #include "graphserve/client/client.h"
 #include "graphserve/client/load_runner.h"
-#include "graphserve/client/number_flags.h"
 #include "graphserve/client/loadgen.h"
+#include "graphserve/client/number_flags.h"
 #include "graphserve/grpc_process.h"
 
 namespace {

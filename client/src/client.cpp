@@ -269,15 +269,12 @@ grpc::Status InferenceClient::WaitForReady(std::chrono::milliseconds timeout) {
     // Not truncated to whole milliseconds: that gave up to 1 ms before the timeout.
     const Clock::duration left = give_up - Clock::now();
     if (left <= Clock::duration::zero()) break;
-    // One poll may not outlast the overall timeout, nor the per-call deadline. Prepared as every
-    // call is, for its token: a server whose health probes need one answers nothing else.
+    // Prepared as every call is, for its token (a server whose health probes need one answers
+    // nothing else) and the per-call deadline; one poll may not outlast the overall timeout either.
     grpc::ClientContext context;
     Prepare(&context);
-    auto poll_deadline = std::chrono::ceil<std::chrono::milliseconds>(left);
-    if (options_.timeout_ms > 0) {
-      poll_deadline = std::min(poll_deadline, std::chrono::milliseconds(options_.timeout_ms));
-    }
-    context.set_deadline(std::chrono::system_clock::now() + poll_deadline);
+    const auto poll_end = std::chrono::system_clock::now() + std::chrono::ceil<std::chrono::milliseconds>(left);
+    if (poll_end < context.deadline()) context.set_deadline(poll_end);
     inference::ServerReadyResponse response;
     const grpc::Status status =
         stub_->ServerReady(&context, inference::ServerReadyRequest(), &response);

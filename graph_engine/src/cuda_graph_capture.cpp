@@ -35,7 +35,6 @@ double DefaultTolerance(Precision precision) {
   return 1e-4;
 }
 
-
 // max|a - b| / max|b| over all outputs; infinity for NaN or Inf anywhere.
 double RelativeDifference(const std::vector<at::Tensor>& replayed, const std::vector<at::Tensor>& eager) {
   double worst = 0.0;

@@ -47,9 +47,6 @@ Status MakePaddedInputs(const ModelSpec& spec, const Batch& batch, std::vector<a
 Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
                         std::vector<at::Tensor>* inputs);
 
-// INTERNAL (the model's fault, not a request's), naming the model, bucket and output, unless there
-// is one tensor per spec output and each has rank 1 + dims.size(), batch dimension shape.batch,
-// variable dimension shape.length and the spec's fixed dimensions.
 // Inputs a client could send, to check a captured graph against an eager run: every row gets a random
 // real length in [1, L]; inputs named like a mask hold 1 there, other integer inputs random values
 // in their configured range (min_value, max_value; [1, 100) without one), floating inputs random
@@ -59,6 +56,9 @@ Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
 // failure.
 std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const BucketShape& shape, uint64_t seed);
 
+// INTERNAL (the model's fault, not a request's), naming the model, bucket and output, unless there
+// is one tensor per spec output and each has rank 1 + dims.size(), batch dimension shape.batch,
+// variable dimension shape.length and the spec's fixed dimensions.
 Status ValidateOutputs(const ModelSpec& spec, const BucketShape& shape,
                        const std::vector<at::Tensor>& outputs);
 
