@@ -113,7 +113,9 @@ Status CudaGraphExecutor::Launch(const Batch& batch, std::unique_ptr<LaunchedBat
     run->graph_bucket = bucket;
   } else {
     // Graphs turned off in the config explain every eager run, on the grid or not.
+    const bool unpaddable = spec_.IsUnpaddableLength(batch.padded_shape.length);
     run->eager_reason = spec_.cuda_graphs_disabled ? EagerReason::kDisabled
+                        : unpaddable               ? EagerReason::kExactLength
                         : bucket == nullptr        ? EagerReason::kOversize
                                                    : bucket->info.eager_reason;
   }

@@ -45,6 +45,7 @@ EagerReason EagerExecutor::ReasonFor(const BucketShape& shape) const {
   // With graphs turned off nothing would replay, whatever the shape: a lone request at its exact
   // shape (dynamic_batching.disable) or a batch beyond the grid runs eagerly because of the config.
   if (spec_.cuda_graphs_disabled) return EagerReason::kDisabled;
+  if (spec_.IsUnpaddableLength(shape.length)) return EagerReason::kExactLength;
   if (spec_.IsOversize(shape.batch, shape.length)) return EagerReason::kOversize;
   return EagerReason::kDisabled;
 }

@@ -37,6 +37,7 @@ const char* EagerReasonName(EagerReason reason) {
     case EagerReason::kVerifyFailed: return "verify_failed";
     case EagerReason::kDisabled: return "disabled";
     case EagerReason::kNoCuda: return "no_cuda";
+    case EagerReason::kExactLength: return "exact_length";
   }
   return "disabled";
 }

@@ -53,7 +53,14 @@ BucketShape ModelSpec::BucketFor(int64_t rows, int64_t length) const {
                      bucket_lengths[SmallestAtLeast(bucket_lengths, length)]};
 }
 
+bool ModelSpec::IsUnpaddableLength(int64_t length) const {
+  const size_t padded_length = SmallestAtLeast(bucket_lengths, length);
+  return !masks_padding() && padded_length < bucket_lengths.size() &&
+         bucket_lengths[padded_length] != length;
+}
+
 bool ModelSpec::IsOversize(int64_t rows, int64_t length) const {
+  if (IsUnpaddableLength(length)) return true;
   const size_t batch = SmallestAtLeast(bucket_batch_sizes, rows);
   const size_t padded_length = SmallestAtLeast(bucket_lengths, length);
   // The sizes that are points at a length are a prefix of the axis (IsGridPoint only gets harder

@@ -43,6 +43,13 @@
 //     unpadded batch of its length), wins, the oldest on a tie: that keeps the executor on
 //     efficient batches while the others keep filling, without always favouring long sequences
 //     (whose batches do more per µs on a GPU).
+//   - Exact lengths. A model that does not mask padding would compute padded positions into its
+//     answers (a mean over the length, a softmax), so its batches never pad the length: a bin
+//     holds one exact length (bins are made as lengths arrive, and empty ones forgotten when there
+//     are many), nothing rides along from another bin, and arrival order never merges lengths.
+//     A length on the grid still replays its bucket, rows padded (rows never meet in a batched
+//     model); any other runs at its exact shape. What Triton does for such models, with graphs
+//     where the grid has the length.
 //   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
 //     what a server without a batcher does, kept as a mode of its own so that its cost can be
 //     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
@@ -71,6 +78,9 @@ constexpr double kGapSmoothing = 1.0 / 8.0;
 constexpr double kScoreTolerance = 0.02;
 // A batch size whose cost is within this factor of a smaller one's: its extra rows come nearly free.
 constexpr double kNearlyFreeRows = 1.5;
+// Exact lengths: empty bins kept beyond the queued requests' (for their arrival rates) before the
+// empty ones are dropped, so that traffic of many lengths cannot grow the bins without bound.
+constexpr size_t kSpareExactBins = 64;
 
 }  // namespace
 
@@ -106,17 +116,15 @@ Status SchedulerOptions::Validate() const {
 
 BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& options,
                            const BucketCosts& costs)
-    : spec_(spec), options_(options), largest_bucket_(spec.LargestBucket()) {
-  // A batch's rows are bounded per length: the grid is a staircase (ModelSpec), and a length
-  // without a bucket batches as many rows as a request may carry, each batch oversize.
-  auto largest_batch = [&](int64_t length) {
-    const int64_t largest = spec_.LargestBatchFor(length);
-    return largest > 0 ? largest : spec_.max_batch_size;
-  };
+    : spec_(spec),
+      options_(options),
+      exact_lengths_(!spec.masks_padding()),
+      largest_bucket_(spec.LargestBucket()) {
+  // Exact lengths start with the grid's lengths too: the cost table below is built over them.
   for (int64_t length : spec_.bucket_lengths) {
     Bin bin;
     bin.length = length;
-    bin.largest_batch = largest_batch(length);
+    bin.largest_batch = LargestBatchOf(length);
     bins_.push_back(std::move(bin));
   }
   // The oversize bin sorts last, so that "the first bin whose length holds the request" finds it.
@@ -187,8 +195,39 @@ double BatchPlanner::CostUs(const BucketShape& shape) const {
          static_cast<double>(largest_bucket_.batch * largest_bucket_.length);
 }
 
+int64_t BatchPlanner::LargestBatchOf(int64_t length) const {
+  // A batch's rows are bounded per length: the grid is a staircase (ModelSpec), and a length
+  // without a bucket batches as many rows as a request may carry, each batch oversize.
+  const int64_t largest = spec_.LargestBatchFor(length);
+  return largest > 0 ? largest : spec_.max_batch_size;
+}
+
 size_t BatchPlanner::BinIndex(int64_t length) const {
-  return SmallestAtLeast(spec_.bucket_lengths, length);  // == the oversize bin when none holds it
+  // Padded: the oversize bin when no bucket length holds it.
+  if (!exact_lengths_) return SmallestAtLeast(spec_.bucket_lengths, length);
+  const auto end = bins_.end() - 1;  // the oversize bin stays last, empty
+  const auto found = std::lower_bound(bins_.begin(), end, length,
+                                      [](const Bin& bin, int64_t value) { return bin.length < value; });
+  if (found == end || found->length != length) return bins_.size();
+  return static_cast<size_t>(found - bins_.begin());
+}
+
+size_t BatchPlanner::BinForArrival(int64_t length) {
+  const size_t existing = BinIndex(length);
+  if (existing < bins_.size()) return existing;
+  if (bins_.size() > queued_ + kSpareExactBins) {
+    const auto empty = [](const Bin& bin) { return bin.requests.empty(); };
+    bins_.erase(std::remove_if(bins_.begin(), bins_.end() - 1, empty), bins_.end() - 1);
+  }
+  Bin bin;
+  bin.length = length;
+  bin.largest_batch = LargestBatchOf(length);
+  const size_t at = static_cast<size_t>(
+      std::lower_bound(bins_.begin(), bins_.end() - 1, length,
+                       [](const Bin& b, int64_t value) { return b.length < value; }) -
+      bins_.begin());
+  bins_.insert(bins_.begin() + static_cast<std::ptrdiff_t>(at), std::move(bin));
+  return at;
 }
 
 bool BatchPlanner::Overdue(const PendingRequest& request, int64_t now_us) const {
@@ -197,7 +236,7 @@ bool BatchPlanner::Overdue(const PendingRequest& request, int64_t now_us) const 
 }
 
 void BatchPlanner::Add(std::shared_ptr<PendingRequest> request) {
-  Bin& bin = bins_[BinIndex(request->item.length)];
+  Bin& bin = bins_[BinForArrival(request->item.length)];
   const int64_t now_us = request->enqueue_us;
   if (bin.last_arrival_us >= 0) {
     const double gap_us = static_cast<double>(now_us - bin.last_arrival_us);
@@ -286,7 +325,8 @@ double BatchPlanner::ExpectedArrivalGapUs(size_t bin, int64_t now_us) const {
   const auto& sizes = spec_.bucket_batch_sizes;
   const int64_t rows = std::min(bins_[bin].rows, bins_[bin].largest_batch);
   const size_t bucket = SmallestAtLeast(sizes, rows);
-  const bool spare_rows = !IsOversizeBin(bin) && bucket < sizes.size() && sizes[bucket] > rows;
+  const bool spare_rows =
+      !exact_lengths_ && !IsOversizeBin(bin) && bucket < sizes.size() && sizes[bucket] > rows;
   double rate_per_us = 0;
   for (size_t j = spare_rows ? 0 : bin; j <= bin; ++j) {
     const Bin& b = bins_[j];
@@ -325,7 +365,8 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
   const int64_t own_and_must_rows = c.rows;
   // Then ride-alongs in the spare rows: overdue ones first, oldest first, as they are owed the next
   // batch; then from the longest shorter bin down, as a longer rider saves more padded work later.
-  while (true) {
+  // None where lengths are exact: a rider would be padded to this length.
+  while (!exact_lengths_) {
     size_t oldest = bin_index;
     for (size_t j = 0; j < bin_index; ++j) {
       if (!next_fits(j) || !Overdue(*bins_[j].requests[c.take[j]], now_us)) continue;
@@ -337,11 +378,11 @@ bool BatchPlanner::Compose(size_t bin_index, const std::vector<size_t>& must, si
     if (oldest == bin_index) break;
     take(oldest);
   }
-  for (size_t j = bin_index; j-- > 0;) {
+  for (size_t j = exact_lengths_ ? 0 : bin_index; j-- > 0;) {
     while (next_fits(j)) take(j);
   }
   c.shape = BucketShape{batch_rows, bins_[bin_index].length};
-  c.cost_us = cost_us_[bin_index][bucket];
+  c.cost_us = BinCosts(bin_index)[bucket];
   // A bucket larger than the own rows need holds only when the riders need it (BuildCandidate
   // offers such buckets only where their rows come nearly free).
   const size_t needed = SmallestAtLeast(spec_.bucket_batch_sizes, own_and_must_rows);
@@ -398,9 +439,10 @@ BatchPlanner::Candidate BatchPlanner::BuildCandidate(size_t bin_index, int64_t n
   // request rides padded now rather than run in a batch of its own later. Beyond, padding a rider
   // costs real device time and its own bin batches it better. Checked before composing: at
   // saturation most such buckets fail it.
-  const double nearly_free_us = kNearlyFreeRows * cost_us_[bin_index][all_bucket];
+  const std::vector<double>& costs = BinCosts(bin_index);
+  const double nearly_free_us = kNearlyFreeRows * costs[all_bucket];
   for (size_t bucket = first_bucket; bucket <= last_option_bucket; ++bucket) {
-    if (bucket > all_bucket && cost_us_[bin_index][bucket] > nearly_free_us) continue;
+    if (bucket > all_bucket && costs[bucket] > nearly_free_us) continue;
     if (!Compose(bin_index, must, bucket, now_us, &option)) continue;
     const double score = option.real_elements / option.cost_us;
     if (score >= best_score) {
@@ -482,6 +524,25 @@ BatchPlanner::Candidate BatchPlanner::ArrivalOrderCandidate(size_t last_bin, boo
 
 std::optional<DispatchDecision> BatchPlanner::NextInArrivalOrder(int64_t now_us) {
   if (queued_ == 0) return std::nullopt;
+  if (exact_lengths_) {
+    // Arrival order within each length: the oldest request's length goes once it is due, else the
+    // length whose rows fill a batch first (by its oldest request).
+    const size_t oldest = OldestBin(std::vector<size_t>(bins_.size(), 0));
+    if (Overdue(*bins_[oldest].requests.front(), now_us)) {
+      return Take(BuildCandidate(oldest, now_us, /*take_all=*/true));
+    }
+    size_t chosen = bins_.size();
+    for (size_t i = 0; i < bins_.size(); ++i) {
+      const Bin& bin = bins_[i];
+      if (bin.requests.empty() || bin.rows < bin.largest_batch) continue;
+      if (chosen == bins_.size() ||
+          bin.requests.front()->enqueue_us < bins_[chosen].requests.front()->enqueue_us) {
+        chosen = i;
+      }
+    }
+    if (chosen == bins_.size()) return std::nullopt;
+    return Take(BuildCandidate(chosen, now_us, /*take_all=*/true));
+  }
   const PendingRequest& oldest = *bins_[OldestBin(std::vector<size_t>(bins_.size(), 0))].requests.front();
   // The batch is full when the next request does not fit, which needs at least the smallest limit
   // of a queued request's bin of rows queued.
@@ -532,7 +593,10 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
     const int64_t capacity = bins_[oldest_overdue].largest_batch;
     int64_t due_rows = 0;
     size_t own_due = 0;
-    for (size_t i = 0; i < bins_.size() && due_rows <= capacity; ++i) {
+    // Exact lengths: only the bin's own requests can share its batch.
+    const size_t first_bin = exact_lengths_ ? oldest_overdue : 0;
+    const size_t end_bin = exact_lengths_ ? oldest_overdue + 1 : bins_.size();
+    for (size_t i = first_bin; i < end_bin && due_rows <= capacity; ++i) {
       for (size_t k = 0; k < bins_[i].requests.size() && due_rows <= capacity; ++k) {
         if (!Overdue(*bins_[i].requests[k], now_us)) break;
         due_rows += bins_[i].requests[k]->item.rows;
@@ -562,6 +626,7 @@ std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor
     }
   }
   if (!best) return std::nullopt;
+  if (exact_lengths_) return Take(*best);  // arrival order would mix lengths
   // Arrival order's batch instead, when it does more real work per µs relative to a full batch of
   // its length: below capacity, where a batch costs about a launch whatever it holds, one batch of
   // what is queued beats a launch per bin, which is how FIFO keeps its latency low there. Arrival

@@ -23,6 +23,7 @@ constexpr const char* kBuiltinEncoderConfig = R"pb(
   platform: "graphserve_encoder"
   max_batch_size: 32
   max_sequence_length: 512
+  sequence_mask_input: "attention_mask"
   input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
   input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
   output { name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, 256 ] }
@@ -346,6 +347,39 @@ Status SequenceLimitFromConfig(const inference::ModelConfig& config, ModelSpec* 
   return Status::Ok();
 }
 
+// The mask input that makes padding the variable dimension safe (ModelSpec::sequence_mask_input):
+// an input of the model that varies along that dimension, padded with 0, the value that marks a
+// position as padding.
+Status SequenceMaskFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  // The built-in encoder masks with its attention_mask input whatever its config says.
+  const bool builtin = config.platform() == kPlatformBuiltinEncoder;
+  const std::string name = config.sequence_mask_input().empty() && builtin ? std::string("attention_mask")
+                                                                           : config.sequence_mask_input();
+  spec->sequence_mask_input.clear();
+  if (name.empty()) return Status::Ok();
+  if (!spec->has_sequence_length()) {
+    return InvalidArgument("sequence_mask_input: no input has a -1 dimension, so nothing is padded "
+                           "along one; leave it out");
+  }
+  const auto mask = std::find_if(spec->inputs.begin(), spec->inputs.end(),
+                                 [&](const TensorSpec& input) { return input.name == name; });
+  if (mask == spec->inputs.end()) {
+    return InvalidArgument("sequence_mask_input: '" + name + "' is not one of the model's inputs");
+  }
+  const std::string field = "input[" + std::to_string(mask - spec->inputs.begin()) + "]";
+  if (mask->variable_dim() < 0) {
+    return InvalidArgument("sequence_mask_input: '" + name + "' (" + field +
+                           ") has no -1 dimension, so it cannot mark padded positions");
+  }
+  if (mask->pad_value != 0) {
+    return InvalidArgument(field + ".pad_value: " + FormatNumber(mask->pad_value) + " for '" + name +
+                           "', the sequence_mask_input; padding must write 0, which marks a position "
+                           "as padding");
+  }
+  spec->sequence_mask_input = name;
+  return Status::Ok();
+}
+
 // The configured grid, or the default one along an axis the config leaves empty. The token budget
 // is the configured one, else the default where the batch sizes are the default too (a length-
 // varying model's: a fixed-shape model has none); the batch sizes above max_batch_size must fit
@@ -443,6 +477,7 @@ Status BuildSpec(const inference::ModelConfig& config, ModelSpec* spec) {
   if (status.ok()) status = HeaderFromConfig(config, spec);
   if (status.ok()) status = TensorsFromConfig(config, spec);
   if (status.ok()) status = SequenceLimitFromConfig(config, spec);
+  if (status.ok()) status = SequenceMaskFromConfig(config, spec);
   if (status.ok()) status = BucketGridFromConfig(config, spec);
   if (status.ok()) status = ExecutionFromConfig(config, spec);
   if (status.ok()) status = CheckSchedulingConfig(config);

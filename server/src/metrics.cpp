@@ -145,7 +145,7 @@ SchedulerFamilies EmptySchedulerFamilies() {
   f.eager = NewFamily(
       "graphserve_eager_executions_total",
       "Batches executed eagerly instead of as a graph replay, by reason (oversize, capture_failed, "
-      "verify_failed, disabled, no_cuda)",
+      "verify_failed, disabled, no_cuda, exact_length)",
       MetricType::Counter);
   f.real_elements =
       NewFamily("graphserve_real_elements_total",

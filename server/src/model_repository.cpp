@@ -187,6 +187,36 @@ void WarnOfUnboundedIndexInputs(const ModelSpec& spec, const std::vector<std::st
                spec.name, unbounded);
 }
 
+// Whether batches pad lengths, and why: a model that does not say how it ignores padding is served
+// at exact lengths, which a user switching from Triton should know (and may change).
+void LogLengthPadding(const ModelSpec& spec) {
+  if (!spec.has_sequence_length()) return;
+  if (spec.masks_padding()) {
+    spdlog::info("model '{}' pads lengths to its bucket lengths: input '{}' (sequence_mask_input) marks "
+                 "padded positions",
+                 spec.name, spec.sequence_mask_input);
+    return;
+  }
+  std::string lengths;
+  for (int64_t length : spec.bucket_lengths) {
+    lengths += (lengths.empty() ? "" : ", ") + std::to_string(length);
+  }
+  std::string hint;
+  for (const TensorSpec& input : spec.inputs) {
+    const bool looks_like_a_mask = input.name.find("mask") != std::string::npos;
+    if (looks_like_a_mask && input.variable_dim() >= 0 && input.pad_value == 0) {
+      hint = fmt::format("; if input '{}' masks padding, sequence_mask_input: \"{}\" lets batches of "
+                         "different lengths share a bucket",
+                         input.name, input.name);
+      break;
+    }
+  }
+  spdlog::info("model '{}' runs every batch at its requests' exact length: its config names no "
+               "sequence_mask_input, so padding could change its answers; lengths {} replay their "
+               "buckets, others run eagerly (reason exact_length){}",
+               spec.name, lengths, hint);
+}
+
 void LogReady(const LoadedModel& model, size_t instances, const SchedulerOptions& options) {
   const ModelSpec& spec = model.scheduler->spec();
   spdlog::info("model '{}' version {} ready: platform {}, max_batch_size {}, max_sequence_length {}, "
@@ -219,6 +249,7 @@ Status BuildModel(inference::ModelConfig config, const std::string& version, con
   if (!status.ok()) return status;
 
   spdlog::info("model '{}' bucket grid: {}", spec.name, GridSummary(spec, executors));
+  LogLengthPadding(spec);
   WarnOfUnboundedIndexInputs(spec, devices);
 
   auto loaded = std::make_shared<LoadedModel>();

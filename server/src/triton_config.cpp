@@ -318,6 +318,16 @@ Status MergeBatchingPolicy(const std::string& field, const std::string& value,
   return Status::Ok();
 }
 
+Status MergeSequenceMaskInput(const std::string& field, const std::string& value,
+                              inference::ModelConfig* config) {
+  if (!config->sequence_mask_input().empty() && config->sequence_mask_input() != value) {
+    return InvalidArgument(field + ": \"" + value + "\" contradicts sequence_mask_input: \"" +
+                           config->sequence_mask_input() + "\"");
+  }
+  config->set_sequence_mask_input(value);
+  return Status::Ok();
+}
+
 Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
   // Sorted, so that warnings come in the same order every time.
   const std::map<std::string, std::string> parameters = [&] {
@@ -346,6 +356,8 @@ Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
       status = MergePrecision(field, value, config);
     } else if (key == kParameterBatchingPolicy) {
       status = MergeBatchingPolicy(field, value, config);
+    } else if (key == kParameterSequenceMaskInput) {
+      status = MergeSequenceMaskInput(field, value, config);
     } else if (std::find_if(std::begin(kPyTorchBackendParameters), std::end(kPyTorchBackendParameters),
                             [&key = key](const char* name) { return key == name; }) !=
                std::end(kPyTorchBackendParameters)) {
@@ -354,7 +366,8 @@ Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
       warnings->Add(field + ": not a graphserve setting (" + kParameterMaxSequenceLength + ", " +
                     kParameterBucketBatchSizes + ", " + kParameterBucketSequenceLengths + ", " +
                     kParameterMaxBatchTokens + ", " +
-                    kParameterPrecision + ", " + kParameterBatchingPolicy + "); ignored");
+                    kParameterPrecision + ", " + kParameterBatchingPolicy + ", " +
+                    kParameterSequenceMaskInput + "); ignored");
     }
     if (!status.ok()) return status;
   }
@@ -706,6 +719,7 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
                                                        spec.bucket_batch_sizes.end());
   if (spec.has_sequence_length()) {
     config.set_max_sequence_length(spec.max_sequence_length);
+    config.set_sequence_mask_input(spec.sequence_mask_input);
     config.mutable_buckets()->mutable_sequence_lengths()->Add(spec.bucket_lengths.begin(),
                                                               spec.bucket_lengths.end());
     config.mutable_buckets()->set_max_batch_tokens(spec.max_batch_tokens);

@@ -168,6 +168,7 @@ ModelSpec EncoderSpec(const std::string& platform) {
   spec.max_sequence_length = 32;
   spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
                  TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.sequence_mask_input = "attention_mask";
   spec.outputs = {TensorSpec{"last_hidden_state", DataType::kFp32, {-1, 256}, 0.0},
                   TensorSpec{"pooler_output", DataType::kFp32, {256}, 0.0}};
   spec.bucket_batch_sizes = {2, 4};

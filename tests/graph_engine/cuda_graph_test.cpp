@@ -46,6 +46,7 @@ ModelSpec EncoderSpec(std::vector<int64_t> batches, std::vector<int64_t> lengths
   spec.max_sequence_length = lengths.back();
   spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
                  TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.sequence_mask_input = "attention_mask";
   spec.outputs = {TensorSpec{"last_hidden_state", DataType::kFp32, {-1, kHidden}, 0.0},
                   TensorSpec{"pooler_output", DataType::kFp32, {kHidden}, 0.0}};
   spec.bucket_batch_sizes = std::move(batches);
@@ -62,6 +63,7 @@ ModelSpec FeatureModelSpec(const std::string& name) {
   spec.max_sequence_length = 16;
   spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
                  TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.sequence_mask_input = "attention_mask";
   spec.outputs = {TensorSpec{"per_token", DataType::kFp32, {-1, 8}, 0.0},
                   TensorSpec{"pooled", DataType::kFp32, {8}, 0.0}};
   spec.bucket_batch_sizes = {2, 4};

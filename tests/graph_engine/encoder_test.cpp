@@ -120,6 +120,7 @@ ModelSpec EncoderSpec() {
   spec.max_sequence_length = 512;
   spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 0.0},
                  TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.sequence_mask_input = "attention_mask";
   spec.outputs = {TensorSpec{"last_hidden_state", DataType::kFp32, {-1, 256}, 0.0},
                   TensorSpec{"pooler_output", DataType::kFp32, {256}, 0.0}};
   spec.bucket_batch_sizes = {1, 8};

@@ -101,6 +101,33 @@ TEST(ModelSpecTest, BucketForOversizeReturnsTheBatchItself) {
   EXPECT_TRUE(no_grid.IsOversize(1, 1));
 }
 
+// Without a mask input a length is never padded: a bucket length keeps its bucket (rows padded),
+// any other length is off the grid at its own shape.
+TEST(ModelSpecTest, AModelThatDoesNotMaskIsNeverPaddedInLength) {
+  ModelSpec spec;
+  spec.inputs = {TensorSpec{"values", DataType::kFp32, {-1}, 0.0}};
+  spec.bucket_batch_sizes = {1, 2, 4, 8};
+  spec.bucket_lengths = {16, 32, 48, 64};
+  EXPECT_FALSE(spec.masks_padding());
+  EXPECT_EQ(spec.BucketFor(3, 32), (BucketShape{4, 32}));
+  EXPECT_FALSE(spec.IsOversize(3, 32));
+  EXPECT_FALSE(spec.IsUnpaddableLength(32));
+  EXPECT_EQ(spec.BucketFor(3, 17), (BucketShape{3, 17}));
+  EXPECT_TRUE(spec.IsOversize(3, 17));
+  EXPECT_TRUE(spec.IsUnpaddableLength(17));
+  EXPECT_EQ(spec.BucketFor(1, 65), (BucketShape{1, 65}));  // beyond the grid: oversize either way
+  EXPECT_FALSE(spec.IsUnpaddableLength(65));
+
+  spec.sequence_mask_input = "values";
+  EXPECT_TRUE(spec.masks_padding());
+  EXPECT_EQ(spec.BucketFor(3, 17), (BucketShape{4, 32}));
+  EXPECT_FALSE(spec.IsUnpaddableLength(17));
+  // A fixed-shape model has no length to pad.
+  ModelSpec fixed;
+  fixed.inputs = {TensorSpec{"image", DataType::kFp32, {3, 8, 8}, 0.0}};
+  EXPECT_TRUE(fixed.masks_padding());
+}
+
 // A model with a pooled output [rows, 3] and a per-token one [rows, length, 2].
 ModelSpec PooledAndPerTokenSpec() {
   ModelSpec spec;
@@ -388,6 +415,7 @@ TEST(ExecutorTypesTest, EagerReasonNamesAreMetricLabels) {
   EXPECT_STREQ(EagerReasonName(EagerReason::kVerifyFailed), "verify_failed");
   EXPECT_STREQ(EagerReasonName(EagerReason::kDisabled), "disabled");
   EXPECT_STREQ(EagerReasonName(EagerReason::kNoCuda), "no_cuda");
+  EXPECT_STREQ(EagerReasonName(EagerReason::kExactLength), "exact_length");
 }
 
 TEST(DeviceNameTest, ParsesCpuCudaAndCudaN) {

@@ -54,6 +54,7 @@ ModelSpec TokenFeaturesSpec(const std::string& name, std::vector<TensorSpec> out
   spec.max_sequence_length = 8;
   spec.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}, 5.0},
                  TensorSpec{"attention_mask", DataType::kInt64, {-1}, 0.0}};
+  spec.sequence_mask_input = "attention_mask";
   spec.outputs = std::move(outputs);
   spec.bucket_batch_sizes = {2, 4};
   spec.bucket_lengths = {4, 8};

@@ -24,6 +24,7 @@ inline std::string ProjectionConfig(int64_t max_batch_size, int64_t max_queue_si
          std::to_string(max_batch_size) +
          "\n"
          "max_sequence_length: 64\n"
+         "sequence_mask_input: \"attention_mask\"\n"
          "input { name: \"input_ids\" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }\n"
          "input { name: \"attention_mask\" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }\n"
          "output { name: \"projected\" data_type: TYPE_FP32 dims: [ -1, 4 ] }\n"

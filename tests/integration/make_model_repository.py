@@ -80,7 +80,9 @@ class Spin(torch.nn.Module):
         return x * attention_mask[:, :, None].float()
 
 
+# Every token model here masks with attention_mask, so its lengths may be padded.
 TOKEN_INPUTS = """
+sequence_mask_input: "attention_mask"
 input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 """
@@ -111,6 +113,7 @@ buckets { batch_sizes: [ 8 ] sequence_lengths: [ 16 ] }
 dynamic_batching { max_queue_delay_microseconds: 300000 }
 """,
     "tiny_bounded": """
+sequence_mask_input: "attention_mask"
 input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 min_value: 0 max_value: 999 }
 input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 min_value: 0 max_value: 1 }
 platform: "pytorch_libtorch"
@@ -160,6 +163,7 @@ dynamic_batching {
 }
 parameters: { key: "max_sequence_length" value: { string_value: "32" } }
 parameters: { key: "bucket_sequence_lengths" value: { string_value: "8,32" } }
+parameters: { key: "sequence_mask_input" value: { string_value: "INPUT__1" } }
 parameters: { key: "INFERENCE_MODE" value: { string_value: "true" } }
 model_warmup [
   {

@@ -5,7 +5,9 @@
 
 #include <limits>
 
+#include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -59,6 +61,87 @@ TEST(PendingRequestTest, ATimeoutTooLongForTheClockNeverRunsOut) {
   EXPECT_EQ(request.ExpiryUs(), 9'000'000);
   request.queue_timeout_us = 1'000'000;
   EXPECT_EQ(request.ExpiryUs(), 6'000'000);
+}
+
+// A model that does not mask padding: every batch holds one length and runs at it, its rows alone
+// padded where the length is a bucket length, under each batching mode.
+ModelSpec UnmaskedSpec(ModelSpec spec = TestSpec()) {
+  spec.sequence_mask_input.clear();
+  return spec;
+}
+
+// Drains the planner and checks every batch: one length, that length exactly.
+std::vector<DispatchDecision> DrainExact(BatchPlanner& planner, FakeClock& clock, size_t requests) {
+  std::vector<DispatchDecision> batches;
+  clock.Set(clock.NowMicros() + 10'000'000);  // every delay has run out
+  size_t taken = 0;
+  while (auto decision = planner.Next(clock.NowMicros(), true)) {
+    const std::vector<int64_t> lengths = Lengths(*decision);
+    EXPECT_EQ(std::set<int64_t>(lengths.begin(), lengths.end()).size(), 1u)
+        << decision->padded_shape.ToString();
+    EXPECT_EQ(decision->padded_shape.length, lengths.front());
+    EXPECT_EQ(decision->ride_alongs, 0);
+    taken += decision->requests.size();
+    batches.push_back(std::move(*decision));
+  }
+  EXPECT_EQ(taken, requests);
+  EXPECT_EQ(planner.queued_requests(), 0u);
+  return batches;
+}
+
+TEST(BatchPlannerTest, UnmaskedLengthsNeverShareABatchAndRunAtTheirOwnLength) {
+  for (const BatchingPolicy policy : {BatchingPolicy::kSizeBinned, BatchingPolicy::kFifo}) {
+    for (const ModelSpec& spec : {UnmaskedSpec(), UnmaskedSpec(StaircaseTestSpec())}) {
+      FakeClock clock;
+      SchedulerOptions options = Options(1000);
+      options.policy = policy;
+      BatchPlanner planner(spec, options);
+      const std::vector<int64_t> lengths = {10, 16, 10, 12, 16, 3, 100, 10, 64, 63};
+      for (int64_t length : lengths) {
+        AddAt(planner, clock, MakeRequest(1, length));
+        clock.Set(clock.NowMicros() + 1);
+      }
+      std::map<int64_t, BucketShape> shape_of;
+      for (const DispatchDecision& batch : DrainExact(planner, clock, lengths.size())) {
+        shape_of[batch.padded_shape.length] = batch.padded_shape;
+      }
+      // 16 and 64 are bucket lengths: rows padded to a batch size; the rest run at their own shape.
+      EXPECT_EQ(shape_of[16], (BucketShape{2, 16}));
+      EXPECT_EQ(shape_of[64], (BucketShape{1, 64}));
+      EXPECT_EQ(shape_of[10], (BucketShape{3, 10}));
+      EXPECT_EQ(shape_of[12], (BucketShape{1, 12}));
+      EXPECT_EQ(shape_of[63], (BucketShape{1, 63}));
+      EXPECT_EQ(shape_of[100], (BucketShape{1, 100}));
+    }
+  }
+}
+
+TEST(BatchPlannerTest, UnmaskedRequestsAloneRunAtTheirOwnLength) {
+  FakeClock clock;
+  SchedulerOptions options = Options(0);
+  options.batching_disabled = true;
+  BatchPlanner planner(UnmaskedSpec(), options);
+  for (int64_t length : {10, 16}) AddAt(planner, clock, MakeRequest(3, length));
+  const std::vector<DispatchDecision> batches = DrainExact(planner, clock, 2);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].padded_shape, (BucketShape{3, 10}));
+  EXPECT_EQ(batches[1].padded_shape, (BucketShape{4, 16}));
+}
+
+// Traffic of many lengths: every length gets a bin while queued, and batches stay exact however
+// many lengths came and went.
+TEST(BatchPlannerTest, UnmaskedTrafficOfManyLengthsStaysExact) {
+  FakeClock clock;
+  BatchPlanner planner(UnmaskedSpec(), Options(1000));
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int64_t> length(1, 64);
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 50; ++i) {
+      AddAt(planner, clock, MakeRequest(1, length(random)));
+      clock.Set(clock.NowMicros() + 3);
+    }
+    DrainExact(planner, clock, 50);
+  }
 }
 
 TEST(BatchPlannerTest, BinsBySmallestBucketLengthThatHolds) {

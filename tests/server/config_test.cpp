@@ -75,6 +75,65 @@ TEST(ConfigTest, ValidConfigBecomesSpec) {
   EXPECT_EQ(options.policy, BatchingPolicy::kSizeBinned);
 }
 
+// Padding the length is allowed only where the config names the input that masks it.
+TEST(ConfigTest, SequenceMaskInputDecidesWhetherLengthsArePadded) {
+  ModelSpec spec;
+  ASSERT_TRUE(ModelSpecFromConfig(Parse(kValidConfig), &spec).ok());
+  EXPECT_TRUE(spec.sequence_mask_input.empty());
+  EXPECT_FALSE(spec.masks_padding());
+  EXPECT_EQ(spec.BucketFor(1, 10), (BucketShape{1, 10}));  // exact: 10 is no bucket length
+  EXPECT_EQ(spec.BucketFor(3, 16), (BucketShape{4, 16}));  // a bucket length: rows padded only
+
+  inference::ModelConfig config = Parse(kValidConfig);
+  config.set_sequence_mask_input("mask");
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.sequence_mask_input, "mask");
+  EXPECT_TRUE(spec.masks_padding());
+  EXPECT_EQ(spec.BucketFor(1, 10), (BucketShape{1, 16}));
+}
+
+TEST(ConfigTest, SequenceMaskInputMustBeAVaryingInputPaddedWithZero) {
+  struct Case {
+    const char* mask;
+    const char* edit;  // appended to kValidConfig
+    std::vector<std::string> mentions;
+  };
+  const Case cases[] = {
+      {"segments", "", {"sequence_mask_input", "'segments'", "not one of the model's inputs"}},
+      {"scale", "input { name: \"scale\" data_type: TYPE_FP32 dims: [ 1 ] }",
+       {"sequence_mask_input", "'scale'", "input[2]", "no -1 dimension"}},
+      {"flags", "input { name: \"flags\" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 1 }",
+       {"input[2].pad_value", "'flags'", "0"}},
+  };
+  for (const Case& c : cases) {
+    inference::ModelConfig config = Parse(std::string(kValidConfig) + c.edit);
+    config.set_sequence_mask_input(c.mask);
+    ModelSpec spec;
+    const Status status = ModelSpecFromConfig(config, &spec);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.mask;
+    for (const std::string& mention : c.mentions) {
+      EXPECT_NE(status.message().find(mention), std::string::npos) << status.ToString();
+    }
+  }
+  // A fixed-shape model pads no length: naming a mask there is a mistake.
+  ModelSpec spec;
+  const Status status =
+      ModelSpecFromConfig(fixed_shape_test::CnnConfig("sequence_mask_input: \"image\""), &spec);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("sequence_mask_input: no input has a -1 dimension"), std::string::npos)
+      << status.ToString();
+}
+
+TEST(ConfigTest, TheBuiltInEncoderMasksWithItsAttentionMask) {
+  ModelSpec spec;
+  ASSERT_TRUE(ModelSpecFromConfig(BuiltinEncoderConfig(), &spec).ok());
+  EXPECT_EQ(spec.sequence_mask_input, "attention_mask");
+  inference::ModelConfig config = BuiltinEncoderConfig();
+  config.clear_sequence_mask_input();  // a user's config for the built-in platform may leave it out
+  ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
+  EXPECT_EQ(spec.sequence_mask_input, "attention_mask");
+}
+
 TEST(ConfigTest, ValueBoundsAreReadAndContradictionsRefused) {
   inference::ModelConfig config = Parse(kValidConfig);
   ModelSpec spec;
@@ -172,7 +231,7 @@ TEST(ConfigTest, BatchSizesBeyondMaxBatchSizeNeedATokenBudget) {
   EXPECT_EQ(spec.max_batch_tokens, 512);
   EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
   EXPECT_EQ(spec.Buckets().size(), 6u + 4u);
-  EXPECT_EQ(spec.BucketFor(20, 10), (BucketShape{32, 16}));
+  EXPECT_EQ(spec.BucketFor(20, 16), (BucketShape{32, 16}));
   EXPECT_TRUE(spec.IsOversize(9, 64));
   EXPECT_EQ(spec.BucketFor(8, 64), (BucketShape{8, 64}));
 

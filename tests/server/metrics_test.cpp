@@ -305,7 +305,8 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.One("graphserve_graph_replays_total",
                            {{"model", "m"}, {"device", "cuda:0"}, {"bucket", "2x16"}}),
             0.0);
-  for (const char* reason : {"oversize", "capture_failed", "verify_failed", "disabled", "no_cuda"}) {
+  for (const char* reason :
+       {"oversize", "capture_failed", "verify_failed", "disabled", "no_cuda", "exact_length"}) {
     EXPECT_EQ(exposition.One("graphserve_eager_executions_total",
                              {{"model", "m"}, {"device", "cuda:0"}, {"reason", reason}}),
               0.0)

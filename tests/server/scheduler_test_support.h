@@ -20,6 +20,7 @@ inline ModelSpec TestSpec(const std::string& name = "echo") {
   spec.max_sequence_length = 64;
   spec.inputs = {TensorSpec{"x", DataType::kInt64, {-1}, 0.0}};
   spec.outputs = {TensorSpec{"y", DataType::kInt64, {-1}, 0.0}};
+  spec.sequence_mask_input = "x";  // lengths may be padded
   spec.bucket_batch_sizes = {1, 2, 4};
   spec.bucket_lengths = {16, 32, 64};
   return spec;
@@ -41,6 +42,7 @@ inline ModelSpec FixedShapeTestSpec(const std::string& name = "cnn") {
   spec.max_sequence_length = kFixedShapeLength;
   spec.inputs[0].dims = {1};
   spec.outputs[0].dims = {1};
+  spec.sequence_mask_input.clear();
   spec.bucket_lengths = {kFixedShapeLength};
   return spec;
 }

@@ -34,6 +34,7 @@ SLOW_CONFIG = """name: "slow"
 platform: "pytorch_libtorch"
 max_batch_size: 1
 max_sequence_length: 8
+sequence_mask_input: "attention_mask"
 input { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 input { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] pad_value: 0 }
 output { name: "out" data_type: TYPE_FP32 dims: [ -1 ] }

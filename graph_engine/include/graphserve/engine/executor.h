@@ -65,9 +65,13 @@ enum class EagerReason {
   kVerifyFailed = 2,   // its bucket's replay disagreed with eager
   kDisabled = 3,       // the model's config turns CUDA graphs off
   kNoCuda = 4,         // the executor runs on a CPU
+  // A model that does not mask padding (no sequence_mask_input), at a length that is no bucket
+  // length: padding it to one could change the answers, so it runs at its exact shape.
+  kExactLength = 5,
 };
-inline constexpr int kEagerReasonCount = 5;
-// "oversize", "capture_failed", "verify_failed", "disabled", "no_cuda": the metric label values.
+inline constexpr int kEagerReasonCount = 6;
+// "oversize", "capture_failed", "verify_failed", "disabled", "no_cuda", "exact_length": the metric
+// label values.
 const char* EagerReasonName(EagerReason reason);
 
 // Monotonic counts since the executor was created.

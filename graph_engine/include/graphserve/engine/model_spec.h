@@ -86,17 +86,32 @@ struct ModelSpec {
   // carry, and more for short lengths, so a formed batch may hold more rows than a request.
   // Without one every (b, L) of the axes is a point (the config loader keeps b <= max_batch_size).
   int64_t max_batch_tokens = 0;
+  // The input that tells the model which positions of the variable dimension are real (a 0/1
+  // mask, padded with 0; config: sequence_mask_input). Only then may a batch pad that dimension:
+  // a model that does not mask computes padded positions into its answers (a mean over the
+  // length, a softmax). Empty: every batch holds requests of one length and runs at that length
+  // exactly; only its rows are padded (rows never meet). See masks_padding().
+  std::string sequence_mask_input;
   Precision precision = Precision::kFp32;
   bool cuda_graphs_disabled = false;
   double verify_rtol = 0.0;  // 0: the precision's default
   // One per input, in input order, or empty when no input is bounded.
   std::vector<ValueRange> input_ranges;
 
-  // The smallest bucket that holds `rows` × `length`: the smallest bucket length >= length, and at
-  // it the smallest batch size >= rows among those that are points there; {rows, length} itself
-  // (an oversize batch) when none does.
+  // Whether a batch may pad the variable dimension: the model names its mask input, or it has no
+  // variable dimension (its one length is never padded).
+  bool masks_padding() const { return !sequence_mask_input.empty() || !has_sequence_length(); }
+  // The smallest bucket that holds `rows` × `length`: the smallest bucket length >= length (for a
+  // model that does not mask padding, `length` itself, when it is a bucket length), and at it the
+  // smallest batch size >= rows among those that are points there; {rows, length} itself (an
+  // off-grid batch, run eagerly) when none does.
   BucketShape BucketFor(int64_t rows, int64_t length) const;
+  // Whether no bucket holds `rows` × `length` (BucketFor's off-grid case): longer or wider than the
+  // grid, or, for a model that does not mask padding, a length that is no bucket length.
   bool IsOversize(int64_t rows, int64_t length) const;
+  // Whether `length` is off the grid only because the model does not mask padding: a shorter
+  // bucket length would hold it if padding were safe.
+  bool IsUnpaddableLength(int64_t length) const;
   // Whether `shape` is a point of the grid.
   bool HasBucket(const BucketShape& shape) const;
   // The largest batch size at the bucket length a batch of `length` pads to (the smallest >= it);

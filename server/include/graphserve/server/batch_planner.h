@@ -183,6 +183,10 @@ struct DispatchDecision {
 //   - Wait bound: while every due request fits in one batch and those of one bin only are waiting
 //     (below capacity), no request waits longer than max_queue_delay_us plus the batch an executor
 //     was running when it fell due, whatever the mix of lengths.
+//   - A model that does not mask padding (ModelSpec::masks_padding false): a bin per exact length,
+//     made as requests of that length arrive; a batch holds one bin's requests only (no riders, no
+//     arrival-order batch across lengths), at that length: its bucket where the length is a bucket
+//     length (only its rows padded), else its exact rows × length, off the grid.
 //   - Batching disabled (SchedulerOptions::batching_disabled): the oldest request goes alone as soon
 //     as an executor asks, at its own rows × length when the model's CUDA graphs are disabled (no
 //     graph to fit, so no padding), else padded to its smallest bucket so that it still replays.
@@ -223,7 +227,7 @@ class BatchPlanner {
 
  private:
   struct Bin {
-    int64_t length = 0;  // the bucket length this bin pads to
+    int64_t length = 0;  // the bucket length this bin pads to (exact lengths: its requests' length)
     int64_t largest_batch = 0;  // the most rows of a batch padded to it (oversize: as the longest)
     std::deque<std::shared_ptr<PendingRequest>> requests;
     int64_t rows = 0;
@@ -259,8 +263,18 @@ class BatchPlanner {
   Candidate ArrivalOrderCandidate(size_t last_bin, bool* full) const;
   // The bin whose request after its first skip[bin] arrived first; bins_.size() when none is left.
   size_t OldestBin(const std::vector<size_t>& skip) const;
+  // The bin of requests of `length`; exact lengths: bins_.size() when it has none yet.
   size_t BinIndex(int64_t length) const;
+  // BinIndex, making the bin of an exact length that has none yet.
+  size_t BinForArrival(int64_t length);
   bool IsOversizeBin(size_t bin) const { return bin + 1 == bins_.size(); }
+  // The measured costs of the bucket length bin `bin` pads to, by batch bucket (not the oversize bin,
+  // nor an exact length off the grid: those batches are off-grid and cost CostUs).
+  const std::vector<double>& BinCosts(size_t bin) const {
+    return cost_us_[SmallestAtLeast(spec_.bucket_lengths, bins_[bin].length)];
+  }
+  // The most rows a batch of `length` may hold.
+  int64_t LargestBatchOf(int64_t length) const;
   // The bin's best candidate, holding at least its first `must_own` requests (and always the
   // first); `take_all` takes all its requests that fit the largest batch.
   Candidate BuildCandidate(size_t bin, int64_t now_us, bool take_all, size_t must_own = 1) const;
@@ -286,6 +300,8 @@ class BatchPlanner {
 
   const ModelSpec spec_;
   const SchedulerOptions options_;
+  // The model does not mask padding: one bin per exact length, batches never mix lengths.
+  const bool exact_lengths_;
   // cost_us_[length index][batch index] over the grid's axes; only its points are read.
   std::vector<std::vector<double>> cost_us_;
   // The grid's largest point, which the cost of an off-grid (oversize) batch is scaled from.

@@ -25,6 +25,7 @@ inline constexpr const char* kParameterBucketSequenceLengths = "bucket_sequence_
 inline constexpr const char* kParameterMaxBatchTokens = "max_batch_tokens";  // "16384"
 inline constexpr const char* kParameterPrecision = "precision";             // fp32, fp16, bf16
 inline constexpr const char* kParameterBatchingPolicy = "batching_policy";  // size_binned, fifo
+inline constexpr const char* kParameterSequenceMaskInput = "sequence_mask_input";  // "attention_mask"
 
 // Rewrites `config` in place into the fields ModelSpecFromConfig, SchedulerOptionsFromConfig and
 // InstancePlacements read:
