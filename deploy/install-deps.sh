@@ -37,6 +37,8 @@ case "$ID:$VERSION_ID" in
       prometheus curl clang
       # The fuzz build (deploy/run-fuzz.sh): libFuzzer and the sanitizers' runtimes of clang 14.
       libclang-rt-14-dev
+      # perf_analyzer's base64 library (perf_analyzer_install).
+      libb64-0d
     )
     ;;
   ubuntu:24.04)
@@ -137,6 +139,38 @@ cuda_toolkit_install() {
   echo "install-deps: CUDA $toolkit compiler and headers at $root"
 }
 
+# Triton's perf_analyzer (toolchain.env says which and why) as GRAPHSERVE_PERF_ANALYZER_DIR/perf_analyzer,
+# a wrapper that finds the CUDA 12 runtime unpacked beside it. A second run finds it there and skips.
+perf_analyzer_install() {
+  local root=$GRAPHSERVE_PERF_ANALYZER_DIR python=$GRAPHSERVE_VENV/bin/python3 wheels
+  [[ -x $root/perf_analyzer ]] && return
+  echo "install-deps: pip downloading perf_analyzer ($GRAPHSERVE_PERF_ANALYZER_PINS) into $root"
+  wheels=$(mktemp -d)
+  # shellcheck disable=SC2086  # the pins are several words
+  "$python" -m pip download -q --no-deps --no-cache-dir -d "$wheels" $GRAPHSERVE_PERF_ANALYZER_PINS
+  "${sudo_cmd[@]}" "$python" - "$wheels" "$root" <<'PYTHON'
+import os, pathlib, stat, sys, zipfile
+wheels, root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+(root / "lib").mkdir(parents=True, exist_ok=True)
+wanted = {"data/bin/perf_analyzer": root / "perf_analyzer.bin", "lib/libcudart.so.12": root / "lib/libcudart.so.12"}
+for wheel in wheels.glob("*.whl"):
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            for suffix, target in wanted.items():
+                if name.endswith(suffix):
+                    target.write_bytes(archive.read(name))
+                    target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+missing = [str(target) for target in wanted.values() if not target.exists()]
+if missing:
+    sys.exit(f"install-deps: the perf_analyzer wheels lack {missing}")
+wrapper = root / "perf_analyzer"
+wrapper.write_text('#!/bin/sh\nLD_LIBRARY_PATH="$(dirname "$0")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" '
+                   'exec "$(dirname "$0")/perf_analyzer.bin" "$@"\n')
+wrapper.chmod(0o755)
+PYTHON
+  rm -rf "$wheels"
+}
+
 # The package that owns a shared library, or nothing (a library from the PyTorch wheel). dpkg knows
 # files by the path their package ships, which on a merged-/usr system may lack or have /usr.
 owning_package() {
@@ -165,6 +199,7 @@ case "${1:-}" in
     apt_install "${build_packages[@]}"
     venv_install
     cuda_toolkit_install
+    if [[ $ID == debian ]]; then perf_analyzer_install; fi
     ;;
   *)
     echo "usage: $0 [--list-runtime BINARY... | --runtime PACKAGE_LIST_FILE]" >&2

@@ -78,6 +78,8 @@ constexpr double kGapSmoothing = 1.0 / 8.0;
 constexpr double kScoreTolerance = 0.02;
 // A batch size whose cost is within this factor of a smaller one's: its extra rows come nearly free.
 constexpr double kNearlyFreeRows = 1.5;
+// More priority levels than this are a configuration mistake: each level keeps a queue of its own.
+constexpr int64_t kMaxPriorityLevels = 64;
 // Exact lengths: empty bins kept beyond the queued requests' (for their arrival rates) before the
 // empty ones are dropped, so that traffic of many lengths cannot grow the bins without bound.
 constexpr size_t kSpareExactBins = 64;
@@ -105,6 +107,18 @@ Status SchedulerOptions::Validate() const {
   if (busy_poll_us < 0 || busy_poll_us > kMaxBusyPollUs) {
     return InvalidArgument("--busy-poll-us: " + std::to_string(busy_poll_us) + " is out of range [0, " +
                            std::to_string(kMaxBusyPollUs) + "]");
+  }
+  if (priority_levels < 0 || priority_levels > kMaxPriorityLevels) {
+    return InvalidArgument("dynamic_batching.priority_levels: " + std::to_string(priority_levels) +
+                           " is out of range [0, " + std::to_string(kMaxPriorityLevels) + "]");
+  }
+  if (priority_levels > 0 && (default_priority_level < 1 || default_priority_level > priority_levels)) {
+    return InvalidArgument("dynamic_batching.default_priority_level: " + std::to_string(default_priority_level) +
+                           " must be in [1, priority_levels " + std::to_string(priority_levels) + "]");
+  }
+  if (priority_levels == 0 && default_priority_level != 0) {
+    return InvalidArgument("dynamic_batching.default_priority_level: " + std::to_string(default_priority_level) +
+                           " without priority_levels");
   }
   if (batching_disabled && max_queue_delay_us != 0) {
     return InvalidArgument("dynamic_batching.max_queue_delay_microseconds: " +
@@ -704,6 +718,61 @@ std::optional<int64_t> BatchPlanner::NextWakeUp(int64_t now_us, bool executor_id
     consider(cannot);
   }
   if (!deadlines_.empty()) consider(deadlines_.front().deadline_us);
+  return earliest;
+}
+
+PriorityPlanner::PriorityPlanner(const ModelSpec& spec, const SchedulerOptions& options,
+                                 const BucketCosts& costs) {
+  const int64_t levels = std::max<int64_t>(options.priority_levels, 1);
+  levels_.reserve(static_cast<size_t>(levels));
+  for (int64_t level = 0; level < levels; ++level) levels_.emplace_back(spec, options, costs);
+  default_level_ = options.priority_levels > 0 ? static_cast<uint64_t>(options.default_priority_level) : 1;
+}
+
+size_t PriorityPlanner::LevelOf(uint64_t priority) const {
+  const uint64_t level = priority == 0 || priority > levels_.size() ? default_level_ : priority;
+  return static_cast<size_t>(level - 1);
+}
+
+void PriorityPlanner::Add(std::shared_ptr<PendingRequest> request) {
+  const size_t level = LevelOf(request->priority);
+  levels_[level].Add(std::move(request));
+}
+
+size_t PriorityPlanner::queued_requests() const {
+  size_t queued = 0;
+  for (const BatchPlanner& level : levels_) queued += level.queued_requests();
+  return queued;
+}
+
+void PriorityPlanner::NoteCancellation() {
+  for (BatchPlanner& level : levels_) level.NoteCancellation();
+}
+
+std::vector<std::shared_ptr<PendingRequest>> PriorityPlanner::TakeDead(int64_t now_us) {
+  std::vector<std::shared_ptr<PendingRequest>> dead = levels_.front().TakeDead(now_us);
+  for (size_t i = 1; i < levels_.size(); ++i) {
+    std::vector<std::shared_ptr<PendingRequest>> more = levels_[i].TakeDead(now_us);
+    dead.insert(dead.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  return dead;
+}
+
+std::optional<DispatchDecision> PriorityPlanner::Next(int64_t now_us, bool executor_idle) {
+  for (BatchPlanner& level : levels_) {
+    if (level.queued_requests() == 0) continue;
+    std::optional<DispatchDecision> decision = level.Next(now_us, executor_idle);
+    if (decision) return decision;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> PriorityPlanner::NextWakeUp(int64_t now_us, bool executor_idle) const {
+  std::optional<int64_t> earliest;
+  for (const BatchPlanner& level : levels_) {
+    const std::optional<int64_t> wake_up = level.NextWakeUp(now_us, executor_idle);
+    if (wake_up && (!earliest || *wake_up < *earliest)) earliest = wake_up;
+  }
   return earliest;
 }
 

@@ -47,7 +47,6 @@ constexpr std::pair<std::string_view, std::string_view> kSkippedTritonFields[] =
     {"ModelInstanceGroup", "profile"},
     {"ModelInstanceGroup", "passive"},
     {"ModelInstanceGroup", "secondary_devices"},
-    {"ModelDynamicBatching", "default_priority_level"},
     {"ModelOptimizationPolicy", "graph"},
     {"ModelOptimizationPolicy", "priority"},
     {"ModelOptimizationPolicy", "input_pinned_memory"},
@@ -611,6 +610,10 @@ SchedulerOptions SchedulerOptionsFromConfig(const inference::ModelConfig& config
   const inference::ModelQueuePolicy& queue_policy = batching.default_queue_policy();
   options.queue_policy.default_timeout_us = static_cast<int64_t>(queue_policy.default_timeout_microseconds());
   options.queue_policy.allow_timeout_override = queue_policy.allow_timeout_override();
+  // Capped so that a huge number reaches Validate as out of range rather than wrapping negative.
+  constexpr uint64_t kLevelsCap = uint64_t{1} << 32;
+  options.priority_levels = static_cast<int64_t>(std::min(batching.priority_levels(), kLevelsCap));
+  options.default_priority_level = static_cast<int64_t>(std::min(batching.default_priority_level(), kLevelsCap));
   return options;
 }
 

@@ -1,7 +1,10 @@
 #include "infer_path.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -70,11 +73,19 @@ Status InferPath::Prepare(const grpc::ServerContextBase& context,
   if (prepared->pending->deadline_us > 0) {
     prepared->metrics->ArrivedWithDeadline(prepared->pending->deadline_us - prepared->arrival_us);
   }
-  status = DecodeInferRequest(prepared->scheduler->spec(), prepared->scheduler->options().queue_policy,
-                              request, prepared->pending.get());
+  std::vector<std::string> custom_parameters;
+  status = DecodeInferRequest(prepared->scheduler->spec(), request, prepared->pending.get(), &custom_parameters);
   if (!status.ok()) {
     prepared->metrics->Refused(status.code());
     return status;
+  }
+  if (!custom_parameters.empty() && !prepared->model->custom_parameters_reported.exchange(true)) {
+    // Once per model version: a client sending them with every request must not fill the log.
+    std::string names;
+    for (const std::string& name : custom_parameters) names += (names.empty() ? "'" : ", '") + name + "'";
+    spdlog::warn("model '{}': request parameters {} have no effect: {} models take tensors only, as in "
+                 "Triton's PyTorch backend (reported once per model version)",
+                 prepared->scheduler->spec().name, names, prepared->scheduler->spec().platform);
   }
   return Status::Ok();
 }

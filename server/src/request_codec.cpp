@@ -274,27 +274,21 @@ Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInfer
   return Status::Ok();
 }
 
-constexpr const char* kTimeoutParameter = "timeout";
-
-// graphserve honours no request, input or output parameter (Triton's sequence_id, priority,
-// classification, shared_memory_region, ...) but the request's `timeout`, which `accepted` leaves to
-// DecodeTimeoutParameter: answering OK without doing what one asks would be a different answer than
-// the client requested, so each is refused by name.
+// graphserve honours no input or output parameter (Triton's shared_memory_region, classification,
+// ...): answering OK without doing what one asks would be a different answer than the client
+// requested, so each is refused by name.
 Status RefuseParameters(const std::string& model, const std::string& field,
-                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
-                        const char* accepted = nullptr) {
+                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters) {
   std::vector<std::string> names;
-  for (const auto& entry : parameters) {
-    if (accepted == nullptr || entry.first != accepted) names.push_back(entry.first);
-  }
+  for (const auto& entry : parameters) names.push_back(entry.first);
   if (names.empty()) return Status::Ok();
   std::sort(names.begin(), names.end());  // a map's order is unspecified: name the same one always
   return InvalidArgument(model + field + "parameters['" + names.front() +
                          "']: not supported by graphserve");
 }
 
-Status RefuseAllParameters(const std::string& model, const inference::ModelInferRequest& request) {
-  Status status = RefuseParameters(model, "", request.parameters(), kTimeoutParameter);
+Status RefuseTensorParameters(const std::string& model, const inference::ModelInferRequest& request) {
+  Status status;
   for (int i = 0; status.ok() && i < request.inputs_size(); ++i) {
     status = RefuseParameters(model, InputField(i, request.inputs(i).name()) + ": ",
                               request.inputs(i).parameters());
@@ -307,42 +301,65 @@ Status RefuseAllParameters(const std::string& model, const inference::ModelInfer
   return status;
 }
 
-// Triton's `timeout` request parameter: microseconds that may shorten the model's default queue
-// timeout, never lengthen it, where the model allows requests to set it.
-Status DecodeTimeoutParameter(const std::string& model, const QueuePolicy& queue_policy,
-                              const inference::ModelInferRequest& request, int64_t* timeout_us) {
-  *timeout_us = 0;
-  const auto found = request.parameters().find(kTimeoutParameter);
-  if (found == request.parameters().end()) return Status::Ok();
-  const std::string field = model + "parameters['timeout']: ";
-  if (!queue_policy.allow_timeout_override) {
-    return InvalidArgument(field + "not supported by this model (its queue policy does not allow "
-                           "requests to set their timeout: allow_timeout_override)");
+// The request parameters Triton reserves for itself, with Triton's meanings (its protocol's
+// parameters extension); any other key is a custom parameter, which Triton hands to the model's
+// backend. Triton's PyTorch backend ignores them, and so must graphserve (TorchScript and
+// AOTInductor models take tensors only): they are accepted and listed in `custom` for the log.
+Status DecodeRequestParameters(const std::string& model, const inference::ModelInferRequest& request,
+                               PendingRequest* pending, std::vector<std::string>* custom) {
+  // Sorted, so that the same request is refused for the same parameter every time.
+  std::vector<const google::protobuf::MapPair<std::string, inference::InferParameter>*> parameters;
+  for (const auto& entry : request.parameters()) parameters.push_back(&entry);
+  std::sort(parameters.begin(), parameters.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+  for (const auto* entry : parameters) {
+    const std::string& key = entry->first;
+    const inference::InferParameter& value = entry->second;
+    const std::string field = model + "parameters['" + key + "']: ";
+    const auto kind = value.parameter_choice_case();
+    if (key == "timeout") {
+      // Microseconds the request may wait in the queue; the model's queue policy decides whether
+      // it counts and clamps it to its default (QueuePolicy::TimeoutFor), as Triton does.
+      if (kind != inference::InferParameter::kInt64Param) {
+        return InvalidArgument(field + "expected an int64_param (microseconds)");
+      }
+      if (value.int64_param() < 0) {
+        return InvalidArgument(field + std::to_string(value.int64_param()) + " us is negative");
+      }
+      pending->timeout_override_us = value.int64_param();
+    } else if (key == "priority") {
+      // 1 is the highest level; 0 or a level the model does not have means its default level.
+      if (kind == inference::InferParameter::kInt64Param) {
+        if (value.int64_param() < 0) return InvalidArgument(field + "must not be negative");
+        pending->priority = static_cast<uint64_t>(value.int64_param());
+      } else if (kind == inference::InferParameter::kUint64Param) {
+        pending->priority = value.uint64_param();
+      } else {
+        return InvalidArgument(field + "expected an int64_param or uint64_param");
+      }
+    } else if (key == "sequence_id" || key == "sequence_start" || key == "sequence_end") {
+      return InvalidArgument(field + "sequence batching is not configured for this model (graphserve "
+                             "serves no sequence batching)");
+    } else if (key == "triton_enable_empty_final_response") {
+      // A stream's answer to a request is its final one already (graphserve serves no decoupled
+      // models): accepted, and every stream answer says so (triton_final_response).
+      if (kind != inference::InferParameter::kBoolParam) return InvalidArgument(field + "expected a bool_param");
+    } else if (key.rfind("triton_", 0) == 0) {
+      return InvalidArgument(field + "keys starting with 'triton_' are reserved; the only one served is "
+                             "'triton_enable_empty_final_response'");
+    } else if (custom != nullptr) {
+      custom->push_back(key);
+    }
   }
-  if (found->second.parameter_choice_case() != inference::InferParameter::kInt64Param) {
-    return InvalidArgument(field + "expected an int64_param (microseconds)");
-  }
-  const int64_t requested_us = found->second.int64_param();
-  if (requested_us < 0) {
-    return InvalidArgument(field + std::to_string(requested_us) + " us is negative");
-  }
-  if (queue_policy.default_timeout_us > 0 && requested_us > queue_policy.default_timeout_us) {
-    return InvalidArgument(field + std::to_string(requested_us) +
-                           " us exceeds the model's default queue timeout of " +
-                           std::to_string(queue_policy.default_timeout_us) +
-                           " us, which a request may only shorten");
-  }
-  *timeout_us = requested_us;
   return Status::Ok();
 }
 
 }  // namespace
 
-Status DecodeInferRequest(const ModelSpec& spec, const QueuePolicy& queue_policy,
-                          inference::ModelInferRequest* request, PendingRequest* pending) {
+Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request, PendingRequest* pending,
+                          std::vector<std::string>* custom_parameters) {
   const std::string model = "model '" + spec.name + "': ";
-  Status parameters = DecodeTimeoutParameter(model, queue_policy, *request, &pending->timeout_override_us);
-  if (parameters.ok()) parameters = RefuseAllParameters(model, *request);
+  Status parameters = DecodeRequestParameters(model, *request, pending, custom_parameters);
+  if (parameters.ok()) parameters = RefuseTensorParameters(model, *request);
   if (!parameters.ok()) return parameters;
   InferenceItem* item = &pending->item;
   const int input_count = request->inputs_size();

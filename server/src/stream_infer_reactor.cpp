@@ -21,6 +21,12 @@ struct StreamInferReactor::StreamRequest final : InferenceReceiver {
     echo->set_id(request.id());
   }
 
+  // Every answer on a stream is its request's last (graphserve serves no decoupled models), and says
+  // so as Triton's streams do, for clients that wait for it (triton_enable_empty_final_response).
+  void MarkFinal() {
+    (*answer.mutable_infer_response()->mutable_parameters())["triton_final_response"].set_bool_param(true);
+  }
+
   StreamInferReactor* const stream;
   inference::ModelInferRequest request;
   PreparedInference prepared;
@@ -56,6 +62,7 @@ void StreamInferReactor::OnReadDone(bool ok) {
     Queue(std::move(request));
   } else {
     request->Fail(refusal);
+    request->MarkFinal();
     {
       MutexLock lock(&mutex_);
       if (!abandoned_) to_write_.push_back(std::move(request));
@@ -98,6 +105,7 @@ void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome)
   // The request is no longer the scheduler's and not yet to_write_'s: no other thread touches its
   // answer now.
   if (!outcome.ok()) request->Fail(outcome);
+  request->MarkFinal();
   std::unique_ptr<StreamRequest> dropped;
   std::shared_ptr<LoadedModel> released;
   NextCall next;

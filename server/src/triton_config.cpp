@@ -383,9 +383,6 @@ Status ResolveBatching(inference::ModelConfig* config, Warnings* warnings) {
     warnings->Add("dynamic_batching.preserve_ordering: each call is answered as soon as its batch "
                   "is done; ignored");
   }
-  if (batching->priority_levels() > 0) {
-    warnings->Add("dynamic_batching.priority_levels: request priorities are not served; ignored");
-  }
   // The queue policy's timeouts are read by SchedulerOptionsFromConfig; graphserve answers a request
   // whose timeout ran out DEADLINE_EXCEEDED (REJECT), and keeping it queued instead would change that.
   if (batching->default_queue_policy().timeout_action() == inference::ModelQueuePolicy::DELAY) {

@@ -28,8 +28,8 @@ using scheduler_test::TestSpec;
 // BatchPlanner
 
 // Enqueues at the fake clock's current time, as ModelScheduler::Enqueue does.
-void AddAt(BatchPlanner& planner, const FakeClock& clock,
-           const std::shared_ptr<PendingRequest>& r) {
+template <typename Planner>
+void AddAt(Planner& planner, const FakeClock& clock, const std::shared_ptr<PendingRequest>& r) {
   r->enqueue_us = clock.NowMicros();
   planner.Add(r);
 }
@@ -142,6 +142,54 @@ TEST(BatchPlannerTest, UnmaskedTrafficOfManyLengthsStaysExact) {
     }
     DrainExact(planner, clock, 50);
   }
+}
+
+// Triton's priority levels: a ready batch of a higher level goes first, whatever arrived before it,
+// and a request without a priority (or beyond the levels) queues at the default level.
+TEST(PriorityPlannerTest, AHigherLevelsReadyBatchGoesFirst) {
+  FakeClock clock;
+  SchedulerOptions options = Options(1000);
+  options.priority_levels = 3;
+  options.default_priority_level = 2;
+  PriorityPlanner planner(TestSpec(), options);
+  EXPECT_EQ(planner.LevelOf(1), 0u);
+  EXPECT_EQ(planner.LevelOf(3), 2u);
+  EXPECT_EQ(planner.LevelOf(0), 1u);
+  EXPECT_EQ(planner.LevelOf(9), 1u);
+  const auto with_priority = [](uint64_t priority, int64_t length) {
+    auto request = MakeRequest(1, length);
+    request->priority = priority;
+    return request;
+  };
+  AddAt(planner, clock, with_priority(3, 16));  // lowest, oldest
+  clock.Set(clock.NowMicros() + 10);
+  AddAt(planner, clock, with_priority(0, 32));  // the default level, 2
+  clock.Set(clock.NowMicros() + 10);
+  AddAt(planner, clock, with_priority(1, 64));  // highest, newest
+  EXPECT_EQ(planner.queued_requests(), 3u);
+  clock.Set(clock.NowMicros() + 10'000);  // every delay has run out
+  std::vector<int64_t> order;
+  while (auto decision = planner.Next(clock.NowMicros(), true)) {
+    ASSERT_EQ(decision->requests.size(), 1u);  // levels never share a batch
+    order.push_back(decision->requests.front()->item.length);
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{64, 32, 16}));
+  EXPECT_EQ(planner.queued_requests(), 0u);
+}
+
+TEST(PriorityPlannerTest, PriorityLevelsAreValidated) {
+  SchedulerOptions options = Options(100);
+  options.priority_levels = 2;
+  options.default_priority_level = 3;
+  EXPECT_NE(options.Validate().message().find("default_priority_level: 3 must be in [1, priority_levels 2]"),
+            std::string::npos)
+      << options.Validate().ToString();
+  options.priority_levels = 1000;
+  EXPECT_NE(options.Validate().message().find("priority_levels: 1000 is out of range"), std::string::npos);
+  options.priority_levels = 0;
+  EXPECT_NE(options.Validate().message().find("without priority_levels"), std::string::npos);
+  options.default_priority_level = 0;
+  EXPECT_TRUE(options.Validate().ok());
 }
 
 TEST(BatchPlannerTest, BinsBySmallestBucketLengthThatHolds) {

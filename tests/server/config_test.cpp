@@ -134,6 +134,21 @@ TEST(ConfigTest, TheBuiltInEncoderMasksWithItsAttentionMask) {
   EXPECT_EQ(spec.sequence_mask_input, "attention_mask");
 }
 
+TEST(ConfigTest, PriorityLevelsAreReadAndChecked) {
+  inference::ModelConfig config = Parse(kValidConfig);
+  config.mutable_dynamic_batching()->set_priority_levels(3);
+  config.mutable_dynamic_batching()->set_default_priority_level(2);
+  SchedulerOptions options = SchedulerOptionsFromConfig(config);
+  EXPECT_EQ(options.priority_levels, 3);
+  EXPECT_EQ(options.default_priority_level, 2);
+  EXPECT_TRUE(options.Validate().ok());
+  config.mutable_dynamic_batching()->set_default_priority_level(0);
+  const Status status = SchedulerOptionsFromConfig(config).Validate();
+  EXPECT_NE(status.message().find("dynamic_batching.default_priority_level: 0 must be in [1, priority_levels 3]"),
+            std::string::npos)
+      << status.ToString();
+}
+
 TEST(ConfigTest, ValueBoundsAreReadAndContradictionsRefused) {
   inference::ModelConfig config = Parse(kValidConfig);
   ModelSpec spec;

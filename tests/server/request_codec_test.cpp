@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "fixed_shape_config.h"
 #include "graphserve/server/config.h"
@@ -48,7 +51,7 @@ inference::ModelInferRequest TokenRequest(int64_t rows, int64_t length, bool raw
 // Decodes for a model whose queue policy is the default one (no request may set a timeout).
 Status Decode(inference::ModelInferRequest request, InferenceItem* item = nullptr) {
   PendingRequest pending;
-  const Status status = DecodeInferRequest(EncoderSpec(), QueuePolicy{}, &request, &pending);
+  const Status status = DecodeInferRequest(EncoderSpec(), &request, &pending);
   if (item != nullptr) *item = std::move(pending.item);
   return status;
 }
@@ -114,21 +117,21 @@ TEST(RequestCodecTest, ValuesOutsideTheConfiguredRangeAreRefusedNamingTheElement
   for (bool raw : {true, false}) {
     inference::ModelInferRequest request = TokenRequest(1, 4, raw);
     PendingRequest pending;
-    Status status = DecodeInferRequest(spec, QueuePolicy{}, &request, &pending);
+    Status status = DecodeInferRequest(spec, &request, &pending);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("inputs[0] 'input_ids': element 3 is outside the model's range [0, 9]"),
               std::string::npos)
         << status.message();
 
     request = TokenRequest(1, 3, raw);
-    EXPECT_TRUE(DecodeInferRequest(spec, QueuePolicy{}, &request, &pending).ok());
+    EXPECT_TRUE(DecodeInferRequest(spec, &request, &pending).ok());
   }
   // Only a lower bound, on an input whose values sit above it.
   spec.input_ranges[0].max.reset();
   spec.input_ranges[1].min = 2;
   inference::ModelInferRequest request = TokenRequest(1, 2, true);
   PendingRequest pending;
-  Status status = DecodeInferRequest(spec, QueuePolicy{}, &request, &pending);
+  Status status = DecodeInferRequest(spec, &request, &pending);
   EXPECT_NE(status.message().find("inputs[1] 'attention_mask': element 0 is outside the model's range [2, ]"),
             std::string::npos)
       << status.message();
@@ -212,15 +215,15 @@ INSTANTIATE_TEST_SUITE_P(
                          r->add_outputs()->set_name("pooler_output");
                        },
                        "outputs[1] 'pooler_output': asked for twice"},
-        BadRequestCase{"RequestParameter",
-                       [](auto* r) { (*r->mutable_parameters())["priority"].set_int64_param(1); },
-                       "parameters['priority']: not supported by graphserve"},
+        BadRequestCase{"ReservedRequestParameter",
+                       [](auto* r) { (*r->mutable_parameters())["triton_unknown"].set_int64_param(1); },
+                       "parameters['triton_unknown']: keys starting with 'triton_' are reserved"},
         BadRequestCase{"SequenceParameters",
                        [](auto* r) {
                          (*r->mutable_parameters())["sequence_start"].set_bool_param(true);
                          (*r->mutable_parameters())["sequence_id"].set_int64_param(7);
                        },
-                       "parameters['sequence_id']: not supported"},
+                       "parameters['sequence_id']: sequence batching is not configured"},
         BadRequestCase{"InputParameter",
                        [](auto* r) {
                          (*r->mutable_inputs(1)->mutable_parameters())["shared_memory_region"]
@@ -236,17 +239,14 @@ INSTANTIATE_TEST_SUITE_P(
                        "outputs[0] 'pooler_output': parameters['classification']"}),
     [](const testing::TestParamInfo<BadRequestCase>& info) { return info.param.name; });
 
-// Triton's `timeout` request parameter
+// Triton's request parameters
 
-// A valid request with parameters['timeout'] = `timeout`, decoded for a model with `policy`.
-Status DecodeWithTimeout(const QueuePolicy& policy, const inference::InferParameter& timeout,
-                         int64_t* timeout_us = nullptr) {
+// A valid request with `parameters` set on it, decoded.
+Status DecodeWithParameters(const std::map<std::string, inference::InferParameter>& parameters,
+                            PendingRequest* pending, std::vector<std::string>* custom = nullptr) {
   inference::ModelInferRequest request = TokenRequest(1, 4, true);
-  (*request.mutable_parameters())["timeout"] = timeout;
-  PendingRequest pending;
-  const Status status = DecodeInferRequest(EncoderSpec(), policy, &request, &pending);
-  if (timeout_us != nullptr) *timeout_us = pending.timeout_override_us;
-  return status;
+  for (const auto& [key, value] : parameters) (*request.mutable_parameters())[key] = value;
+  return DecodeInferRequest(EncoderSpec(), &request, pending, custom);
 }
 
 inference::InferParameter Int64Parameter(int64_t value) {
@@ -255,74 +255,91 @@ inference::InferParameter Int64Parameter(int64_t value) {
   return parameter;
 }
 
-QueuePolicy OverridablePolicy(int64_t default_timeout_us) {
-  QueuePolicy policy;
-  policy.default_timeout_us = default_timeout_us;
-  policy.allow_timeout_override = true;
-  return policy;
+inference::InferParameter BoolParameter(bool value) {
+  inference::InferParameter parameter;
+  parameter.set_bool_param(value);
+  return parameter;
 }
 
-TEST(RequestCodecTest, TimeoutIsTakenWhereTheModelLetsRequestsShortenTheirWait) {
-  int64_t timeout_us = -1;
-  Status status = DecodeWithTimeout(OverridablePolicy(5000), Int64Parameter(1500), &timeout_us);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(timeout_us, 1500);
-  status = DecodeWithTimeout(OverridablePolicy(5000), Int64Parameter(5000), &timeout_us);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(timeout_us, 5000);
-  // Without a default any timeout shortens an unbounded wait; 0 asks for none (Triton's meaning).
-  status = DecodeWithTimeout(OverridablePolicy(0), Int64Parameter(60'000'000), &timeout_us);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(timeout_us, 60'000'000);
-  status = DecodeWithTimeout(OverridablePolicy(5000), Int64Parameter(0), &timeout_us);
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(timeout_us, 0);
+inference::InferParameter StringParameter(const std::string& value) {
+  inference::InferParameter parameter;
+  parameter.set_string_param(value);
+  return parameter;
+}
 
-  // A request without the parameter keeps the model's default.
+TEST(RequestCodecTest, TritonsReservedParametersAreTakenWithTheirMeaning) {
   PendingRequest pending;
-  pending.timeout_override_us = -1;
-  inference::ModelInferRequest request = TokenRequest(1, 4, true);
-  ASSERT_TRUE(DecodeInferRequest(EncoderSpec(), OverridablePolicy(5000), &request, &pending).ok());
-  EXPECT_EQ(pending.timeout_override_us, 0);
+  std::vector<std::string> custom;
+  inference::InferParameter unsigned_priority;
+  unsigned_priority.set_uint64_param(3);
+  Status status = DecodeWithParameters({{"timeout", Int64Parameter(1500)},
+                                        {"priority", unsigned_priority},
+                                        {"triton_enable_empty_final_response", BoolParameter(true)}},
+                                       &pending, &custom);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(pending.timeout_override_us, 1500);
+  EXPECT_EQ(pending.priority, 3u);
+  EXPECT_TRUE(custom.empty());
+  PendingRequest plain;
+  ASSERT_TRUE(DecodeWithParameters({{"priority", Int64Parameter(0)}}, &plain).ok());
+  EXPECT_EQ(plain.timeout_override_us, 0);
+  EXPECT_EQ(plain.priority, 0u);
 }
 
-TEST(RequestCodecTest, TimeoutIsRefusedByNameWhereTheModelCannotHonourIt) {
+// Triton's queue policy: a request's timeout counts only where the model allows overrides, and never
+// lengthens the default (Triton clamps rather than refuses).
+TEST(RequestCodecTest, TheQueuePolicyIgnoresOrClampsARequestsTimeoutAsTritonDoes) {
+  const QueuePolicy fixed{5000, false};
+  EXPECT_EQ(fixed.TimeoutFor(1000), 5000);
+  QueuePolicy overridable{5000, true};
+  EXPECT_EQ(overridable.TimeoutFor(1000), 1000);
+  EXPECT_EQ(overridable.TimeoutFor(9000), 5000);
+  EXPECT_EQ(overridable.TimeoutFor(0), 5000);
+  const QueuePolicy unbounded{0, true};
+  EXPECT_EQ(unbounded.TimeoutFor(60'000'000), 60'000'000);
+}
+
+TEST(RequestCodecTest, CustomParametersAreAcceptedAndListed) {
+  PendingRequest pending;
+  std::vector<std::string> custom;
+  const Status status =
+      DecodeWithParameters({{"temperature", StringParameter("0.5")}, {"my_flag", BoolParameter(true)}}, &pending,
+                           &custom);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(custom, (std::vector<std::string>{"my_flag", "temperature"}));
+}
+
+TEST(RequestCodecTest, ReservedParametersGraphserveCannotHonourAreRefusedByName) {
   struct Case {
-    QueuePolicy policy;
-    inference::InferParameter timeout;
+    std::map<std::string, inference::InferParameter> parameters;
     const char* expected;
   };
-  inference::InferParameter as_string;
-  as_string.set_string_param("1000");
   const Case cases[] = {
-      {QueuePolicy{}, Int64Parameter(1000), "parameters['timeout']: not supported by this model"},
-      {QueuePolicy{5000, false}, Int64Parameter(1000), "allow_timeout_override"},
-      {OverridablePolicy(5000), Int64Parameter(5001),
-       "parameters['timeout']: 5001 us exceeds the model's default queue timeout of 5000 us"},
-      {OverridablePolicy(5000), Int64Parameter(-1), "parameters['timeout']: -1 us is negative"},
-      {OverridablePolicy(5000), as_string, "parameters['timeout']: expected an int64_param"},
+      {{{"timeout", Int64Parameter(-1)}}, "parameters['timeout']: -1 us is negative"},
+      {{{"timeout", StringParameter("1000")}}, "parameters['timeout']: expected an int64_param"},
+      {{{"priority", Int64Parameter(-2)}}, "parameters['priority']: must not be negative"},
+      {{{"priority", BoolParameter(true)}}, "parameters['priority']: expected an int64_param or uint64_param"},
+      {{{"sequence_id", Int64Parameter(7)}}, "parameters['sequence_id']: sequence batching is not configured"},
+      {{{"sequence_start", BoolParameter(true)}}, "parameters['sequence_start']"},
+      {{{"triton_enable_empty_final_response", Int64Parameter(1)}},
+       "parameters['triton_enable_empty_final_response']: expected a bool_param"},
+      {{{"triton_something", BoolParameter(true)}}, "parameters['triton_something']: keys starting with 'triton_'"},
   };
   for (const Case& c : cases) {
-    const Status status = DecodeWithTimeout(c.policy, c.timeout);
+    PendingRequest pending;
+    const Status status = DecodeWithParameters(c.parameters, &pending);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.expected;
     EXPECT_NE(status.message().find(c.expected), std::string::npos) << status.message();
     EXPECT_NE(status.message().find("model 'encoder'"), std::string::npos) << status.message();
   }
 }
 
-TEST(RequestCodecTest, AllowingTimeoutStillRefusesEveryOtherParameter) {
+TEST(RequestCodecTest, TensorParametersAreStillRefused) {
+  // `timeout` is a request parameter in Triton; on an input it means nothing and is refused.
   inference::ModelInferRequest request = TokenRequest(1, 4, true);
-  (*request.mutable_parameters())["timeout"].set_int64_param(100);
-  (*request.mutable_parameters())["priority"].set_int64_param(1);
-  PendingRequest pending;
-  Status status = DecodeInferRequest(EncoderSpec(), OverridablePolicy(0), &request, &pending);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("parameters['priority']"), std::string::npos) << status.message();
-
-  // `timeout` is a request parameter in Triton; on an input it is still refused.
-  request = TokenRequest(1, 4, true);
   (*request.mutable_inputs(0)->mutable_parameters())["timeout"].set_int64_param(100);
-  status = DecodeInferRequest(EncoderSpec(), OverridablePolicy(0), &request, &pending);
+  PendingRequest pending;
+  const Status status = DecodeInferRequest(EncoderSpec(), &request, &pending);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("inputs[0] 'input_ids': parameters['timeout']"), std::string::npos)
       << status.message();
@@ -360,7 +377,7 @@ TEST(RequestCodecTest, TypedValuesOutsideTheInputsTypeAreRefused) {
   request.mutable_inputs(1)->mutable_contents()->add_uint_contents(1);
   request.mutable_inputs(1)->mutable_contents()->add_uint_contents(300);
   PendingRequest pending;
-  ExpectInvalidArgument(DecodeInferRequest(spec, QueuePolicy{}, &request, &pending),
+  ExpectInvalidArgument(DecodeInferRequest(spec, &request, &pending),
                         "inputs[1] 'attention_mask'.contents.uint_contents: element 1 (300) is not a UINT8 value");
 }
 
@@ -398,7 +415,7 @@ inference::ModelInferRequest ImageRequest(const std::vector<int64_t>& shape) {
 TEST(RequestCodecTest, FixedShapeRequestsGetTheFixedLength) {
   inference::ModelInferRequest request = ImageRequest({3, 3, 224, 224});
   PendingRequest pending;
-  const Status status = DecodeInferRequest(CnnSpec(), QueuePolicy{}, &request, &pending);
+  const Status status = DecodeInferRequest(CnnSpec(), &request, &pending);
   ASSERT_TRUE(status.ok()) << status.ToString();
   const InferenceItem& item = pending.item;
   EXPECT_EQ(item.rows, 3);
@@ -412,7 +429,7 @@ TEST(RequestCodecTest, FixedShapeRequestWithOtherDimsNamesTheInputAndDims) {
        {std::vector<int64_t>{1, 3, 224, 200}, {2, 1, 224, 224}, {1, 3, 224}}) {
     inference::ModelInferRequest request = ImageRequest(shape);
     PendingRequest pending;
-    const Status status = DecodeInferRequest(CnnSpec(), QueuePolicy{}, &request, &pending);
+    const Status status = DecodeInferRequest(CnnSpec(), &request, &pending);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << ShapeToString(shape);
     EXPECT_NE(status.message().find("inputs[0] 'image': shape " + ShapeToString(shape)),
               std::string::npos)

@@ -56,6 +56,26 @@ class CurlTest(server_fixture.ServerTestCase):
         self.assertEqual(status, 200)
         self.assertEqual(json.loads(body)["name"], MODEL)
 
+    def test_request_parameters_have_tritons_meanings(self):
+        def infer(parameters):
+            body = json.dumps({"parameters": parameters, "inputs": [
+                {"name": "input_ids", "datatype": "INT64", "shape": [1, 3], "data": [5, 6, 7]},
+                {"name": "attention_mask", "datatype": "INT64", "shape": [1, 3], "data": [1, 1, 1]}]})
+            status, _, answer = self.curl(f"/v2/models/{MODEL}/infer", "-H", "Content-Type: application/json",
+                                          "--data-binary", body)
+            return status, json.loads(answer)
+
+        for accepted in ({"priority": 2}, {"timeout": 5000}, {"my_setting": "x"},
+                         {"triton_enable_empty_final_response": True}):
+            status, answer = infer(accepted)
+            self.assertEqual(status, 200, f"{accepted}: {answer}")
+        for refused, field in (({"triton_x": 1}, "parameters['triton_x']"),
+                               ({"sequence_id": 4}, "parameters['sequence_id']"),
+                               ({"priority": "high"}, "parameters['priority']")):
+            status, answer = infer(refused)
+            self.assertEqual(status, 400, f"{refused}: {answer}")
+            self.assertIn(field, answer["error"])
+
     def test_infer_with_a_json_body(self):
         ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
         mask = np.array([[1, 1, 1, 0]], dtype=np.int64)

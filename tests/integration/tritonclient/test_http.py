@@ -128,8 +128,6 @@ class HttpTest(server_fixture.ServerTestCase):
         wrong_type[0] = httpclient.InferInput("input_ids", [1, 4], "INT32")
         wrong_type[0].set_data_from_numpy(ids.astype(np.int32))
         self.assert_http_error(lambda: self.http.infer(MODEL, wrong_type), 400, "input_ids")
-        self.assert_http_error(lambda: self.http.infer(MODEL, http_inputs(ids, mask), priority=2), 400,
-                               "parameters['priority']")
         self.assert_http_error(lambda: self.http.infer(
             MODEL, http_inputs(ids, mask), outputs=[httpclient.InferRequestedOutput("pooled", class_count=2)]),
             400, "classification")

@@ -100,6 +100,31 @@ class InferenceTest(server_fixture.ServerTestCase):
         self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)[:1]), "INVALID_ARGUMENT",
                            "attention_mask")
 
+    def test_tritons_request_parameters_are_served_with_their_meaning(self):
+        ids, mask = token_batch(2, 6, 10)
+        expected = self.expected(ids, mask)[1]
+        # Without priority_levels a priority changes nothing; a timeout without the override neither;
+        # custom parameters reach no TorchScript model and are reported once in the log.
+        for options in ({"priority": 1}, {"timeout": 1000}, {"parameters": {"temperature": "0.5", "top_k": 3}},
+                        {"parameters": {"temperature": "0.7"}}):
+            result = self.client.infer(MODEL, server_fixture.token_inputs(ids, mask), **options)
+            np.testing.assert_allclose(result.as_numpy("pooled"), expected, rtol=1e-4, atol=1e-5, err_msg=str(options))
+        log = self.server.log()
+        self.assertEqual(log.count("have no effect"), 1, log[-2000:])
+        self.assertIn("request parameters 'temperature', 'top_k' have no effect", log)
+        # Triton's client refuses reserved keys itself; another client may send them.
+        request = service_pb2.ModelInferRequest(model_name=MODEL)
+        for name, array in (("input_ids", ids), ("attention_mask", mask)):
+            tensor = request.inputs.add(name=name, datatype="INT64", shape=list(array.shape))
+            tensor.contents.int64_contents.extend(array.ravel().tolist())
+        request.parameters["triton_custom"].int64_param = 1
+        with grpc.insecure_channel(self.server.url) as channel:
+            with self.assertRaises(grpc.RpcError) as raised:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("parameters['triton_custom']: keys starting with 'triton_' are reserved",
+                      raised.exception.details())
+
     def test_unsupported_request_options_are_refused_by_name(self):
         ids, mask = token_batch(1, 4, 9)
         self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask), sequence_id=7),

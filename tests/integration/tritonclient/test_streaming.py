@@ -92,5 +92,23 @@ class StreamingTest(server_fixture.ServerTestCase):
         ids, mask = np.full((1, 3), 7, dtype=np.int64), np.ones((1, 3), dtype=np.int64)
         self.assertEqual(self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)).as_numpy("pooled").shape, (1, 16))
 
+    def test_answers_say_they_are_final_when_the_client_asks_for_it(self):
+        # What perf_analyzer's and Triton's streaming clients send; graphserve's models answer once,
+        # so each answer is the final one, and no empty response follows it.
+        answers = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for i in range(3):
+            self.client.async_stream_infer(MODEL, token_inputs(1, 5, seed=300 + i), request_id=f"f{i}",
+                                           enable_empty_final_response=True, parameters={"tag": "x"})
+        self.client.stop_stream()
+        finals = []
+        while not answers.empty():
+            result, error = answers.get_nowait()
+            self.assertIsNone(error)
+            final = result.get_response().parameters["triton_final_response"]
+            finals.append((result.get_response().id, final.bool_param))
+        self.assertEqual(sorted(finals), [("f0", True), ("f1", True), ("f2", True)])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -40,9 +40,12 @@ struct PendingRequest {
   // The client's deadline, absolute on the scheduler's clock; 0 = none. An expired request is
   // dropped before it runs, with DEADLINE_EXCEEDED.
   int64_t deadline_us = 0;
-  // Triton's `timeout` request parameter in µs (0 = not given), accepted only where the model's
-  // QueuePolicy lets requests shorten its queue timeout.
+  // Triton's `timeout` request parameter in µs (0 = not given); the model's QueuePolicy decides
+  // whether it counts (QueuePolicy::TimeoutFor).
   int64_t timeout_override_us = 0;
+  // Triton's `priority` request parameter: 1 is the highest level; 0 (not given), or a level the
+  // model does not have, means the model's default level (SchedulerOptions::default_priority_level).
+  uint64_t priority = 0;
   // Set by the RPC layer when the client goes away, followed by ModelScheduler::Poke; a cancelled
   // request leaves the queue (CANCELLED).
   std::atomic<bool> cancelled{false};
@@ -107,7 +110,8 @@ struct QueuePolicy {
   // 0: a request waits as long as it takes (or until its client's deadline).
   int64_t default_timeout_us = 0;
   // Triton's allow_timeout_override: a request's `timeout` replaces the default when it is shorter
-  // (or when there is no default); a longer one is refused (request_codec.h).
+  // (or when there is no default); a longer one is clamped to the default, and without the override
+  // every request keeps the default, as in Triton.
   bool allow_timeout_override = false;
 
   // The queue timeout of a request whose `timeout` parameter is `requested_us` (0: not given).
@@ -145,6 +149,12 @@ struct SchedulerOptions {
   // (--busy-poll-us), not a model's; 0: the worker sleeps at once. A second instance on the same
   // device never polls (it takes no lone request at once).
   int64_t busy_poll_us = 0;
+
+  // Triton's dynamic_batching.priority_levels: 0 serves every request alike (a request's `priority`
+  // is then ignored, as in Triton); N > 0 queues each level apart, 1 the highest, and a request
+  // without a priority (or with one beyond N) at default_priority_level, in [1, N].
+  int64_t priority_levels = 0;
+  int64_t default_priority_level = 0;
 
   // Returns INVALID_ARGUMENT naming the field when an option is out of range.
   Status Validate() const;
@@ -313,6 +323,29 @@ class BatchPlanner {
   // Min-heap on deadline of queued requests that have one; entries of requests that left the queue
   // are dropped lazily.
   std::vector<DeadlineEntry> deadlines_;
+};
+
+// The scheduler's queue: a BatchPlanner per priority level (one without priority levels). A batch
+// holds requests of one level, and whenever a level has a batch ready it goes before any lower
+// level's; a lower level's ready batch does not wait for a higher level's to fill. Thread safety,
+// ownership and errors as BatchPlanner's.
+class PriorityPlanner {
+ public:
+  PriorityPlanner(const ModelSpec& spec, const SchedulerOptions& options, const BucketCosts& costs = {});
+
+  void Add(std::shared_ptr<PendingRequest> request);
+  size_t queued_requests() const;
+  void NoteCancellation();
+  std::vector<std::shared_ptr<PendingRequest>> TakeDead(int64_t now_us);
+  std::optional<DispatchDecision> Next(int64_t now_us, bool executor_idle);
+  std::optional<int64_t> NextWakeUp(int64_t now_us, bool executor_idle) const;
+  double CostUs(const BucketShape& shape) const { return levels_.front().CostUs(shape); }
+  // The level (0 for the highest) a request of Triton's `priority` queues at.
+  size_t LevelOf(uint64_t priority) const;
+
+ private:
+  std::vector<BatchPlanner> levels_;
+  uint64_t default_level_ = 1;
 };
 
 }  // namespace graphserve

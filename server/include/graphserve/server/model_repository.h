@@ -17,6 +17,7 @@
 // Thread safety: every method may be called from any thread once Start returned. Lifetime: a request
 // keeps the LoadedModel it found (a shared_ptr) until it is answered; the clock must outlive the
 // repository. Errors name the model (and the field) but never a host path: paths go to the log.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -61,6 +62,8 @@ struct LoadedModel {
   inference::ModelConfig effective_config;
   std::string version;
   std::unique_ptr<ModelScheduler> scheduler;
+  // Whether the log has said that requests' custom parameters have no effect on this model.
+  std::atomic<bool> custom_parameters_reported{false};
 };
 
 // A model's line in RepositoryIndex. `state` is Triton's: "READY", "LOADING", "UNLOADING",

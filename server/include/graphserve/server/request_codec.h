@@ -1,6 +1,7 @@
 #pragma once
 // Turns a KServe v2 ModelInferRequest into the engine's InferenceItem (validating every field against
 // the model), and the engine's outputs back into a ModelInferResponse. Stateless; thread-safe.
+#include <string>
 #include <vector>
 
 #include "graphserve/engine/executor.h"
@@ -16,13 +17,16 @@ namespace graphserve {
 // inputs, a datatype other than the model's, a shape of the wrong rank or with dims < 1 or fixed dims
 // that differ, data whose size disagrees with the shape, variable lengths that differ between inputs,
 // values outside the input's min_value/max_value, rows above max_batch_size, length above
-// max_sequence_length, unknown requested outputs, and any
-// request, input or output parameter (graphserve honours none), except Triton's request parameter
-// `timeout` where `queue_policy` allows it: an int64 of microseconds, at most the policy's default
-// timeout when it has one, set as `pending->timeout_override_us` (0: none). A fixed-shape model's
-// item gets length kFixedShapeLength.
-Status DecodeInferRequest(const ModelSpec& spec, const QueuePolicy& queue_policy,
-                          inference::ModelInferRequest* request, PendingRequest* pending);
+// max_sequence_length, unknown requested outputs, and any input or output parameter (graphserve
+// honours none). Request parameters have Triton's meanings: `timeout` (int64 microseconds >= 0)
+// becomes `pending->timeout_override_us`, which the model's queue policy may ignore or clamp;
+// `priority` (int64 >= 0 or uint64) becomes `pending->priority`; `triton_enable_empty_final_response`
+// (bool) is accepted; sequence_id/start/end (no sequence batching here) and any other `triton_` key
+// are INVALID_ARGUMENT; any other key is a custom parameter, accepted and appended to
+// `custom_parameters` (may be null) for the caller to report. A fixed-shape model's item gets length
+// kFixedShapeLength.
+Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request, PendingRequest* pending,
+                          std::vector<std::string>* custom_parameters = nullptr);
 
 // Fills `response` with the wanted outputs (as raw_output_contents, in the requested order, or in
 // model order when none was requested), and names the model, the version that answered and the

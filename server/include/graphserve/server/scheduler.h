@@ -201,7 +201,7 @@ class ModelScheduler {
 
   mutable Mutex mutex_;
   std::condition_variable work_available_;
-  BatchPlanner planner_ GUARDED_BY(mutex_);
+  PriorityPlanner planner_ GUARDED_BY(mutex_);
   SchedulerCounters counters_ GUARDED_BY(mutex_);
   // Sum of the queued requests' work_us.
   double queued_work_us_ GUARDED_BY(mutex_) = 0.0;
