@@ -277,13 +277,9 @@ void GraphServer::Shutdown() {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
     grpc_server_->Wait();
   }
-  // Only now: until the gRPC server has shut down, its calls' answers go through these queues.
-  if (infer_queues_) infer_queues_->Stop();
-  // Once the gRPC calls it made are answered, and before the channel's server goes away.
+  // Once the gRPC calls it made are answered (those gRPC cancelled answered at once), and before
+  // the channel's server goes away.
   rest_endpoint_.reset();
-  grpc_server_.reset();
-  infer_queues_.reset();
-  grpc_acceptor_.reset();
   // Scrapes read the schedulers: stop serving them before the schedulers go away.
   metrics_endpoint_.reset();
   if (repository_) {
@@ -295,9 +291,17 @@ void GraphServer::Shutdown() {
       spdlog::shutdown();
       _exit(1);
     }
+    // Before the ModelInfer queues stop: a call that gRPC cancelled as it shut down may still be
+    // queued or running, and its answer goes through its queue. Stop returns once every request is
+    // answered.
     repository_->Stop();
-    repository_.reset();
   }
+  // Only now: the queues' threads deliver the last answers, then their completion queues shut down.
+  if (infer_queues_) infer_queues_->Stop();
+  grpc_server_.reset();
+  infer_queues_.reset();
+  grpc_acceptor_.reset();
+  repository_.reset();
   service_.reset();
   if (trimmer_.joinable()) {
     {

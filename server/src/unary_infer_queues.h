@@ -13,9 +13,11 @@
 // notification, reaches the scheduler (PreparedInference::Cancel).
 //
 // Lifetime: construct (adds the queues to the builder) before ServerBuilder::BuildAndStart, Start
-// after it, and Stop only once grpc::Server::Shutdown has returned: gRPC's shutdown waits for the
-// calls in flight, whose answers these threads must still deliver. The service, and everything
-// InferPath reaches, must outlive Stop.
+// after it, and Stop only once grpc::Server::Shutdown has returned and every call started has been
+// answered (the schedulers have stopped): a call that gRPC cancelled at its shutdown deadline, or
+// whose in-process REST channel it closed, is still in its scheduler when Shutdown returns, and its
+// answer goes through its queue (finishing on a queue already shut down is a gRPC assertion). The
+// service, and everything InferPath reaches, must outlive Stop.
 // Thread safety: construct, Start and Stop from one controlling thread; the rest runs on the queues'
 // threads and on the schedulers' threads that answer.
 #include <grpcpp/grpcpp.h>
