@@ -316,6 +316,14 @@ void HttpServer::StopAccepting() {
   }
 }
 
+bool HttpServer::WaitForReplies(std::chrono::steady_clock::time_point deadline) {
+  MutexLock lock(&mutex_);
+  while (replies_owed_ > 0) {
+    if (changed_.wait_until(lock.native(), deadline) == std::cv_status::timeout) return replies_owed_ == 0;
+  }
+  return true;
+}
+
 void HttpServer::ReplyOwed() {
   MutexLock lock(&mutex_);
   ++replies_owed_;

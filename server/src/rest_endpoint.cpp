@@ -51,15 +51,24 @@ struct Rpc {
   Response response;
   HttpReply reply;
   std::function<HttpResponse(const Response&)> encode;
+  const std::atomic<bool>* drain_expired;
 
-  explicit Rpc(HttpReply http_reply) : reply(std::move(http_reply)) {}
+  Rpc(HttpReply http_reply, const std::atomic<bool>* expired)
+      : reply(std::move(http_reply)), drain_expired(expired) {}
 
   void Done(const grpc::Status& status) {
+    HttpResponse answer;
     if (status.ok()) {
-      reply.Send(encode(response));
+      answer = encode(response);
+    } else if (drain_expired->load() && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                         status.error_code() == grpc::StatusCode::CANCELLED)) {
+      // gRPC's own words here would be the in-process transport's ("Transport closed").
+      answer = Error(503, "the server is shutting down and its drain timeout (--drain-timeout-s) passed "
+                          "before this request was answered");
     } else {
-      reply.Send(Error(HttpStatusFor(static_cast<StatusCode>(status.error_code())), status.error_message()));
+      answer = Error(HttpStatusFor(static_cast<StatusCode>(status.error_code())), status.error_message());
     }
+    reply.Send(std::move(answer));
     delete this;
   }
 };
@@ -104,10 +113,12 @@ struct RestApi {
   ServerMetrics* metrics;
   size_t max_request_bytes = 0;
   std::atomic<bool> stopping{false};
+  // Set once a drain gave up waiting (RestEndpoint::Drain): the calls still open are then cancelled.
+  std::atomic<bool> drain_expired{false};
 
   template <typename Request, typename Response, typename Invoke>
   void Call(HttpReply reply, Request request, Invoke invoke, std::function<HttpResponse(const Response&)> encode) {
-    auto* rpc = new Rpc<Request, Response>(std::move(reply));
+    auto* rpc = new Rpc<Request, Response>(std::move(reply), &drain_expired);
     rpc->request = std::move(request);
     rpc->encode = std::move(encode);
     invoke(stub->async(), &rpc->context, &rpc->request, &rpc->response,
@@ -418,6 +429,12 @@ int RestEndpoint::port() const { return server_->port(); }
 void RestEndpoint::StopAccepting() {
   api_->stopping.store(true);
   server_->StopAccepting();
+}
+
+bool RestEndpoint::Drain(std::chrono::steady_clock::time_point deadline) {
+  if (server_->WaitForReplies(deadline)) return true;
+  api_->drain_expired.store(true);
+  return false;
 }
 
 }  // namespace graphserve

@@ -264,21 +264,29 @@ void GraphServer::Reload() {
 }
 
 void GraphServer::Shutdown() {
+  // From here new inference calls are refused UNAVAILABLE on both bindings (InferPath::Prepare; REST
+  // answers 503 once it stops accepting), while the calls taken are drained.
   if (service_ && grpc_server_) SetReady(false);
   // Before the RPCs drain: a load still queued is answered now instead of being run, and no load or
   // unload answers once the endpoint is gone.
   if (repository_) repository_->StopControl();
   if (rest_endpoint_) rest_endpoint_->StopAccepting();
   if (grpc_acceptor_) grpc_acceptor_->Stop();
+  const auto drain_until = std::chrono::steady_clock::now() + options_.drain_timeout;
   if (grpc_server_) {
     spdlog::info("shutting down: draining in-flight requests (up to {} ms)", options_.drain_timeout.count());
-    // New calls are refused at once; calls in flight finish as the schedulers answer them, and any
-    // still open at the deadline are cancelled.
-    grpc_server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+    // REST first: its calls travel through the in-process channel, which gRPC's shutdown closes at
+    // once instead of draining it (each call failed "Transport closed"). gRPC's own calls go on
+    // meanwhile.
+    if (rest_endpoint_ && !rest_endpoint_->Drain(drain_until)) {
+      spdlog::warn("drain timeout: the REST requests still unanswered are cancelled");
+    }
+    // Calls in flight finish as the schedulers answer them, and any still open at the deadline are
+    // cancelled.
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + (drain_until - std::chrono::steady_clock::now()));
     grpc_server_->Wait();
   }
-  // Once the gRPC calls it made are answered (those gRPC cancelled answered at once), and before
-  // the channel's server goes away.
+  // Every REST call has its gRPC answer by now: those gRPC cancelled answered at once.
   rest_endpoint_.reset();
   // Scrapes read the schedulers: stop serving them before the schedulers go away.
   metrics_endpoint_.reset();

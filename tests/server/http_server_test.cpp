@@ -1,6 +1,6 @@
 // HttpServer over real loopback sockets: answers sent later from another thread while the connection
-// waits without holding a thread, keep-alive, chunked bodies, the body limit, and a reply dropped
-// unsent.
+// waits without holding a thread, keep-alive, chunked bodies, the body limit, a reply dropped
+// unsent, and a drain that waits for the replies owed.
 #include "graphserve/server/http_server.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -191,40 +192,83 @@ TEST(HttpServerTest, ABusyAddressIsRefusedNamingTheFlag) {
   EXPECT_EQ(second, nullptr);
 }
 
-TEST(HttpServerTest, StopAcceptingRefusesNewConnectionsAndTheDestructorWaitsForOwedReplies) {
-  std::mutex mutex;
-  std::optional<HttpReply> held;
-  std::unique_ptr<HttpServer> server;
-  ASSERT_TRUE(HttpServer::Start(
-                  Options(),
-                  [&](const HttpRequest&, HttpReply reply) {
-                    std::lock_guard<std::mutex> lock(mutex);
-                    held.emplace(std::move(reply));
-                  },
-                  &server)
-                  .ok());
-  const int port = server->port();
-  testing::HttpResponse answer;
-  std::thread client([&] { answer = testing::HttpGet(port, "/slow"); });
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (held) break;
+// A server whose handler keeps the reply of the request it gets, for the test to send when it likes;
+// and a client that has sent that request and waits for its answer.
+class HeldRequest {
+ public:
+  HeldRequest() {
+    EXPECT_TRUE(HttpServer::Start(
+                    Options(),
+                    [this](const HttpRequest&, HttpReply reply) {
+                      std::lock_guard<std::mutex> lock(mutex_);
+                      held_.emplace(std::move(reply));
+                    },
+                    &server)
+                    .ok());
+    port = server->port();
+    client_ = std::thread([this] { answer_ = testing::HttpGet(port, "/slow"); });
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (held_) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  server->StopAccepting();
-  EXPECT_FALSE(Connection(port).connected());
-  std::thread answerer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::lock_guard<std::mutex> lock(mutex);
-    held->Send(Text("late"));
-  });
-  server.reset();  // returns once the held reply went out
-  client.join();
-  answerer.join();
+  ~HeldRequest() {
+    if (answerer_.joinable()) answerer_.join();
+    if (client_.joinable()) client_.join();
+  }
+
+  // Sends the held reply, with body `body`, from another thread after `delay`.
+  void AnswerLater(std::chrono::milliseconds delay, std::string body) {
+    answerer_ = std::thread([this, delay, body = std::move(body)] {
+      std::this_thread::sleep_for(delay);
+      std::lock_guard<std::mutex> lock(mutex_);
+      held_->Send(Text(body));
+    });
+  }
+
+  // What the client got, once it got it.
+  testing::HttpResponse Answer() {
+    client_.join();
+    return answer_;
+  }
+
+  std::unique_ptr<HttpServer> server;
+  int port = 0;
+
+ private:
+  std::mutex mutex_;
+  std::optional<HttpReply> held_;
+  std::thread client_;
+  std::thread answerer_;
+  testing::HttpResponse answer_;
+};
+
+TEST(HttpServerTest, StopAcceptingRefusesNewConnectionsAndTheDestructorWaitsForOwedReplies) {
+  HeldRequest request;
+  request.server->StopAccepting();
+  EXPECT_FALSE(Connection(request.port).connected());
+  request.AnswerLater(std::chrono::milliseconds(200), "late");
+  request.server.reset();  // returns once the held reply went out
+  const testing::HttpResponse answer = request.Answer();
   EXPECT_EQ(answer.status, 200);
   EXPECT_EQ(answer.body, "late");
+}
+
+TEST(HttpServerTest, WaitForRepliesReturnsOnceTheOwedRepliesAreSentOrAtItsDeadline) {
+  HeldRequest request;
+  request.server->StopAccepting();
+  const auto waited_from = std::chrono::steady_clock::now();
+  EXPECT_FALSE(request.server->WaitForReplies(waited_from + std::chrono::milliseconds(100)));
+  EXPECT_GE(std::chrono::steady_clock::now() - waited_from, std::chrono::milliseconds(100));
+  request.AnswerLater(std::chrono::milliseconds(200), "drained");
+  EXPECT_TRUE(request.server->WaitForReplies(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  const testing::HttpResponse answer = request.Answer();
+  EXPECT_EQ(answer.status, 200);
+  EXPECT_EQ(answer.body, "drained");
+  EXPECT_TRUE(request.server->WaitForReplies(std::chrono::steady_clock::now()));
 }
 
 }  // namespace

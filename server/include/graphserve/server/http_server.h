@@ -113,6 +113,9 @@ class HttpServer {
   // Stops accepting connections; requests on open connections are still handled (e.g. while the
   // server drains). Safe to call more than once.
   void StopAccepting();
+  // Blocks until every request handed to the handler has been answered, or `deadline` passes; true
+  // when none is owed. For a drain, after StopAccepting.
+  bool WaitForReplies(std::chrono::steady_clock::time_point deadline) EXCLUDES(mutex_);
 
  private:
   friend struct http_internal::Exchange;

@@ -13,6 +13,7 @@
 // and destroy from one controlling thread; destroy it before the gRPC server it calls is gone, or
 // after every call through the channel has finished (the destructor waits for answers owed).
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -61,6 +62,11 @@ class RestEndpoint {
   // For a drain: stops taking connections, and requests still arriving on open ones are answered
   // 503. Requests already handed to gRPC finish.
   void StopAccepting();
+  // For a drain, after StopAccepting and before the gRPC server shuts down: shutting gRPC down closes
+  // the in-process channel at once, so the REST calls must be answered first. Blocks until every
+  // request taken has been answered, or `deadline` passes; true when all were. Past it, a call that
+  // gRPC then cancels is answered 503 naming the drain timeout.
+  bool Drain(std::chrono::steady_clock::time_point deadline);
 
  private:
   RestEndpoint(std::unique_ptr<RestApi> api, std::unique_ptr<HttpServer> server);
