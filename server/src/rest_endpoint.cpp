@@ -68,8 +68,13 @@ struct Rpc {
     } else {
       answer = Error(HttpStatusFor(static_cast<StatusCode>(status.error_code())), status.error_message());
     }
-    reply.Send(std::move(answer));
+    // The context holds a reference to the in-process channel: it goes before the answer, so that
+    // once every answer is out the endpoint holds the last one and drops it on the controlling
+    // thread. Dropped here last, on gRPC's callback thread after the gRPC server had gone, it shut
+    // down the callback queue this very thread serves (an assertion as the process exited).
+    HttpReply owed = std::move(reply);
     delete this;
+    owed.Send(std::move(answer));
   }
 };
 
