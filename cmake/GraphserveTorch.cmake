@@ -3,7 +3,7 @@
 # models, so models and engine always come from the same PyTorch.
 #
 # Sets GRAPHSERVE_TORCH_VERSION and, when the CUDA-graph executor is built, GRAPHSERVE_CUDA (ON).
-# Include after Protobuf and gRPC are found (docs/gpu-host.md, pitfall 1).
+# Include after Protobuf and gRPC are found (docs/development/gpu-host.md, pitfall 1).
 
 set(GRAPHSERVE_PYTHON "" CACHE FILEPATH
     "Python whose torch wheel provides libtorch (deploy/build.sh passes the project's venv)")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command that builds graphserve and runs every test on a CUDA host whose image already has the
 # pinned PyTorch wheel (deploy/toolchain.env) for python3, the CUDA toolkit, protobuf, spdlog and
-# GoogleTest (docs/gpu-host.md). The rest, which has no wheel (gRPC, prometheus-cpp, CLI11,
-# nlohmann-json, libmicrohttpd, libcurl's headers), comes as Debian packages that deploy/fetch-cuda-host-debs.sh downloaded, unpacked
-# into a private prefix: nothing is installed system-wide.
+# GoogleTest (docs/development/gpu-host.md). The rest, which has no wheel (gRPC, prometheus-cpp,
+# CLI11, nlohmann-json, libmicrohttpd, libcurl's headers), comes as Debian packages that
+# deploy/fetch-cuda-host-debs.sh downloaded, unpacked into a private prefix: nothing is installed
+# system-wide.
 #
 #   deploy/cuda-build.sh [--debs DIR] [--prefix DIR] [--build-dir DIR] [--no-test] [-- ctest args]
 #

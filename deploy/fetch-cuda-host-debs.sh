@@ -8,7 +8,7 @@
 # generator's REST transport; the library is the host's). deploy/cuda-build.sh
 # unpacks them there into a private prefix.
 # libtorch is the host's own PyTorch wheel, and protobuf, spdlog and GoogleTest are the host's
-# packages (docs/gpu-host.md), so none of them is fetched.
+# packages (docs/development/gpu-host.md), so none of them is fetched.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${1:-$repo/.debs}

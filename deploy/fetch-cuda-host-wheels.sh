@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Downloads, on a machine that reaches the package index (through its own pip configuration), the
-# Python wheels the tests need on a CUDA host that cannot download anything (docs/gpu-host.md):
-# torchvision for the fixed-shape tests' ResNet-18, Triton's gRPC and HTTP clients for the
-# tritonclient suites and the REST benchmark on the GPU, and what they import that the host's Python
-# lacks. deploy/cuda-build.sh installs them into a
+# Python wheels the tests need on a CUDA host that cannot download anything
+# (docs/development/gpu-host.md): torchvision for the fixed-shape tests' ResNet-18, Triton's gRPC
+# and HTTP clients for the tritonclient suites and the REST benchmark on the GPU, and what they
+# import that the host's Python lacks. deploy/cuda-build.sh installs them into a
 # private folder on PYTHONPATH, never into the host's Python.
 #
 #   deploy/fetch-cuda-host-wheels.sh [DIR (default .wheels)] [PYTHON_VERSION (default 3.12, the host's)]

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks graphserve's torch boundary on every translation unit of a build.
 
-Rules (why: docs/gpu-host.md, pitfall 2 — the torch wheel's bundled protobuf/fmt headers break gRPC,
-protobuf and spdlog code; a unit that happens to compile today still breaks with the next header):
+Rules (why: docs/development/gpu-host.md, pitfall 2 — the torch wheel's bundled protobuf/fmt
+headers break gRPC, protobuf and spdlog code; a unit that happens to compile today still breaks with
+the next header):
   1. only sources under graph_engine/ and tests/graph_engine/ may include libtorch headers;
   2. no translation unit includes both libtorch headers and gRPC, protobuf or spdlog headers.
 Rule 1 also keeps graph_engine's public headers torch-free, since server/ includes them.

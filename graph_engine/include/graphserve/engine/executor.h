@@ -180,8 +180,9 @@ DeviceMemory GetDeviceMemory(const std::string& device);
 // turns liveness and readiness off. Empty while none has happened. Thread-safe.
 std::string DeviceFault();
 
-// The engine cannot include spdlog (see docs/gpu-host.md, pitfall 2), so it reports through a sink
-// that the server installs once at start-up. Thread-safe: the sink may be called from any thread.
+// The engine cannot include spdlog (see docs/development/gpu-host.md, pitfall 2), so it reports
+// through a sink that the server installs once at start-up. Thread-safe: the sink may be called
+// from any thread.
 enum class LogLevel { kDebug, kInfo, kWarning, kError };
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 void SetEngineLogSink(LogSink sink);
