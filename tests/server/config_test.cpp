@@ -330,7 +330,7 @@ TEST(ConfigTest, DefaultQueueSizeIsSchedulerOptionsDefault) {
   inference::ModelConfig config = BuiltinEncoderConfig();
   ASSERT_FALSE(config.has_dynamic_batching());
   EXPECT_EQ(SchedulerOptionsFromConfig(config).max_queue_size, SchedulerOptions{}.max_queue_size);
-  EXPECT_EQ(SchedulerOptions{}.max_queue_size, 4096);  // what README.md documents
+  EXPECT_EQ(SchedulerOptions{}.max_queue_size, 4096);  // what docs/configuration.md documents
 }
 
 struct BadConfigCase {
@@ -492,19 +492,21 @@ TEST(ConfigTest, MisspeltAndUnservedFieldsAreRefusedNamingThem) {
   EXPECT_TRUE(config.has_sequence_batching());
 }
 
-// The README's config examples are valid, and the Triton one warns only about what it says it does.
-TEST(ConfigTest, ReadmeExamplesParse) {
-  std::ifstream file(std::string(SOURCE_DIR) + "/README.md");
-  const std::string readme((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+// The configuration page's examples are valid, and the Triton one warns only about what it says it
+// does.
+TEST(ConfigTest, DocumentedExamplesParse) {
+  std::ifstream file(std::string(SOURCE_DIR) + "/docs/configuration.md");
+  ASSERT_TRUE(file) << "docs/configuration.md";
+  const std::string page((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   const std::string open = "```protobuf\n";
   int examples = 0;
-  for (size_t start = readme.find(open); start != std::string::npos; start = readme.find(open, start)) {
+  for (size_t start = page.find(open); start != std::string::npos; start = page.find(open, start)) {
     start += open.size();
-    const std::string text = readme.substr(start, readme.find("```", start) - start);
+    const std::string text = page.substr(start, page.find("```", start) - start);
     SCOPED_TRACE(text);
     inference::ModelConfig config;
     ConfigWarnings warnings;
-    ASSERT_TRUE(ParseModelConfig(text, "README", &config, &warnings).ok());
+    ASSERT_TRUE(ParseModelConfig(text, "docs/configuration.md", &config, &warnings).ok());
     if (config.backend().empty()) {
       EXPECT_TRUE(warnings.empty()) << warnings[0];
       ModelSpec spec;
