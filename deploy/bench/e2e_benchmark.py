@@ -196,7 +196,7 @@ class Server:
         self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, timeout_s):
-        # A model's series appear in /metrics once it has warmed up (README, Metrics).
+        # A model's series appear in /metrics once it has warmed up (docs/metrics.md).
         marker = f'graphserve_batches_total{{model="{self.model}"'
         deadline = time.time() + timeout_s
         while time.time() < deadline:
@@ -527,7 +527,7 @@ def measure_overhead(args, server, model, ceiling):
     known = measured and replay_ms is not None  # a CPU has no replay to subtract
     # The server's own replays, between CUDA events around them: above the bare replay when
     # something beside them slows every replay on the device (a second instance does, by about
-    # 70 us a replay on the H200: BENCHMARKS.md, Issue #17, sixth pass).
+    # 70 us a replay on the H200: BENCHMARKS.md, "Two instances on one GPU").
     infer_s, batches = delta.get("infer_measured_s"), delta.get("batches")
     server_replay_ms = infer_s / batches * 1000 if infer_s is not None and batches else None
     out = {

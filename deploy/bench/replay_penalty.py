@@ -14,7 +14,8 @@ its one thing and the same graphs are timed again. --tiny adds a graph of 200 on
 (per kernel or per launch?); forked_graphs adds, per shape of two rows or more, a graph that runs
 the two halves of the batch on forked streams.
 
-On the H200 (driver 580, CUDA 13, PyTorch 2.11; BENCHMARKS.md, Issue #17, sixth and seventh passes):
+On the H200 (driver 580, CUDA 13, PyTorch 2.11; BENCHMARKS.md, "Two instances on one GPU", and the
+sixth and seventh passes of #17 in its history, git show 27e176d:BENCHMARKS.md):
 after a kernel on another stream than the graphs' (a second stream or the default one, eager or in a
 graph of its own, before the graphs exist or after), and after a second copy of the model loads,
 even onto the first one's stream, every replay is slower for the rest of the process: +70-80 us for

@@ -165,10 +165,10 @@ std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   // ...): at most a quarter wasted, while the count (one CUDA graph per length and batch size) grows
   // only logarithmically. Long requests are few but costly: on a log-normal mix (median 48, sigma
   // 0.8, up to 512) the 11% above 128 tokens take about a third of the GPU's time, so their padding
-  // counts. On the H200 (BERT-base bf16, that mix, BENCHMARKS.md) the steps of 8 below 64 served
-  // 1-4% more real tokens/s than steps of 16 from 512 clients up and about the same at 8 and 64,
-  // where steps of 8 up to 128 lost at 64 and 512 clients (finer bins, smaller batches). 20 lengths
-  // for 512: with the default batch sizes and token budget, 284 graphs.
+  // counts. On the H200 (BERT-base bf16, that mix, BENCHMARKS.md, "Grid choices") the steps of 8
+  // below 64 served 1-4% more real tokens/s than steps of 16 from 512 clients up and about the same
+  // at 8 and 64, where steps of 8 up to 128 lost at 64 and 512 clients (finer bins, smaller
+  // batches). 20 lengths for 512: with the default batch sizes and token budget, 284 graphs.
   constexpr int64_t kFineStep = 8;
   constexpr int64_t kLastFineStep = 64;
   constexpr int64_t kStep = 16;

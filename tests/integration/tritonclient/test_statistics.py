@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Triton's statistics, log, trace and shared-memory RPCs through Triton's own client: statistics
 count known traffic exactly, log settings change what the server writes, tracing stays off, shared
-memory is refused as the README says, and a request whose client deadline passes while it waits
-behind slow work is DEADLINE_EXCEEDED on the client and counted as deadline_exceeded in /metrics."""
+memory is refused as docs/protocol.md says, and a request whose client deadline passes while it
+waits behind slow work is DEADLINE_EXCEEDED on the client and counted as deadline_exceeded in
+/metrics."""
 import queue
 import re
 import time

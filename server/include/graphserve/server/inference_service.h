@@ -100,8 +100,7 @@ class InferenceService final : public InferenceServiceBase {
                                                   const inference::RepositoryModelUnloadRequest* request,
                                                   inference::RepositoryModelUnloadResponse* response) override;
 
-  // Triton's extensions, in inference_service_admin.cpp (the README's protocol section says what
-  // each answers).
+  // Triton's extensions, in inference_service_admin.cpp (docs/protocol.md says what each answers).
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) override;

@@ -1,5 +1,5 @@
 #pragma once
-// graphserve's Prometheus metrics (the README's "Metrics" section lists them with their meaning).
+// graphserve's Prometheus metrics (docs/metrics.md lists them with their meaning).
 //
 // Two sources, no double bookkeeping:
 //   - What the engine and the scheduler already count (graph replays, eager executions by reason,

@@ -1,8 +1,8 @@
 #pragma once
 // Triton's model configuration as graphserve serves it: a config.pbtxt written for Triton resolved
 // into the settings graphserve acts on, where a model's instances go, and the effective config that
-// the ModelConfig RPC answers. README.md ("Triton model configurations") has the field-by-field
-// table. Stateless functions; thread-safe.
+// the ModelConfig RPC answers. docs/configuration.md ("Triton model configurations") has the
+// field-by-field table. Stateless functions; thread-safe.
 #include <string>
 #include <vector>
 
