@@ -103,8 +103,8 @@ std::vector<BadRequest> BadRequests() {
          r->set_id(id);
        },
        grpc::StatusCode::INVALID_ARGUMENT, "max_sequence_length"},
-      {[](inference::ModelInferRequest* r) { (*r->mutable_parameters())["priority"].set_int64_param(1); },
-       grpc::StatusCode::INVALID_ARGUMENT, "priority"},
+      {[](inference::ModelInferRequest* r) { (*r->mutable_parameters())["sequence_id"].set_int64_param(1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "sequence_id"},
   };
 }
 
