@@ -28,15 +28,15 @@ class SchedulerCollector final : public prometheus::Collectable {
   explicit SchedulerCollector(ServerMetricsOptions options) : options_(std::move(options)) {}
 
   // Exports `scheduler` for its model, in place of the version exported before (a reload).
-  void Set(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
+  void Set(const ModelScheduler* scheduler, const std::string& version) EXCLUDES(mutex_) {
     MutexLock lock(&mutex_);
-    schedulers_[scheduler->spec().name] = scheduler;
+    schedulers_[scheduler->spec().name] = Served{scheduler, version};
   }
   // Stops exporting `scheduler`, unless a newer version of its model replaced it already.
   void Remove(const ModelScheduler* scheduler) EXCLUDES(mutex_) {
     MutexLock lock(&mutex_);
     auto found = schedulers_.find(scheduler->spec().name);
-    if (found != schedulers_.end() && found->second == scheduler) schedulers_.erase(found);
+    if (found != schedulers_.end() && found->second.scheduler == scheduler) schedulers_.erase(found);
   }
 
   std::vector<MetricFamily> Collect() const override EXCLUDES(mutex_);
@@ -44,9 +44,13 @@ class SchedulerCollector final : public prometheus::Collectable {
  private:
   const ServerMetricsOptions options_;
   mutable Mutex mutex_;
+  struct Served {
+    const ModelScheduler* scheduler;
+    std::string version;
+  };
   // By model name. Held during a whole Collect, so that Remove returns only once no scrape reads
   // the scheduler any more.
-  std::map<std::string, const ModelScheduler*> schedulers_ GUARDED_BY(mutex_);
+  std::map<std::string, Served> schedulers_ GUARDED_BY(mutex_);
 };
 
 namespace {
@@ -82,6 +86,18 @@ struct SchedulerFamilies {
   MetricFamily pool_bytes;
   MetricFamily memory_allocated;
   MetricFamily memory_reserved;
+  // Triton's names (its metrics.md), labelled model and version, from the same statistics the
+  // ModelStatistics RPC answers: a dashboard or alert written for Triton reads graphserve unchanged.
+  MetricFamily nv_success;
+  MetricFamily nv_failure;
+  MetricFamily nv_inference_count;
+  MetricFamily nv_exec_count;
+  MetricFamily nv_request_duration;
+  MetricFamily nv_queue_duration;
+  MetricFamily nv_compute_input_duration;
+  MetricFamily nv_compute_infer_duration;
+  MetricFamily nv_compute_output_duration;
+  MetricFamily nv_pending;
 };
 
 MetricFamily NewFamily(const char* name, const char* help, MetricType type) {
@@ -112,6 +128,36 @@ SchedulerFamilies EmptySchedulerFamilies() {
   f.build_info = NewFamily(
       "graphserve_build_info",
       "graphserve's version and its engine's libtorch and CUDA versions; always 1", MetricType::Gauge);
+  f.nv_success = NewFamily("nv_inference_request_success",
+                           "Triton's: successful inference requests (the ModelStatistics RPC's success count)",
+                           MetricType::Counter);
+  f.nv_failure = NewFamily("nv_inference_request_failure",
+                           "Triton's: failed inference requests that reached the model (its fail count)",
+                           MetricType::Counter);
+  f.nv_inference_count = NewFamily("nv_inference_count",
+                                   "Triton's: inferences performed, one per row of a successful request",
+                                   MetricType::Counter);
+  f.nv_exec_count = NewFamily("nv_inference_exec_count", "Triton's: batches executed", MetricType::Counter);
+  f.nv_request_duration = NewFamily("nv_inference_request_duration_us",
+                                    "Triton's: cumulative time of successful requests, arrival to answer, in us",
+                                    MetricType::Counter);
+  f.nv_queue_duration = NewFamily("nv_inference_queue_duration_us",
+                                  "Triton's: cumulative time successful requests waited in the queue, in us",
+                                  MetricType::Counter);
+  f.nv_compute_input_duration = NewFamily(
+      "nv_inference_compute_input_duration_us",
+      "Triton's: cumulative time spent preparing inputs (padding and copying them in), in us; each request "
+      "is charged its batch's",
+      MetricType::Counter);
+  f.nv_compute_infer_duration = NewFamily(
+      "nv_inference_compute_infer_duration_us",
+      "Triton's: cumulative time spent executing the model (graph replay or eager run), in us",
+      MetricType::Counter);
+  f.nv_compute_output_duration = NewFamily(
+      "nv_inference_compute_output_duration_us",
+      "Triton's: cumulative time spent copying and slicing outputs, in us", MetricType::Counter);
+  f.nv_pending = NewFamily("nv_inference_pending_request_count",
+                           "Triton's: requests waiting in the model's queue for execution", MetricType::Gauge);
   f.queue_depth = NewFamily(
       "graphserve_queue_depth", "Requests waiting in the model's queue for a batch", MetricType::Gauge);
   f.work_scale = NewFamily(
@@ -242,6 +288,22 @@ void AddDeviceSamples(const SchedulerSnapshot& snapshot, const std::string& devi
             static_cast<double>(totals.graph_pool_bytes));
 }
 
+void AddTritonSamples(const SchedulerSnapshot& snapshot, const ModelStatisticsSnapshot& statistics,
+                      const std::string& version, SchedulerFamilies* f) {
+  const std::vector<ClientMetric::Label> labels = {{"model", snapshot.model}, {"version", version}};
+  const auto micros = [](const DurationTotal& total) { return static_cast<double>(total.ns / 1000); };
+  AddSample(&f->nv_success, labels, static_cast<double>(statistics.success.count));
+  AddSample(&f->nv_failure, labels, static_cast<double>(statistics.fail.count));
+  AddSample(&f->nv_inference_count, labels, static_cast<double>(statistics.inference_count));
+  AddSample(&f->nv_exec_count, labels, static_cast<double>(statistics.execution_count));
+  AddSample(&f->nv_request_duration, labels, micros(statistics.success));
+  AddSample(&f->nv_queue_duration, labels, micros(statistics.queue));
+  AddSample(&f->nv_compute_input_duration, labels, micros(statistics.compute_input));
+  AddSample(&f->nv_compute_infer_duration, labels, micros(statistics.compute_infer));
+  AddSample(&f->nv_compute_output_duration, labels, micros(statistics.compute_output));
+  AddSample(&f->nv_pending, labels, static_cast<double>(snapshot.queue_depth));
+}
+
 void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* families) {
   const std::string& model = snapshot.model;
   AddSample(&families->queue_depth, {{"model", model}}, static_cast<double>(snapshot.queue_depth));
@@ -276,7 +338,10 @@ std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   for (MetricFamily* family :
        {&f.build_info, &f.queue_depth, &f.work_scale, &f.wait_scale, &f.batch_rows, &f.max_batch_tokens, &f.batches,
         &f.replays, &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds,
-        &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
+        &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved, &f.nv_success,
+        &f.nv_failure, &f.nv_inference_count, &f.nv_exec_count, &f.nv_request_duration, &f.nv_queue_duration,
+        &f.nv_compute_input_duration, &f.nv_compute_infer_duration, &f.nv_compute_output_duration,
+        &f.nv_pending}) {
     families.push_back(std::move(*family));
   }
   return families;
@@ -289,12 +354,13 @@ std::vector<MetricFamily> SchedulerCollector::Collect() const {
   AddBuildInfoSample(options_, &families);
   std::set<std::string> cuda_devices;
   MutexLock lock(&mutex_);
-  for (const auto& [model, scheduler] : schedulers_) {
-    const SchedulerSnapshot snapshot = scheduler->Snapshot();
+  for (const auto& [model, served] : schedulers_) {
+    const SchedulerSnapshot snapshot = served.scheduler->Snapshot();
     for (const ExecutorSnapshot& executor : snapshot.executors) {
       if (IsCudaDevice(executor.device)) cuda_devices.insert(executor.device);
     }
     AddModelSamples(snapshot, &families);
+    AddTritonSamples(snapshot, served.scheduler->statistics().Snapshot(), served.version, &families);
   }
   AddDeviceMemorySamples(cuda_devices, options_, &families);
   return ListFamilies(std::move(families));
@@ -447,9 +513,9 @@ void ServerMetrics::SetDeviceFaulted() { device_faulted_->Set(1); }
 
 ServerMetrics::~ServerMetrics() = default;
 
-void ServerMetrics::AddModel(const ModelScheduler* scheduler) {
+void ServerMetrics::AddModel(const ModelScheduler* scheduler, const std::string& version) {
   const std::string& model = scheduler->spec().name;
-  collector_->Set(scheduler);
+  collector_->Set(scheduler, version);
   {
     // A reloaded model keeps its request series: they count requests, whichever version answered.
     MutexLock lock(&mutex_);

@@ -104,7 +104,9 @@ Status GraphServer::Start(const ServerOptions& options) {
 
   ModelRepository::Listener listener;
   ServerMetrics* metrics = metrics_.get();
-  listener.serving = [metrics](const LoadedModel& model) { metrics->AddModel(model.scheduler.get()); };
+  listener.serving = [metrics](const LoadedModel& model) {
+    metrics->AddModel(model.scheduler.get(), model.version);
+  };
   listener.retired = [metrics](const LoadedModel& model) { metrics->RemoveModel(model.scheduler.get()); };
   repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());

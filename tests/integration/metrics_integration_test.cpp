@@ -278,8 +278,16 @@ TEST_F(LiveMetricsTest, PromtoolAcceptsALiveScrape) {
   const std::string path = std::string(TEST_OUTPUT_DIR) + "/live_scrape.txt";
   std::ofstream(path) << Scrape(*server_);
   std::string output;
-  EXPECT_EQ(RunCommand(std::string(PROMTOOL) + " check metrics < " + path, &output), 0) << output;
-  EXPECT_EQ(output, "") << "promtool lint findings";
+  RunCommand(std::string(PROMTOOL) + " check metrics < " + path, &output);
+  // Triton's nv_* names break Prometheus' naming conventions (no _total, "_us", "_count"), and must:
+  // dashboards written for Triton use them. Every other line is a finding.
+  std::istringstream findings(output);
+  std::string line, graphserve_findings;
+  while (std::getline(findings, line)) {
+    if (line.rfind("nv_inference_", 0) != 0) graphserve_findings += line + "\n";
+  }
+  EXPECT_NE(output.find("nv_inference_count"), std::string::npos) << "promtool saw no nv_ family:\n" << output;
+  EXPECT_EQ(graphserve_findings, "") << "promtool lint findings";
 }
 
 TEST_F(LiveMetricsTest, DashboardNamesOnlyMetricsGraphserveExports) {

@@ -209,7 +209,7 @@ TEST(MetricsTest, TrafficShapeHistogramsCountEachRequestsRowsAndLength) {
   SteadyClock clock;
   ServerMetrics metrics(TestOptions());
   auto scheduler = MakeScheduler("m", Options(0), {"cpu"}, {}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   ModelRequestMetrics* model = metrics.ForModel("m");
   model->Started(1, 8);
   model->Started(3, 40);
@@ -231,7 +231,7 @@ TEST(MetricsTest, DeadlineLeftAtArrivalIsObservedInSeconds) {
   SteadyClock clock;
   ServerMetrics metrics(TestOptions());
   auto scheduler = MakeScheduler("m", Options(0), {"cpu"}, {}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   ModelRequestMetrics* model = metrics.ForModel("m");
   model->ArrivedWithDeadline(2'000);    // 2 ms left
   model->ArrivedWithDeadline(90'000);   // 90 ms
@@ -258,7 +258,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   SteadyClock clock;
   ServerMetrics metrics(TestOptions());
   auto scheduler = MakeScheduler("m", Options(0), {"cuda:0"}, {{1, 16}, {2, 16}}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   const Exposition exposition(metrics.TextExposition());
 
   const std::map<std::string, std::string> expected = {
@@ -289,6 +289,17 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_request_rows", "histogram"},
       {"graphserve_request_length", "histogram"},
       {"graphserve_request_deadline_left_seconds", "histogram"},
+      // Triton's names, for Triton's dashboards.
+      {"nv_inference_request_success", "counter"},
+      {"nv_inference_request_failure", "counter"},
+      {"nv_inference_count", "counter"},
+      {"nv_inference_exec_count", "counter"},
+      {"nv_inference_request_duration_us", "counter"},
+      {"nv_inference_queue_duration_us", "counter"},
+      {"nv_inference_compute_input_duration_us", "counter"},
+      {"nv_inference_compute_infer_duration_us", "counter"},
+      {"nv_inference_compute_output_duration_us", "counter"},
+      {"nv_inference_pending_request_count", "gauge"},
   };
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
@@ -345,7 +356,7 @@ TEST(MetricsTest, IdentitiesHoldAfterRequests) {
   // CPU one replays nothing.
   auto scheduler =
       MakeScheduler("m", Options(0), {"cuda:0", "cpu"}, {{1, 16}, {2, 16}, {1, 32}, {2, 32}}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   scheduler->Start();
   Harness harness(&metrics, scheduler.get());
 
@@ -409,7 +420,7 @@ TEST(MetricsTest, InstancesOnOneDeviceAreSummed) {
   SteadyClock clock;
   ServerMetrics metrics(TestOptions());
   auto scheduler = MakeScheduler("m", Options(0), {"cuda:1", "cuda:1"}, {{1, 16}}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   scheduler->Start();
   Harness harness(&metrics, scheduler.get());
   constexpr int kRequests = 20;
@@ -435,7 +446,7 @@ TEST(MetricsTest, TheGridsTokenBudgetIsAGaugePerModel) {
   ServerMetrics metrics(TestOptions());
   auto scheduler =
       MakeScheduler(scheduler_test::StaircaseTestSpec("wide"), Options(0), {"cpu"}, {}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   const Exposition exposition(metrics.TextExposition());
   EXPECT_EQ(exposition.One("graphserve_bucket_grid_max_batch_tokens", {{"model", "wide"}}), 2048.0);
 }
@@ -446,7 +457,7 @@ TEST(MetricsTest, FixedShapeBucketsAreLabelledBatchByDash) {
   const ModelSpec spec = scheduler_test::FixedShapeTestSpec("cnn");
   auto scheduler = MakeScheduler(spec, Options(0), {"cuda:0"},
                                  {{1, kFixedShapeLength}, {4, kFixedShapeLength}}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   scheduler->Start();
   Harness harness(&metrics, scheduler.get());
   constexpr int kRequests = 6;
@@ -474,7 +485,7 @@ TEST(MetricsTest, EveryFinalStatusIsCountedAndOnlySuccessesAreTimed) {
   ServerMetrics metrics(TestOptions());
   // Not started, queue of one: the second request is refused (queue full); Stop runs the first.
   auto scheduler = MakeScheduler("m", Options(0, /*max_queue_size=*/1), {"cpu"}, {}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   Harness harness(&metrics, scheduler.get());
 
   ASSERT_TRUE(harness.Submit(1, 8).ok());
@@ -490,7 +501,7 @@ TEST(MetricsTest, EveryFinalStatusIsCountedAndOnlySuccessesAreTimed) {
   // An expired request and a cancelled one are answered with their own codes. Not started, so that
   // the cancelled one is still queued when Stop drains the queue.
   auto second = MakeScheduler("n", Options(0), {"cpu"}, {}, &clock);
-  metrics.AddModel(second.get());
+  metrics.AddModel(second.get(), "2");
   Harness second_harness(&metrics, second.get());
   second_harness.Submit(1, 8, [&](PendingRequest& r) { r.deadline_us = clock.NowMicros() - 1; });
   PendingRequest* cancelled = nullptr;
@@ -542,7 +553,7 @@ TEST(MetricsEndpointTest, ServesTheExpositionAtSlashMetrics) {
   SteadyClock clock;
   ServerMetrics metrics(TestOptions());
   auto scheduler = MakeScheduler("m", Options(0), {"cpu"}, {}, &clock);
-  metrics.AddModel(scheduler.get());
+  metrics.AddModel(scheduler.get(), "1");
   std::unique_ptr<MetricsEndpoint> endpoint;
   const Status started = MetricsEndpoint::Start("127.0.0.1:0", &metrics, &endpoint);
   ASSERT_TRUE(started.ok()) << started.ToString();

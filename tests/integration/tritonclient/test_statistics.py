@@ -114,6 +114,23 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
         infer_ns = sum(count(b["compute_infer"])[1] for b in by_size.values())
         self.assertEqual(infer_ns, count(infer["compute_infer"])[1])  # one request per batch
 
+        # Triton's metric names carry the same figures, so that a Triton dashboard reads them.
+        text = urllib.request.urlopen(self.server.metrics_url, timeout=30).read().decode()
+
+        def nv(name):
+            match = re.search(r'^%s\{model="%s",version="1"\} (\S+)$' % (name, COUNTED), text, re.M)
+            self.assertIsNotNone(match, f"{name} for {COUNTED} in:\n{text}")
+            return float(match.group(1))
+
+        self.assertEqual(nv("nv_inference_request_success"), success_count)
+        self.assertEqual(nv("nv_inference_request_failure"), 0)
+        self.assertEqual(nv("nv_inference_count"), sum(rows for rows, _ in shapes))
+        self.assertEqual(nv("nv_inference_exec_count"), len(shapes))
+        self.assertEqual(nv("nv_inference_request_duration_us"), success_ns // 1000)
+        for stage in ("queue", "compute_input", "compute_infer", "compute_output"):
+            self.assertEqual(nv(f"nv_inference_{stage}_duration_us"), count(infer[stage])[1] // 1000, stage)
+        self.assertEqual(nv("nv_inference_pending_request_count"), 0)
+
     def test_every_model_and_the_fields_naming_what_is_not_served(self):
         every = self.client.get_inference_statistics(as_json=True)
         self.assertEqual(sorted(s["name"] for s in every["model_stats"]), sorted([COUNTED, SLOW]))

@@ -108,11 +108,12 @@ class ServerMetrics {
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
-  // Starts exporting `scheduler`'s model (its spec's name) and, the first time that model is added,
-  // creates its request series at zero, so that rates and ratios are defined before the first
-  // request. Adding a model again (a reload) exports the new scheduler in place of the old one; the
-  // request series carry on.
-  void AddModel(const ModelScheduler* scheduler) EXCLUDES(mutex_);
+  // Starts exporting `scheduler`'s model (its spec's name) as `version` and, the first time that
+  // model is added, creates its request series at zero, so that rates and ratios are defined before
+  // the first request. Adding a model again (a reload) exports the new scheduler in place of the old
+  // one; the request series carry on, and Triton's nv_* series (read from the version's statistics,
+  // as Triton's are) start again from zero under the new version's label.
+  void AddModel(const ModelScheduler* scheduler, const std::string& version) EXCLUDES(mutex_);
   // Stops exporting `scheduler` (an unloaded model); returns once no scrape reads it, so it may be
   // destroyed. No effect when a later AddModel replaced it.
   void RemoveModel(const ModelScheduler* scheduler);
