@@ -81,11 +81,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
     response->set_ready(false);
     return FinishNow(context, grpc::Status::OK);
   }
-  // As Triton: a known model that is not loaded, or a version that is not served, is not ready.
-  if (!repository_->Contains(request->name())) {
-    return FinishNow(context, ToGrpcStatus(NotFound("name: unknown model '" + request->name() + "'")));
-  }
-  response->set_ready(repository_->IsReady(request->name(), request->version()));
+  // As Triton: an unknown model, a known one that is not loaded, or a version that is not served is
+  // not ready, and the call succeeds (a readiness probe asks a yes/no question).
+  response->set_ready(repository_->Contains(request->name()) &&
+                      repository_->IsReady(request->name(), request->version()));
   return FinishNow(context, grpc::Status::OK);
 }
 

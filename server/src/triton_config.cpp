@@ -540,9 +540,15 @@ Status ResolvePreferredBatchSizes(inference::ModelConfig* config, Warnings* warn
     if (size <= config->max_batch_size()) request_sizes.insert(size);
   }
   if (grid->empty()) {
-    grid->Add(sizes.begin(), sizes.end());
-    spdlog::info("model '{}': dynamic_batching.preferred_batch_size {} is the bucket grid's batch sizes",
-                 config->name(), List(sizes));
+    // Triton batches toward the preferred sizes but never pads a batch up to one: a 1-row request
+    // padded to a grid of {4, 8} would compute 4 rows. The default steps below max_batch_size join
+    // them, so that a batch is padded by a third at most.
+    std::set<int64_t> with_steps = sizes;
+    for (int64_t size : DefaultBucketBatchSizes(config->max_batch_size())) with_steps.insert(size);
+    grid->Add(with_steps.begin(), with_steps.end());
+    spdlog::info("model '{}': dynamic_batching.preferred_batch_size {} and the default steps are the bucket "
+                 "grid's batch sizes {}",
+                 config->name(), List(sizes), List(with_steps));
   } else if (request_sizes != sizes) {
     warnings->Add("dynamic_batching.preferred_batch_size: " + List(sizes) +
                   " not used; the grid's batch sizes are " + List(AsSet(*grid)) +

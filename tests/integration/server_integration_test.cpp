@@ -79,7 +79,9 @@ TEST_F(BuiltinEncoderTest, HealthAndMetadata) {
     inference::ModelReadyRequest request;
     request.set_name("no_such_model");
     inference::ModelReadyResponse response;
-    EXPECT_EQ(stub->ModelReady(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+    response.set_ready(true);
+    ASSERT_TRUE(stub->ModelReady(&context, request, &response).ok());  // Triton's answer: not ready
+    EXPECT_FALSE(response.ready());
   }
   {
     grpc::ClientContext context;
@@ -300,7 +302,8 @@ TEST_F(RepositoryTest, ModelConfigAnswersTheEffectiveConfig) {
   EXPECT_EQ(Values(config.input(0).dims()), (std::vector<int64_t>{-1}));
   ASSERT_EQ(config.output_size(), 2);
   EXPECT_EQ(Values(config.output(1).dims()), (std::vector<int64_t>{-1, 16}));
-  EXPECT_EQ(Values(config.dynamic_batching().preferred_batch_size()), (std::vector<int64_t>{2, 4}));
+  // Its preferred sizes [2, 4] with the default steps below max_batch_size.
+  EXPECT_EQ(Values(config.dynamic_batching().preferred_batch_size()), (std::vector<int64_t>{1, 2, 3, 4}));
   EXPECT_EQ(config.dynamic_batching().max_queue_delay_microseconds(), 1000u);
   EXPECT_EQ(config.dynamic_batching().default_queue_policy().max_queue_size(), 100u);
   EXPECT_EQ(config.max_sequence_length(), 32);
@@ -312,9 +315,9 @@ TEST_F(RepositoryTest, ModelConfigAnswersTheEffectiveConfig) {
                                                   : inference::ModelInstanceGroup::KIND_CPU);
   // Graphs only on a GPU: then one graph_spec per grid point, the -1 replaced by its length.
   EXPECT_EQ(config.optimization().cuda().graphs(), cuda);
-  ASSERT_EQ(config.optimization().cuda().graph_spec_size(), cuda ? 4 : 0);
+  ASSERT_EQ(config.optimization().cuda().graph_spec_size(), cuda ? 8 : 0);  // batch sizes 1-4 x lengths 8, 32
   if (cuda) {
-    const auto& last = config.optimization().cuda().graph_spec(3);
+    const auto& last = config.optimization().cuda().graph_spec(7);
     EXPECT_EQ(last.batch_size(), 4);
     EXPECT_EQ(Values(last.input().at("INPUT__0").dim()), (std::vector<int64_t>{32}));
   }

@@ -129,7 +129,8 @@ TEST(TritonConfigTest, TritonPyTorchConfigLoadsWithItsIgnoredFieldsNamed) {
   ModelSpec spec;
   ASSERT_TRUE(ModelSpecFromConfig(config, &spec).ok());
   EXPECT_EQ(spec.max_sequence_length, 256);
-  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{4, 8, 16}));  // preferred_batch_size
+  // preferred_batch_size and the default steps: a 1-row request is not padded to 4 rows.
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16}));
   EXPECT_EQ(spec.bucket_lengths, DefaultBucketLengths(256));
   const SchedulerOptions options = SchedulerOptionsFromConfig(config);
   EXPECT_EQ(options.max_queue_delay_us, 100);
@@ -454,7 +455,7 @@ TEST(TritonConfigTest, EffectiveConfigDescribesWhatIsServed) {
   EXPECT_EQ(effective.output(0).data_type(), inference::TYPE_FP32);
 
   const inference::ModelDynamicBatching& batching = effective.dynamic_batching();
-  EXPECT_EQ(Values(batching.preferred_batch_size()), (std::vector<int64_t>{4, 8, 16}));
+  EXPECT_EQ(Values(batching.preferred_batch_size()), (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16}));
   EXPECT_EQ(batching.max_queue_delay_microseconds(), 100u);
   EXPECT_EQ(batching.default_queue_policy().max_queue_size(), 64u);
   EXPECT_EQ(batching.default_queue_policy().default_timeout_microseconds(), 5000000u);

@@ -54,7 +54,7 @@ class ModelConfigTest(server_fixture.ServerTestCase):
         self.assertEqual([(o["name"], o["dims"]) for o in config["output"]],
                          [("OUTPUT__1", ["16"]), ("OUTPUT__0", ["-1", "16"])])
         batching = config["dynamic_batching"]
-        self.assertEqual(batching["preferred_batch_size"], [2, 4])
+        self.assertEqual(batching["preferred_batch_size"], [1, 2, 3, 4])  # [2, 4] and the default steps
         self.assertEqual(batching["max_queue_delay_microseconds"], "1000")
         self.assertEqual(batching["default_queue_policy"]["max_queue_size"], 100)
         graph_specs = config.get("optimization", {}).get("cuda", {}).get("graph_spec", [])
@@ -64,7 +64,7 @@ class ModelConfigTest(server_fixture.ServerTestCase):
                              [{"name": "tiny", "kind": "KIND_GPU", "count": 2, "gpus": [0]}])
             self.assertEqual(sorted((int(g.get("batch_size", 0)), g["input"]["INPUT__0"]["dim"])
                                     for g in graph_specs),
-                             [(2, ["32"]), (2, ["8"]), (4, ["32"]), (4, ["8"])])
+                             [(b, [length]) for b in (1, 2, 3, 4) for length in ("32", "8")])
         else:
             self.assertEqual(config["instance_group"], [{"name": "tiny", "kind": "KIND_CPU", "count": 2}])
             self.assertEqual(graph_specs, [])  # a CPU server captures no graphs
