@@ -632,6 +632,42 @@ std::string LogSettingsJson(const inference::LogSettingsResponse& response) {
   return Dump(settings);
 }
 
+Status ParseTraceSettingRequest(std::string_view body, inference::TraceSettingRequest* request) {
+  json document = json::object();
+  if (!body.empty()) {
+    Status status = ParseJson(body, &document);
+    if (!status.ok()) return status;
+    if (!document.is_object()) return InvalidArgument("body: expected a JSON object");
+  }
+  for (const auto& [name, value] : document.items()) {
+    // An empty list asks for the default, as the gRPC binding's does.
+    auto* values = (*request->mutable_settings())[name].mutable_value();
+    if (value.is_null()) continue;
+    if (value.is_string()) {
+      values->Add(value.get<std::string>());
+      continue;
+    }
+    if (!value.is_array()) return InvalidArgument(name + ": expected a string, an array of strings or null");
+    for (const json& item : value) {
+      if (!item.is_string()) return InvalidArgument(name + ": expected an array of strings");
+      values->Add(item.get<std::string>());
+    }
+  }
+  return Status::Ok();
+}
+
+std::string TraceSettingJson(const inference::TraceSettingResponse& response) {
+  json settings = json::object();
+  for (const auto& [name, setting] : response.settings()) {
+    if (name == "trace_level") {
+      settings[name] = json(std::vector<std::string>(setting.value().begin(), setting.value().end()));
+    } else {
+      settings[name] = setting.value().empty() ? std::string() : setting.value(0);
+    }
+  }
+  return Dump(settings);
+}
+
 Status ParseRepositoryParameters(
     std::string_view body,
     google::protobuf::Map<std::string, inference::ModelRepositoryParameter>* parameters) {

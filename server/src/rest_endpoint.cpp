@@ -151,9 +151,11 @@ struct RestApi {
       const bool live = path[2] == "live";
       return Get(method, http, std::move(reply), live ? &RestApi::ServerLive : &RestApi::ServerReady);
     }
-    if (path[1] == "trace" || (path[1] == "models" && path.back() == "setting")) {
-      reply.Send(Error(501, "request tracing is not supported by graphserve"));
-      return;
+    if (path[1] == "trace" && path.size() == 3 && path[2] == "setting") {
+      return TraceSetting(method, http, "", std::move(reply));
+    }
+    if (path[1] == "models" && path.size() == 5 && path[3] == "trace" && path[4] == "setting") {
+      return TraceSetting(method, http, std::string(path[2]), std::move(reply));
     }
     if (path[1] == "models" && path.size() == 3 && path[2] == "stats") {
       return Get(method, http, std::move(reply), &RestApi::Statistics);
@@ -358,6 +360,19 @@ struct RestApi {
     Call<inference::LogSettingsRequest, inference::LogSettingsResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->LogSettings(args...); },
         [](const inference::LogSettingsResponse& response) { return Json(LogSettingsJson(response)); });
+  }
+
+  // Triton's trace settings, server-wide or for one model: read and answered as the gRPC binding does
+  // (tracing stays off; trace_settings.h).
+  void TraceSetting(const std::string& method, const HttpRequest& http, const std::string& model, HttpReply reply) {
+    if (method != "GET" && method != "POST") return MethodNotAllowed("GET, POST", std::move(reply));
+    inference::TraceSettingRequest request;
+    const Status status = ParseTraceSettingRequest(method == "POST" ? http.body : "", &request);
+    if (!status.ok()) return reply.Send(Error(status));
+    request.set_model_name(model);
+    Call<inference::TraceSettingRequest, inference::TraceSettingResponse>(
+        std::move(reply), std::move(request), [](auto* async, auto... args) { async->TraceSetting(args...); },
+        [](const inference::TraceSettingResponse& response) { return Json(TraceSettingJson(response)); });
   }
 
   // ------------------------------------------------------------------------------------------------

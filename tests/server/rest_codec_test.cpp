@@ -195,6 +195,26 @@ TEST(RestCodecTest, NumbersBeyondADoubleAreRefusedNotThrown) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(RestCodecTest, TraceSettingsTravelAsTritonsRestBindingHasThem) {
+  inference::TraceSettingRequest request;
+  ASSERT_TRUE(ParseTraceSettingRequest(R"({"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": null})",
+                                       &request)
+                  .ok());
+  ASSERT_EQ(request.settings().size(), 3u);
+  EXPECT_EQ(request.settings().at("trace_level").value(0), "OFF");
+  EXPECT_EQ(request.settings().at("trace_rate").value(0), "1000");
+  EXPECT_EQ(request.settings().at("trace_count").value_size(), 0);  // back to its default
+  for (const char* bad : {R"({"trace_rate": 5})", R"({"trace_level": [1]})", "[]"}) {
+    inference::TraceSettingRequest refused;
+    EXPECT_EQ(ParseTraceSettingRequest(bad, &refused).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  inference::TraceSettingResponse response;
+  (*response.mutable_settings())["trace_level"].add_value("OFF");
+  (*response.mutable_settings())["trace_rate"].add_value("1000");
+  const nlohmann::json answer = nlohmann::json::parse(TraceSettingJson(response));
+  EXPECT_EQ(answer, nlohmann::json::parse(R"({"trace_level": ["OFF"], "trace_rate": "1000"})"));
+}
+
 // A body nesting `levels` arrays around one INT64 value, of shape [1].
 std::string Nested(int levels) {
   return R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": )" +

@@ -133,7 +133,16 @@ class HttpTest(server_fixture.ServerTestCase):
             400, "classification")
         self.assert_http_error(lambda: self.http.infer(MODEL, http_inputs(ids, mask), request_compression_algorithm="gzip"),
                                415, "Content-Encoding")
-        self.assert_http_error(lambda: self.http.get_trace_settings(), 501, "tracing")
+        # Trace settings are answered as on gRPC: tracing off, and refused on.
+        settings = self.http.get_trace_settings()
+        self.assertEqual(settings["trace_level"], ["OFF"])
+        self.assertEqual(settings["trace_rate"], "1000")
+        self.assertEqual(self.http.get_trace_settings(MODEL), settings)
+        self.assertEqual(self.http.update_trace_settings(settings={"trace_level": ["OFF"], "trace_rate": None}),
+                         settings)
+        self.assert_http_error(lambda: self.http.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
+                               501, "does not trace requests")
+        self.assert_http_error(lambda: self.http.get_trace_settings("no_such_model"), 404, "no_such_model")
         self.assert_http_error(lambda: self.http.update_log_settings({"log_file": "/tmp/x"}), 501, "log_file")
         self.assert_http_error(lambda: self.http.get_system_shared_memory_status(), 501, "shared-memory")
         # The server keeps serving after each refusal.

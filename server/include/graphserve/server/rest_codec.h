@@ -67,6 +67,11 @@ std::string RepositoryIndexJson(const inference::RepositoryIndexResponse& respon
 // integer or string, in the request body (the settings to change) and in the answer (all of them).
 Status ParseLogSettingsRequest(std::string_view body, inference::LogSettingsRequest* request);
 std::string LogSettingsJson(const inference::LogSettingsResponse& response);
+// Trace settings as Triton's REST binding has them: a JSON object of setting → string, array of
+// strings, or null (back to the default), in the request body; in the answer trace_level is an array
+// and every other setting its one string.
+Status ParseTraceSettingRequest(std::string_view body, inference::TraceSettingRequest* request);
+std::string TraceSettingJson(const inference::TraceSettingResponse& response);
 // The parameters of a repository load/unload body ({"parameters": {...}}), into the gRPC request's
 // map, so that the gRPC handler refuses the ones graphserve does not support by name.
 Status ParseRepositoryParameters(
