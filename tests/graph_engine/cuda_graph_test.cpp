@@ -474,6 +474,34 @@ TEST_F(CudaGraphTest, EveryOtherFallbackReasonIsCounted) {
   EXPECT_EQ(EagerCount(cpu->Counters(), EagerReason::kNoCuda), 1u);
 }
 
+// A model that does not mask padding: a batch at a bucket length replays its graph with only its
+// rows padded; any other length runs eagerly at its exact shape, counted as exact_length. Both equal
+// the same batches run eagerly.
+TEST_F(CudaGraphTest, AnUnmaskedModelReplaysItsBucketLengthsAndRunsOtherLengthsExactly) {
+  ModelSpec spec = EncoderSpec({1, 2, 4}, {16, 32});
+  spec.sequence_mask_input.clear();
+  ASSERT_FALSE(spec.masks_padding());
+  auto graphs = Ready(spec, "cuda:0");
+  auto eager = EagerTwin(spec);
+  ASSERT_TRUE(graphs && eager);
+  std::mt19937 random(17);
+  const std::vector<InferenceItem> on_grid = {TokenItem(1, 16, random(), kVocab, 2),
+                                              TokenItem(2, 16, random(), kVocab, 2)};
+  const BucketShape grid_shape = spec.BucketFor(3, 16);
+  ASSERT_EQ(grid_shape, (BucketShape{4, 16}));
+  ExpectSameOutputs(ExecuteOk(*graphs, BatchOf(on_grid, grid_shape)), ExecuteOk(*eager, BatchOf(on_grid, grid_shape)),
+                    "length 16");
+  EXPECT_EQ(ReplayCount(graphs->Counters()), 1u);
+
+  const std::vector<InferenceItem> off_grid = {TokenItem(2, 11, random(), kVocab, 2)};
+  const BucketShape exact = spec.BucketFor(2, 11);
+  ASSERT_EQ(exact, (BucketShape{2, 11}));
+  ExpectSameOutputs(ExecuteOk(*graphs, BatchOf(off_grid, exact)), ExecuteOk(*eager, BatchOf(off_grid, exact)),
+                    "length 11");
+  EXPECT_EQ(EagerCount(graphs->Counters(), EagerReason::kExactLength), 1u);
+  EXPECT_EQ(ReplayCount(graphs->Counters()), 1u);
+}
+
 TEST_F(CudaGraphTest, TwoDevicesEachReplayTheirOwnGridAndAgreeWhileBothRun) {
   if (GetEngineInfo().cuda_device_count < 2) GTEST_SKIP() << "fewer than two CUDA devices: skipped";
   const ModelSpec spec = EncoderSpec({1, 2, 4, 8}, {16, 32, 64, 128});
