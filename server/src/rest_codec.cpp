@@ -131,6 +131,34 @@ Status AppendData(const json& data, DataType dtype, const std::string& field, in
   return Status::Ok();
 }
 
+// Nested `data` must nest as `dims` do: [[1, 2, 3], [4]] has the 4 values of shape [2, 2] but is no
+// tensor of that shape, and reading it row-major would hand the model rows the client did not send.
+// A flat array (no element an array) is always allowed. Called after AppendData, which bounds the
+// depth.
+Status CheckNesting(const json& data, const std::vector<int64_t>& dims, const std::string& field,
+                    size_t depth = 0) {
+  if (depth == 0) {
+    if (!data.is_array()) return Status::Ok();
+    const bool flat = std::none_of(data.begin(), data.end(), [](const json& element) { return element.is_array(); });
+    if (flat) return Status::Ok();
+  }
+  if (!data.is_array()) {
+    if (depth == dims.size()) return Status::Ok();
+    return InvalidArgument(field + ": a value at nesting depth " + std::to_string(depth) + ", but shape " +
+                           ShapeToString(dims) + " nests " + std::to_string(dims.size()) + " deep");
+  }
+  if (depth >= dims.size() || static_cast<int64_t>(data.size()) != dims[depth]) {
+    return InvalidArgument(field + ": an array of " + std::to_string(data.size()) + " at nesting depth " +
+                           std::to_string(depth) + " does not match shape " + ShapeToString(dims) +
+                           " (nested data must nest as the shape does, or be flat)");
+  }
+  for (const json& element : data) {
+    Status status = CheckNesting(element, dims, field, depth + 1);
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
 // The product of `shape`'s dimensions, refusing negative dimensions and products no request could
 // carry (instead of overflowing).
 Status ShapeElements(const json& shape, const std::string& field, std::vector<int64_t>* dims,
@@ -283,6 +311,7 @@ Status ParseInput(const json& input, const std::string& field, std::string_view 
   int64_t count = 0;
   raw->reserve(size_t(std::min<int64_t>(elements, 1 << 24)) * ElementSize(*dtype));
   status = AppendData(*data, *dtype, field + ".data", &count, raw);
+  if (status.ok()) status = CheckNesting(*data, dims, field + ".data");
   if (!status.ok()) return status;
   if (count != elements) {
     return InvalidArgument(field + ".data: " + std::to_string(count) + " values, but shape " +

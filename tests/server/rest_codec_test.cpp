@@ -215,6 +215,24 @@ TEST(RestCodecTest, TraceSettingsTravelAsTritonsRestBindingHasThem) {
   EXPECT_EQ(answer, nlohmann::json::parse(R"({"trace_level": ["OFF"], "trace_rate": "1000"})"));
 }
 
+// Nested data must nest as its shape does; the same values flat are always a tensor of the shape.
+TEST(RestCodecTest, RaggedNestedDataIsRefusedEvenWhenItsCountMatches) {
+  const auto body = [](const std::string& shape, const std::string& data) {
+    return R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": )" + shape + R"(, "data": )" + data + "}]}";
+  };
+  EXPECT_NE(Refusal(body("[2, 2]", "[[1, 2, 3], [4]]")).find("an array of 3 at nesting depth 1 does not match shape [2, 2]"),
+            std::string::npos);
+  EXPECT_NE(Refusal(body("[2, 2]", "[[1, 2], 3, 4]")).find("does not match shape [2, 2]"), std::string::npos);
+  EXPECT_NE(Refusal(body("[2, 2]", "[[1, 2], [3, [4]]]")).find("nesting depth 2 does not match"), std::string::npos);
+  EXPECT_NE(Refusal(body("[1, 2, 2]", "[[1, 2], [3, 4]]")).find("does not match shape [1, 2, 2]"), std::string::npos);
+  for (const char* data : {"[[1, 2], [3, 4]]", "[1, 2, 3, 4]"}) {
+    inference::ModelInferRequest request;
+    RestOutputFormat format;
+    ASSERT_TRUE(Parse(body("[2, 2]", data), &request, &format).ok()) << data;
+    EXPECT_EQ(request.raw_input_contents(0), Raw<int64_t>({1, 2, 3, 4})) << data;
+  }
+}
+
 // A body nesting `levels` arrays around one INT64 value, of shape [1].
 std::string Nested(int levels) {
   return R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": )" +
@@ -225,11 +243,8 @@ std::string Nested(int levels) {
 // recurse once per level and overflow the stack, taking the server down (found while writing
 // tests/fuzz/rest_infer_request_fuzzer, whose corpus keeps a 65-level body).
 TEST(RestCodecTest, DataNestedDeeperThanAnyTensorIsRefusedNotRecursed) {
-  inference::ModelInferRequest request;
-  RestOutputFormat format;
-  const Status status = Parse(Nested(64), &request, &format);
-  ASSERT_TRUE(status.ok()) << status.message();
-  EXPECT_EQ(request.raw_input_contents(0), Raw<int64_t>({7}));
+  EXPECT_NE(Refusal(Nested(64)).find("inputs[0].data: an array of 1 at nesting depth 1 does not match shape [1]"),
+            std::string::npos);
   EXPECT_EQ(Refusal(Nested(65)), "inputs[0].data: arrays nested more than 64 deep");
   EXPECT_EQ(Refusal(Nested(1 << 20)), "inputs[0].data: arrays nested more than 64 deep");
 }
