@@ -59,6 +59,35 @@ struct Callbacks {
     return MHD_YES;
   }
 
+  // A body's framing that two readers could read differently is refused before the body is read:
+  // behind a proxy that took the other reading, the rest of the bytes would become a request of
+  // their own (request smuggling). Returns the HTTP status, or 0 when the framing is plain.
+  static int CheckFraming(const std::vector<std::pair<std::string, std::string>>& headers, std::string* why) {
+    const auto named = [](const std::string& key, const char* name) { return strcasecmp(key.c_str(), name) == 0; };
+    std::string length;
+    bool has_length = false;
+    for (const auto& [key, value] : headers) {
+      if (named(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        if (strcasecmp(value.c_str(), "chunked") != 0) {
+          *why = "Transfer-Encoding: '" + value.substr(0, 40) + "' is not served (only chunked)";
+          return MHD_HTTP_NOT_IMPLEMENTED;
+        }
+      }
+      if (!named(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) continue;
+      if (value.empty() || value.size() > 19 || value.find_first_not_of("0123456789") != std::string::npos) {
+        *why = "Content-Length: '" + value.substr(0, 40) + "' is not a byte count";
+        return MHD_HTTP_BAD_REQUEST;
+      }
+      if (has_length && value != length) {
+        *why = "Content-Length: given twice, with different values";
+        return MHD_HTTP_BAD_REQUEST;
+      }
+      has_length = true;
+      length = value;
+    }
+    return 0;
+  }
+
   static MHD_Result Queue(Exchange* exchange) {
     HttpResponse& answer = exchange->response;
     // The body lives in the exchange, which outlives the response: libmicrohttpd deletes the
@@ -107,6 +136,11 @@ struct Callbacks {
       MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request.headers);
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
                                                        MHD_HTTP_HEADER_CONTENT_LENGTH);
+      std::string framing_error;
+      if (const int status = CheckFraming(exchange->request.headers, &framing_error); status != 0) {
+        // libmicrohttpd closes the connection after an answer given before the body is read.
+        return Answer(exchange, status, framing_error);
+      }
       if (!Authorized(*server, exchange->request)) {
         exchange->response.headers = {{"WWW-Authenticate", "Bearer"}};
         return Answer(exchange, MHD_HTTP_UNAUTHORIZED, "a token is required: authorization: Bearer TOKEN");

@@ -76,6 +76,26 @@ class CurlTest(server_fixture.ServerTestCase):
             self.assertEqual(status, 400, f"{refused}: {answer}")
             self.assertIn(field, answer["error"])
 
+    def test_framing_two_readers_could_read_differently_is_refused_once(self):
+        # Request-smuggling shapes behind a proxy: each is answered with one status line, before
+        # the body is read, and the connection closes.
+        import socket
+        host, port = self.server.http_url.split(":")
+        start = f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
+        cases = (("Content-Length: 14\r\nContent-Length: 5\r\n", 400, "given twice"),
+                 ("Transfer-Encoding: gzip, chunked\r\n", 501, "Transfer-Encoding"),
+                 ("Transfer-Encoding: identity\r\n", 501, "Transfer-Encoding"))
+        for headers, status, fragment in cases:
+            with socket.create_connection((host, int(port)), timeout=10) as connection:
+                connection.sendall((start + headers + "\r\n" + '{"inputs": []}').encode())
+                answer = b""
+                while chunk := connection.recv(65536):  # the server closes after answering
+                    answer += chunk
+            self.assertEqual(answer.count(b"HTTP/1.1 "), 1, answer)
+            self.assertTrue(answer.startswith(f"HTTP/1.1 {status} ".encode()), answer)
+            self.assertIn(fragment.encode(), answer)
+        self.assertEqual(self.curl("/v2/health/ready")[0], 200)  # still serving
+
     def test_infer_with_a_json_body(self):
         ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
         mask = np.array([[1, 1, 1, 0]], dtype=np.int64)
