@@ -80,9 +80,13 @@ Status InferPath::Prepare(const grpc::ServerContextBase& context,
     return status;
   }
   if (!custom_parameters.empty() && !prepared->model->custom_parameters_reported.exchange(true)) {
-    // Once per model version: a client sending them with every request must not fill the log.
+    // Once per model version: a client sending them with every request must not fill the log. The
+    // names are the client's: a few, each cut short.
+    constexpr size_t kNamesLogged = 8, kNameChars = 64;
     std::string names;
-    for (const std::string& name : custom_parameters) names += (names.empty() ? "'" : ", '") + name + "'";
+    for (size_t i = 0; i < std::min(custom_parameters.size(), kNamesLogged); ++i) {
+      names += (names.empty() ? "'" : ", '") + custom_parameters[i].substr(0, kNameChars) + "'";
+    }
     spdlog::warn("model '{}': request parameters {} have no effect: {} models take tensors only, as in "
                  "Triton's PyTorch backend (reported once per model version)",
                  prepared->scheduler->spec().name, names, prepared->scheduler->spec().platform);
