@@ -88,16 +88,7 @@ struct SchedulerFamilies {
   MetricFamily memory_reserved;
   // Triton's names (its metrics.md), labelled model and version, from the same statistics the
   // ModelStatistics RPC answers: a dashboard or alert written for Triton reads graphserve unchanged.
-  MetricFamily nv_success;
-  MetricFamily nv_failure;
-  MetricFamily nv_inference_count;
-  MetricFamily nv_exec_count;
-  MetricFamily nv_request_duration;
-  MetricFamily nv_queue_duration;
-  MetricFamily nv_compute_input_duration;
-  MetricFamily nv_compute_infer_duration;
-  MetricFamily nv_compute_output_duration;
-  MetricFamily nv_pending;
+  std::vector<MetricFamily> triton;  // kTritonFamilies, in order
 };
 
 MetricFamily NewFamily(const char* name, const char* help, MetricType type) {
@@ -122,42 +113,57 @@ void AddSample(MetricFamily* family, std::vector<ClientMetric::Label> labels, do
 
 bool IsCudaDevice(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
+// Triton's per-model families (its metrics.md), labelled model and version, with the value each
+// reads from the model version's statistics (what the ModelStatistics RPC answers) or its snapshot.
+struct TritonFamily {
+  const char* name;
+  const char* help;
+  MetricType type;
+  double (*value)(const ModelStatisticsSnapshot& statistics, const SchedulerSnapshot& snapshot);
+};
+
+double Count(uint64_t count) { return static_cast<double>(count); }
+double Micros(const DurationTotal& total) { return static_cast<double>(total.ns / 1000); }
+
+using Stats = ModelStatisticsSnapshot;
+using Snapshot = SchedulerSnapshot;
+const TritonFamily kTritonFamilies[] = {
+    {"nv_inference_request_success",
+     "Triton's: successful inference requests (the ModelStatistics RPC's success count)", MetricType::Counter,
+     [](const Stats& s, const Snapshot&) { return Count(s.success.count); }},
+    {"nv_inference_request_failure", "Triton's: failed inference requests that reached the model (its fail count)",
+     MetricType::Counter, [](const Stats& s, const Snapshot&) { return Count(s.fail.count); }},
+    {"nv_inference_count", "Triton's: inferences performed, one per row of a successful request",
+     MetricType::Counter, [](const Stats& s, const Snapshot&) { return Count(s.inference_count); }},
+    {"nv_inference_exec_count", "Triton's: batches executed", MetricType::Counter,
+     [](const Stats& s, const Snapshot&) { return Count(s.execution_count); }},
+    {"nv_inference_request_duration_us",
+     "Triton's: cumulative time of successful requests, arrival to answer, in us", MetricType::Counter,
+     [](const Stats& s, const Snapshot&) { return Micros(s.success); }},
+    {"nv_inference_queue_duration_us", "Triton's: cumulative time successful requests waited in the queue, in us",
+     MetricType::Counter, [](const Stats& s, const Snapshot&) { return Micros(s.queue); }},
+    {"nv_inference_compute_input_duration_us",
+     "Triton's: cumulative time spent preparing inputs (padding and copying them in), in us; each request "
+     "is charged its batch's",
+     MetricType::Counter, [](const Stats& s, const Snapshot&) { return Micros(s.compute_input); }},
+    {"nv_inference_compute_infer_duration_us",
+     "Triton's: cumulative time spent executing the model (graph replay or eager run), in us", MetricType::Counter,
+     [](const Stats& s, const Snapshot&) { return Micros(s.compute_infer); }},
+    {"nv_inference_compute_output_duration_us", "Triton's: cumulative time spent copying and slicing outputs, in us",
+     MetricType::Counter, [](const Stats& s, const Snapshot&) { return Micros(s.compute_output); }},
+    {"nv_inference_pending_request_count", "Triton's: requests waiting in the model's queue for execution",
+     MetricType::Gauge, [](const Stats&, const Snapshot& snapshot) { return Count(snapshot.queue_depth); }},
+};
+
 // The families with their names, help and types, and no samples yet.
 SchedulerFamilies EmptySchedulerFamilies() {
   SchedulerFamilies f;
   f.build_info = NewFamily(
       "graphserve_build_info",
       "graphserve's version and its engine's libtorch and CUDA versions; always 1", MetricType::Gauge);
-  f.nv_success = NewFamily("nv_inference_request_success",
-                           "Triton's: successful inference requests (the ModelStatistics RPC's success count)",
-                           MetricType::Counter);
-  f.nv_failure = NewFamily("nv_inference_request_failure",
-                           "Triton's: failed inference requests that reached the model (its fail count)",
-                           MetricType::Counter);
-  f.nv_inference_count = NewFamily("nv_inference_count",
-                                   "Triton's: inferences performed, one per row of a successful request",
-                                   MetricType::Counter);
-  f.nv_exec_count = NewFamily("nv_inference_exec_count", "Triton's: batches executed", MetricType::Counter);
-  f.nv_request_duration = NewFamily("nv_inference_request_duration_us",
-                                    "Triton's: cumulative time of successful requests, arrival to answer, in us",
-                                    MetricType::Counter);
-  f.nv_queue_duration = NewFamily("nv_inference_queue_duration_us",
-                                  "Triton's: cumulative time successful requests waited in the queue, in us",
-                                  MetricType::Counter);
-  f.nv_compute_input_duration = NewFamily(
-      "nv_inference_compute_input_duration_us",
-      "Triton's: cumulative time spent preparing inputs (padding and copying them in), in us; each request "
-      "is charged its batch's",
-      MetricType::Counter);
-  f.nv_compute_infer_duration = NewFamily(
-      "nv_inference_compute_infer_duration_us",
-      "Triton's: cumulative time spent executing the model (graph replay or eager run), in us",
-      MetricType::Counter);
-  f.nv_compute_output_duration = NewFamily(
-      "nv_inference_compute_output_duration_us",
-      "Triton's: cumulative time spent copying and slicing outputs, in us", MetricType::Counter);
-  f.nv_pending = NewFamily("nv_inference_pending_request_count",
-                           "Triton's: requests waiting in the model's queue for execution", MetricType::Gauge);
+  for (const TritonFamily& triton : kTritonFamilies) {
+    f.triton.push_back(NewFamily(triton.name, triton.help, triton.type));
+  }
   f.queue_depth = NewFamily(
       "graphserve_queue_depth", "Requests waiting in the model's queue for a batch", MetricType::Gauge);
   f.work_scale = NewFamily(
@@ -291,17 +297,9 @@ void AddDeviceSamples(const SchedulerSnapshot& snapshot, const std::string& devi
 void AddTritonSamples(const SchedulerSnapshot& snapshot, const ModelStatisticsSnapshot& statistics,
                       const std::string& version, SchedulerFamilies* f) {
   const std::vector<ClientMetric::Label> labels = {{"model", snapshot.model}, {"version", version}};
-  const auto micros = [](const DurationTotal& total) { return static_cast<double>(total.ns / 1000); };
-  AddSample(&f->nv_success, labels, static_cast<double>(statistics.success.count));
-  AddSample(&f->nv_failure, labels, static_cast<double>(statistics.fail.count));
-  AddSample(&f->nv_inference_count, labels, static_cast<double>(statistics.inference_count));
-  AddSample(&f->nv_exec_count, labels, static_cast<double>(statistics.execution_count));
-  AddSample(&f->nv_request_duration, labels, micros(statistics.success));
-  AddSample(&f->nv_queue_duration, labels, micros(statistics.queue));
-  AddSample(&f->nv_compute_input_duration, labels, micros(statistics.compute_input));
-  AddSample(&f->nv_compute_infer_duration, labels, micros(statistics.compute_infer));
-  AddSample(&f->nv_compute_output_duration, labels, micros(statistics.compute_output));
-  AddSample(&f->nv_pending, labels, static_cast<double>(snapshot.queue_depth));
+  for (size_t i = 0; i < f->triton.size(); ++i) {
+    AddSample(&f->triton[i], labels, kTritonFamilies[i].value(statistics, snapshot));
+  }
 }
 
 void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* families) {
@@ -338,12 +336,10 @@ std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   for (MetricFamily* family :
        {&f.build_info, &f.queue_depth, &f.work_scale, &f.wait_scale, &f.batch_rows, &f.max_batch_tokens, &f.batches,
         &f.replays, &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds,
-        &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved, &f.nv_success,
-        &f.nv_failure, &f.nv_inference_count, &f.nv_exec_count, &f.nv_request_duration, &f.nv_queue_duration,
-        &f.nv_compute_input_duration, &f.nv_compute_infer_duration, &f.nv_compute_output_duration,
-        &f.nv_pending}) {
+        &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));
   }
+  for (MetricFamily& family : f.triton) families.push_back(std::move(family));
   return families;
 }
 
