@@ -215,7 +215,10 @@ def write_encoder_package(root, encoder_config):
     subprocess.run([sys.executable, str(export), str(root), "--format", "pt2", "--device", device,
                     "--max-batch", "8", "--max-length", "64"], check=True)
     config = encoder_config.replace('platform: "graphserve_encoder"', 'platform: "torch_aoti"')
-    config = config.replace("instance_group { count: 2 }", "instance_group { count: 1 }")
+    # A package runs only on the device it was compiled for: on a GPU host it is pinned there, so
+    # that the suites serving the rest of this repository on the CPU still load it.
+    group = "instance_group { kind: KIND_GPU count: 1 }" if device == "cuda" else "instance_group { count: 1 }"
+    config = config.replace("instance_group { count: 2 }", group)
     (root / "encoder_pt2" / "config.pbtxt").write_text('name: "encoder_pt2"\n' + config)
 
 

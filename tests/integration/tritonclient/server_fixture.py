@@ -30,6 +30,8 @@ BINARY = os.environ.get("GRAPHSERVE_BINARY", "")
 REPOSITORY = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_REPOSITORY", ""))
 OUTPUT = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_OUTPUT", tempfile.gettempdir()))
 DEVICE = os.environ.get("GRAPHSERVE_TEST_DEVICE", "cpu")
+# Where the server says a model was loaded: a bare "cuda" is the first GPU.
+SERVED_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
 
 _PORT_LINE = {
     "grpc": re.compile(r"gRPC endpoint listening on \S+ \(port (\d+)\)"),

@@ -6,6 +6,7 @@ that swaps versions under continuous traffic without failing a request, an unloa
 reached the model first, and the refusals (mode none, unknown folders, unsupported parameters, a
 broken config) with their status codes."""
 import pathlib
+import re
 import shutil
 import subprocess
 import threading
@@ -254,7 +255,8 @@ class VersionedRepositoryTest(server_fixture.ServerTestCase):
         (garbled / "model.pt").write_bytes(b"not a zip archive")
         code, message = status_of(lambda: self.client.load_model("garbled"))
         self.assertEqual(code, "StatusCode.INVALID_ARGUMENT", message)
-        self.assertRegex(message, r"model 'garbled' failed to load on cpu \(load error \d+ in the server log\)")
+        self.assertRegex(message, rf"model 'garbled' failed to load on {re.escape(server_fixture.SERVED_DEVICE)} "
+                                  r"\(load error \d+ in the server log\)")
         self.assertNotIn("zip", message.lower())
         self.assertIn("zip", self.server.log().lower())
         self.assertNotIn("zip", index_of(self.client)["garbled"].get("reason", "").lower())
