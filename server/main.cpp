@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "graphserve/grpc_process.h"
-#include "graphserve/server/logging.h"
-#include "graphserve/server/server.h"
+#include "graphserve/server/observability/logging.h"
+#include "graphserve/server/process/server.h"
 
 namespace {
 

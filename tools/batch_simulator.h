@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "graphserve/engine/model_spec.h"
-#include "graphserve/server/scheduler.h"
+#include "graphserve/server/batching/scheduler.h"
 
 namespace graphserve::sim {
 

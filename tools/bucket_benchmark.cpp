@@ -26,8 +26,8 @@
 #include "graphserve/client/loadgen.h"
 #include "graphserve/client/number_flags.h"
 #include "graphserve/engine/executor.h"
-#include "graphserve/server/config.h"
-#include "graphserve/server/triton_config.h"
+#include "graphserve/server/config/config.h"
+#include "graphserve/server/config/triton_config.h"
 #include "traffic.h"
 
 namespace {

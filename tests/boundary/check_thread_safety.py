@@ -2,7 +2,7 @@
 """Clang's thread-safety analysis over the server's and client's translation units of a build.
 
 GCC, which builds graphserve, ignores the GUARDED_BY/REQUIRES annotations
-(server/include/graphserve/server/thread_annotations.h); this compiles every unit under server/,
+(server/include/graphserve/server/common/thread_annotations.h); this compiles every unit under server/,
 client/ and tools/ once more with clang++ -fsyntax-only -Wthread-safety -Werror=thread-safety, with
 the flags compile_commands.json gives it, so that an unguarded access to an annotated field fails CI.
 graph_engine/ is left out: its units include libtorch, whose headers clang checks on their own terms.

@@ -80,8 +80,8 @@ def self_test():
     spdlog_h = "/usr/include/spdlog/spdlog.h"
     cases = [
         ("graph_engine/src/eager_executor.cpp", [torch_h], 0),
-        ("server/src/config.cpp", [grpc_h, spdlog_h], 0),
-        ("server/src/config.cpp", [grpc_h, torch_h], 2),
+        ("server/src/config/config.cpp", [grpc_h, spdlog_h], 0),
+        ("server/src/config/config.cpp", [grpc_h, torch_h], 2),
         ("client/src/client.cpp", [torch_h], 1),
         ("graph_engine/src/engine_log.cpp", [torch_h, spdlog_h], 1),
         ("tests/graph_engine/encoder_test.cpp", [torch_h], 0),

@@ -29,7 +29,7 @@ def read(path):
 
 def default_port(option):
     """The port of ServerOptions' default for `option` (grpc_address, http_address or metrics_address)."""
-    header = read("server/include/graphserve/server/server.h")
+    header = read("server/include/graphserve/server/process/server.h")
     match = re.search(option + r'\s*=\s*"[^":]*:(\d+)"', header)
     assert match, f"no default for {option} in server.h"
     return int(match.group(1))
@@ -62,7 +62,7 @@ def drain_timeout_s(args):
 
 def registered_metrics():
     """Metric family names registered in metrics.cpp, with the series names a histogram adds."""
-    source = read("server/src/metrics.cpp")
+    source = read("server/src/observability/metrics.cpp")
     names = set(re.findall(r'(?:NewFamily\(|\.Name\()\s*"(graphserve_[a-z_]+)"', source))
     names |= set(re.findall(r'^\s*"(graphserve_[a-z_]+)",\s*$', source, re.M))
     histograms = {n for n in names if n.endswith("_seconds") and "duration" in n}
@@ -299,7 +299,7 @@ class KubernetesTest(unittest.TestCase):
         self.assertTrue(all(m.get("readOnly") for m in self.container["volumeMounts"] if m["mountPath"] != "/tmp"))
 
     def test_probes_ask_the_health_services_graphserve_registers(self):
-        server = read("server/src/server.cpp")
+        server = read("server/src/process/server.cpp")
         self.assertIn("EnableDefaultHealthCheckService(true)", server)
         readiness = self.container["readinessProbe"]["grpc"]
         liveness = self.container["livenessProbe"]["grpc"]

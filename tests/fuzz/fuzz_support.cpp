@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "graphserve/server/config.h"
-#include "graphserve/server/request_codec.h"
-#include "graphserve/server/triton_config.h"
+#include "graphserve/server/config/config.h"
+#include "graphserve/server/config/triton_config.h"
+#include "graphserve/server/grpc/request_codec.h"
 
 namespace graphserve::fuzz {
 namespace {

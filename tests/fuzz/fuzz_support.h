@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "graphserve/engine/model_spec.h"
-#include "graphserve/server/batch_planner.h"
-#include "graphserve/server/rest_codec.h"
+#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/http/rest_codec.h"
 #include "grpc_service.pb.h"
 
 // Aborts naming `what` when `condition` is false: the input broke a contract that a header states.

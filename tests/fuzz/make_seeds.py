@@ -182,7 +182,7 @@ def config_seeds():
     seeds["repository_resnet18"] = python_strings(
         REPO / "tests/integration/make_fixed_shape_repository.py", ["CONFIG"])["CONFIG"]
     # The C++ literals: the built-in encoder's, the tests' and the fuzz models' configs.
-    for source in ["server/src/config.cpp", "tests/server/triton_config_test.cpp",
+    for source in ["server/src/config/config.cpp", "tests/server/triton_config_test.cpp",
                    "tests/server/fixed_shape_config.h", "tests/fuzz/fuzz_support.cpp"]:
         literals = re.findall(r'constexpr const char\* k(\w+) = R"pb\((.*?)\)pb"',
                               (REPO / source).read_text(), re.S)

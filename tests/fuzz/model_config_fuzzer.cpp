@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "graphserve/server/config.h"
-#include "graphserve/server/triton_config.h"
+#include "graphserve/server/config/config.h"
+#include "graphserve/server/config/triton_config.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // TokenAuthenticator: where tokens come from, how they are presented, reload, health paths; and
 // ValidateTlsOptions' flag checks.
-#include "graphserve/server/auth.h"
+#include "graphserve/server/security/auth.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

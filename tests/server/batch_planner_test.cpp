@@ -1,5 +1,5 @@
 // BatchPlanner decisions under a fake clock: exact, no threads.
-#include "graphserve/server/batch_planner.h"
+#include "graphserve/server/batching/batch_planner.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // CallbackPool: every posted callback runs exactly once, on the pool's own threads, in parallel;
 // Drain and the destructor wait for them.
-#include "graphserve/server/callback_pool.h"
+#include "graphserve/server/batching/callback_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "graphserve/server/config.h"
+#include "graphserve/server/config/config.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "fixed_shape_config.h"
-#include "graphserve/server/triton_config.h"
+#include "graphserve/server/config/triton_config.h"
 
 namespace graphserve {
 namespace {

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "graphserve/server/clock.h"
+#include "graphserve/server/common/clock.h"
 
 namespace graphserve {
 

@@ -3,7 +3,7 @@
 // classifier whose input has no -1 dimension, served with a batch-only grid.
 #include <string>
 
-#include "graphserve/server/config.h"
+#include "graphserve/server/config/config.h"
 
 namespace graphserve {
 namespace fixed_shape_test {

@@ -1,7 +1,7 @@
 // HttpServer over real loopback sockets: answers sent later from another thread while the connection
 // waits without holding a thread, keep-alive, chunked bodies, the body limit, a reply dropped
 // unsent, and a drain that waits for the replies owed.
-#include "graphserve/server/http_server.h"
+#include "graphserve/server/http/http_server.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>

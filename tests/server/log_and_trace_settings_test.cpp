@@ -10,9 +10,9 @@
 #include <regex>
 #include <sstream>
 
-#include "graphserve/server/log_settings.h"
-#include "graphserve/server/logging.h"
-#include "graphserve/server/trace_settings.h"
+#include "graphserve/server/observability/log_settings.h"
+#include "graphserve/server/observability/logging.h"
+#include "graphserve/server/observability/trace_settings.h"
 
 namespace graphserve {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "graphserve/server/json_log_formatter.h"
-#include "graphserve/server/logging.h"
+#include "graphserve/server/observability/json_log_formatter.h"
+#include "graphserve/server/observability/logging.h"
 
 namespace graphserve {
 namespace {

@@ -2,7 +2,7 @@
 // rely on (success count = requests answered, replays + eager = batches, padded >= real), driven
 // through a real ModelScheduler whose executors are fakes that count like the engine does; and the
 // HTTP endpoint that serves it.
-#include "graphserve/server/metrics.h"
+#include "graphserve/server/observability/metrics.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/metrics_endpoint.h"
+#include "graphserve/server/observability/metrics_endpoint.h"
 #include "http_get.h"
 #include "prometheus_text.h"
 #include "scheduler_test_support.h"

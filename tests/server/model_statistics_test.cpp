@@ -1,7 +1,7 @@
 // ModelStatisticsRecorder's accumulation and the ModelStatistics answer filled from it: counts and
 // durations add up per request and per batch size, and a request naming an unknown model or version
 // is NOT_FOUND naming the field.
-#include "graphserve/server/model_statistics.h"
+#include "graphserve/server/observability/model_statistics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "graphserve/server/request_codec.h"
+#include "graphserve/server/grpc/request_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fixed_shape_config.h"
-#include "graphserve/server/config.h"
+#include "graphserve/server/config/config.h"
 
 namespace graphserve {
 namespace {

@@ -1,7 +1,7 @@
 // The REST binding's translation to and from the gRPC messages: JSON tensors (nested or flat), the
 // binary tensor data extension, parameters passed on for gRPC to judge, every refusal naming its
 // field, and protobuf → JSON with 64-bit integers as numbers.
-#include "graphserve/server/rest_codec.h"
+#include "graphserve/server/http/rest_codec.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // ModelScheduler end to end with real worker threads, a fake executor that echoes each request's
 // input back as its output, and a fake clock: the workers wait for batching time through it, so the
 // tests move time instead of sleeping.
-#include "graphserve/server/scheduler.h"
+#include "graphserve/server/batching/scheduler.h"
 
 #include <cmath>
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/scheduler.h"
+#include "graphserve/server/batching/scheduler.h"
 
 namespace graphserve {
 namespace scheduler_test {

@@ -1,5 +1,5 @@
 // SpinSlots: no more threads hold a slot at once than it has, and a slot given back can be taken.
-#include "graphserve/server/spin_slots.h"
+#include "graphserve/server/grpc/spin_slots.h"
 
 #include <gtest/gtest.h>
 

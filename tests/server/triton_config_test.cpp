@@ -1,6 +1,6 @@
 // Triton's config.pbtxt as graphserve reads it: what is used, what is warned about by name, what is
 // refused by name, and the effective config the ModelConfig RPC answers.
-#include "graphserve/server/triton_config.h"
+#include "graphserve/server/config/triton_config.h"
 
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>

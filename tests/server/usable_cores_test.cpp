@@ -1,5 +1,5 @@
 // UsableCores against cgroup files written here: v2's cpu.max, v1's quota and period, and none.
-#include "graphserve/server/usable_cores.h"
+#include "graphserve/server/common/usable_cores.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

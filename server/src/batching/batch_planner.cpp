@@ -55,7 +55,7 @@
 //     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
 //     would only add work; with graphs it is padded to its bucket, since a replay at the padded
 //     shape beats an eager run at the exact one.
-#include "graphserve/server/batch_planner.h"
+#include "graphserve/server/batching/batch_planner.h"
 
 #include <algorithm>
 #include <cmath>

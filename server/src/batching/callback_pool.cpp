@@ -1,10 +1,10 @@
-#include "graphserve/server/callback_pool.h"
+#include "graphserve/server/batching/callback_pool.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "graphserve/server/thread_name.h"
-#include "graphserve/server/usable_cores.h"
+#include "graphserve/server/common/thread_name.h"
+#include "graphserve/server/common/usable_cores.h"
 
 namespace graphserve {
 

@@ -5,7 +5,7 @@
 // wake-up (waited for through the injected Clock), an Enqueue, a Poke or Stop; with
 // options.busy_poll_us an idle worker (not a second one on the same device) first spins that long,
 // without the lock, on a counter of those events. Every `done` callback runs with the lock released.
-#include "graphserve/server/scheduler.h"
+#include "graphserve/server/batching/scheduler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "graphserve/server/thread_name.h"
+#include "graphserve/server/common/thread_name.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/usable_cores.h"
+#include "graphserve/server/common/usable_cores.h"
 
 #include <sched.h>
 

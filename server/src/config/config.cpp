@@ -1,4 +1,4 @@
-#include "graphserve/server/config.h"
+#include "graphserve/server/config/config.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>

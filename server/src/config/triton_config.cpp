@@ -1,4 +1,4 @@
-#include "graphserve/server/triton_config.h"
+#include "graphserve/server/config/triton_config.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>

@@ -14,7 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "listen_socket.h"
+#include "common/listen_socket.h"
 
 namespace graphserve {
 namespace {

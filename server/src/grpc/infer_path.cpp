@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "graphserve/server/metrics.h"
-#include "graphserve/server/request_codec.h"
+#include "graphserve/server/grpc/request_codec.h"
+#include "graphserve/server/observability/metrics.h"
 
 namespace graphserve {
 namespace {

@@ -18,8 +18,8 @@
 #include <memory>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/clock.h"
-#include "graphserve/server/model_repository.h"
+#include "graphserve/server/common/clock.h"
+#include "graphserve/server/repository/model_repository.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {

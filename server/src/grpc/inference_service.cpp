@@ -1,11 +1,11 @@
-#include "graphserve/server/inference_service.h"
+#include "graphserve/server/grpc/inference_service.h"
 
 #include <spdlog/spdlog.h>
 
 #include <memory>
 #include <type_traits>
 
-#include "graphserve/server/request_codec.h"
+#include "graphserve/server/grpc/request_codec.h"
 #include "infer_path.h"
 #include "stream_infer_reactor.h"
 

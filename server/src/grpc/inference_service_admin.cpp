@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/inference_service.h"
-#include "graphserve/server/log_settings.h"
-#include "graphserve/server/model_statistics.h"
-#include "graphserve/server/trace_settings.h"
+#include "graphserve/server/grpc/inference_service.h"
+#include "graphserve/server/observability/log_settings.h"
+#include "graphserve/server/observability/model_statistics.h"
+#include "graphserve/server/observability/trace_settings.h"
 
 namespace graphserve {
 namespace {

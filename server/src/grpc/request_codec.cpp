@@ -1,4 +1,4 @@
-#include "graphserve/server/request_codec.h"
+#include "graphserve/server/grpc/request_codec.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "graphserve/server/spin_slots.h"
+#include "graphserve/server/grpc/spin_slots.h"
 
 namespace graphserve {
 

@@ -26,7 +26,7 @@
 #include <optional>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/thread_annotations.h"
 #include "grpc_service.pb.h"
 #include "infer_path.h"
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <optional>
 
-#include "graphserve/server/thread_name.h"
+#include "graphserve/server/common/thread_name.h"
 
 namespace graphserve {
 namespace {

@@ -27,9 +27,9 @@
 #include <thread>
 #include <vector>
 
-#include "graphserve/server/inference_service.h"
-#include "graphserve/server/spin_slots.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/thread_annotations.h"
+#include "graphserve/server/grpc/inference_service.h"
+#include "graphserve/server/grpc/spin_slots.h"
 #include "infer_path.h"
 
 namespace graphserve {

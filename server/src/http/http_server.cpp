@@ -1,4 +1,4 @@
-#include "graphserve/server/http_server.h"
+#include "graphserve/server/http/http_server.h"
 
 #include <microhttpd.h>
 #include <spdlog/spdlog.h>
@@ -12,10 +12,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "graphserve/server/auth.h"
-#include "graphserve/server/http_tls.h"
-#include "graphserve/server/rest_codec.h"
-#include "listen_socket.h"
+#include "graphserve/server/http/rest_codec.h"
+#include "graphserve/server/security/auth.h"
+#include "graphserve/server/security/http_tls.h"
+#include "common/listen_socket.h"
 
 namespace graphserve {
 namespace http_internal {

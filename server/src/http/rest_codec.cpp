@@ -1,4 +1,4 @@
-#include "graphserve/server/rest_codec.h"
+#include "graphserve/server/http/rest_codec.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>

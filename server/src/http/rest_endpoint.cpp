@@ -1,4 +1,4 @@
-#include "graphserve/server/rest_endpoint.h"
+#include "graphserve/server/http/rest_endpoint.h"
 
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "graphserve/server/auth.h"
-#include "graphserve/server/http_server.h"
-#include "graphserve/server/metrics.h"
-#include "graphserve/server/rest_codec.h"
+#include "graphserve/server/http/http_server.h"
+#include "graphserve/server/http/rest_codec.h"
+#include "graphserve/server/observability/metrics.h"
+#include "graphserve/server/security/auth.h"
 #include "grpc_service.grpc.pb.h"
 
 namespace graphserve {

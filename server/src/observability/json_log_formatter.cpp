@@ -1,4 +1,4 @@
-#include "graphserve/server/json_log_formatter.h"
+#include "graphserve/server/observability/json_log_formatter.h"
 
 #include <spdlog/details/log_msg.h>
 

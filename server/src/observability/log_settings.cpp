@@ -1,4 +1,4 @@
-#include "graphserve/server/log_settings.h"
+#include "graphserve/server/observability/log_settings.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/logging.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/thread_annotations.h"
+#include "graphserve/server/observability/logging.h"
 
 namespace graphserve {
 namespace {

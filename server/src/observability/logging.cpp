@@ -1,4 +1,4 @@
-#include "graphserve/server/logging.h"
+#include "graphserve/server/observability/logging.h"
 
 #include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "graphserve/engine/executor.h"
-#include "graphserve/server/json_log_formatter.h"
+#include "graphserve/server/observability/json_log_formatter.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/metrics.h"
+#include "graphserve/server/observability/metrics.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>

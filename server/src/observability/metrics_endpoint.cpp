@@ -1,7 +1,7 @@
-#include "graphserve/server/metrics_endpoint.h"
+#include "graphserve/server/observability/metrics_endpoint.h"
 
-#include "graphserve/server/http_server.h"
-#include "graphserve/server/metrics.h"
+#include "graphserve/server/http/http_server.h"
+#include "graphserve/server/observability/metrics.h"
 
 namespace graphserve {
 

@@ -1,4 +1,4 @@
-#include "graphserve/server/model_statistics.h"
+#include "graphserve/server/observability/model_statistics.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/model_statistics_recorder.h"
+#include "graphserve/server/observability/model_statistics_recorder.h"
 
 #include <algorithm>
 

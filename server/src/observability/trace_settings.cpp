@@ -1,4 +1,4 @@
-#include "graphserve/server/trace_settings.h"
+#include "graphserve/server/observability/trace_settings.h"
 
 #include <algorithm>
 #include <string>

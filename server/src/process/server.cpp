@@ -1,4 +1,4 @@
-#include "graphserve/server/server.h"
+#include "graphserve/server/process/server.h"
 
 #include <malloc.h>
 #include <unistd.h>
@@ -10,17 +10,17 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include "graphserve/server/grpc_security.h"
-#include "graphserve/server/http_tls.h"
-#include "graphserve/server/inference_service.h"
-#include "graphserve/server/metrics.h"
-#include "graphserve/server/metrics_endpoint.h"
-#include "graphserve/server/rest_endpoint.h"
-#include "graphserve/server/thread_name.h"
-#include "graphserve/server/usable_cores.h"
-#include "grpc_acceptor.h"
-#include "infer_path.h"
-#include "unary_infer_queues.h"
+#include "graphserve/server/common/thread_name.h"
+#include "graphserve/server/common/usable_cores.h"
+#include "graphserve/server/grpc/inference_service.h"
+#include "graphserve/server/http/rest_endpoint.h"
+#include "graphserve/server/observability/metrics.h"
+#include "graphserve/server/observability/metrics_endpoint.h"
+#include "graphserve/server/security/grpc_security.h"
+#include "graphserve/server/security/http_tls.h"
+#include "grpc/grpc_acceptor.h"
+#include "grpc/infer_path.h"
+#include "grpc/unary_infer_queues.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/model_repository.h"
+#include "graphserve/server/repository/model_repository.h"
 
 #include <spdlog/spdlog.h>
 
@@ -14,9 +14,9 @@
 #include <string>
 
 #include "graphserve/engine/device.h"
-#include "graphserve/server/config.h"
-#include "graphserve/server/triton_config.h"
-#include "graphserve/server/thread_name.h"
+#include "graphserve/server/common/thread_name.h"
+#include "graphserve/server/config/config.h"
+#include "graphserve/server/config/triton_config.h"
 
 namespace graphserve {
 namespace {

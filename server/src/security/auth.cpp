@@ -1,4 +1,4 @@
-#include "graphserve/server/auth.h"
+#include "graphserve/server/security/auth.h"
 
 #include <spdlog/spdlog.h>
 #include <strings.h>

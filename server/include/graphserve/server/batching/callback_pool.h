@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/thread_annotations.h"
 
 namespace graphserve {
 

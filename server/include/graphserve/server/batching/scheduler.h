@@ -31,11 +31,11 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
-#include "graphserve/server/batch_planner.h"
-#include "graphserve/server/callback_pool.h"
-#include "graphserve/server/clock.h"
-#include "graphserve/server/model_statistics_recorder.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/batching/callback_pool.h"
+#include "graphserve/server/common/clock.h"
+#include "graphserve/server/common/thread_annotations.h"
+#include "graphserve/server/observability/model_statistics_recorder.h"
 
 namespace graphserve {
 

@@ -8,8 +8,8 @@
 
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
-#include "graphserve/server/config.h"
-#include "graphserve/server/scheduler.h"
+#include "graphserve/server/batching/scheduler.h"
+#include "graphserve/server/config/config.h"
 #include "model_config.pb.h"
 
 namespace graphserve {

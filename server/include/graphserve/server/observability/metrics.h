@@ -22,8 +22,8 @@
 
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/status.h"
-#include "graphserve/server/scheduler.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/batching/scheduler.h"
+#include "graphserve/server/common/thread_annotations.h"
 
 namespace prometheus {
 class Counter;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/model_statistics_recorder.h"
+#include "graphserve/server/observability/model_statistics_recorder.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {

@@ -11,8 +11,8 @@
 #include <map>
 
 #include "graphserve/engine/executor.h"
-#include "graphserve/server/batch_planner.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/common/thread_annotations.h"
 
 namespace graphserve {
 

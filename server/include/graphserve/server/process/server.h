@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/auth.h"
-#include "graphserve/server/clock.h"
-#include "graphserve/server/model_repository.h"
+#include "graphserve/server/common/clock.h"
+#include "graphserve/server/repository/model_repository.h"
+#include "graphserve/server/security/auth.h"
 
 namespace grpc {
 class Server;

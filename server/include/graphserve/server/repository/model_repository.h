@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/clock.h"
-#include "graphserve/server/scheduler.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/batching/scheduler.h"
+#include "graphserve/server/common/clock.h"
+#include "graphserve/server/common/thread_annotations.h"
 #include "model_config.pb.h"
 
 namespace graphserve {

@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/auth.h"
+#include "graphserve/server/security/auth.h"
 
 namespace grpc {
 class ServerCredentials;

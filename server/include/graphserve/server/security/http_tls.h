@@ -15,8 +15,8 @@
 #include <string>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/auth.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/thread_annotations.h"
+#include "graphserve/server/security/auth.h"
 
 struct gnutls_session_int;
 
