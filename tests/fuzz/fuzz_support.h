@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "graphserve/engine/model_spec.h"
-#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/batching/scheduler_options.h"
 #include "graphserve/server/http/rest_codec.h"
 #include "grpc_service.pb.h"
 

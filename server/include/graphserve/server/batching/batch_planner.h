@@ -1,7 +1,8 @@
 #pragma once
 // The batching policy of ModelScheduler, apart from its threads: which queued requests go together,
-// padded to which bucket, and when. Also the types the policy works on (PendingRequest,
-// SchedulerOptions, DispatchDecision), which scheduler.h re-exports by including this header.
+// padded to which bucket, and when, and the decision it hands the scheduler (DispatchDecision).
+// The request (pending_request.h) and the options (scheduler_options.h) have headers of their own,
+// so that the codecs and the config loader need not include the batcher.
 //
 // BatchPlanner is a pure function of the requests it was given, the times passed in and the cost
 // table: it reads no clock and starts no thread, so that tests and the batching simulator drive it
@@ -23,142 +24,10 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
+#include "graphserve/server/batching/pending_request.h"
+#include "graphserve/server/batching/scheduler_options.h"
 
 namespace graphserve {
-
-// What happened to a request, for the caller and for metrics.
-struct RequestTiming {
-  int64_t queue_us = 0;    // enqueue → batch dispatch
-  int64_t compute_us = 0;  // the batch's Execute call
-  BucketShape padded_shape;
-  // The batch's stages as its executor timed them (zeros for a request that did not run).
-  BatchStageTimes stages;
-};
-
-struct PendingRequest {
-  InferenceItem item;
-  // The client's deadline, absolute on the scheduler's clock; 0 = none. An expired request is
-  // dropped before it runs, with DEADLINE_EXCEEDED.
-  int64_t deadline_us = 0;
-  // Triton's `timeout` request parameter in µs (0 = not given); the model's QueuePolicy decides
-  // whether it counts (QueuePolicy::TimeoutFor).
-  int64_t timeout_override_us = 0;
-  // Triton's `priority` request parameter: 1 is the highest level; 0 (not given), or a level the
-  // model does not have, means the model's default level (SchedulerOptions::default_priority_level).
-  uint64_t priority = 0;
-  // Set by the RPC layer when the client goes away, followed by ModelScheduler::Poke; a cancelled
-  // request leaves the queue (CANCELLED).
-  std::atomic<bool> cancelled{false};
-  // Set, before `cancelled`, when the client went away because its deadline passed (the client
-  // cancels its call at the deadline): the request is then answered and counted as DEADLINE_EXCEEDED.
-  std::atomic<bool> deadline_expired{false};
-  // Called exactly once with the outcome. `outputs` holds one tensor per ModelSpec output (empty
-  // where not wanted) when the status is OK.
-  std::function<void(const Status&, std::vector<HostTensor>&& outputs, const RequestTiming&)> done;
-
-  // Filled in by the scheduler, under its lock.
-  int64_t enqueue_us = 0;
-  int64_t queue_timeout_us = 0;  // the QueuePolicy's timeout for this request; 0 = none
-  double work_us = 0.0;          // the scheduler's estimate of the device time it needs; 0 = unknown
-  // Admitted behind queued work: that work (µs, scaled by the work scale) and the request's own
-  // batch time, as admission estimated them; 0 when nothing was queued ahead worth measuring.
-  double admitted_ahead_us = 0.0;
-  double admitted_own_us = 0.0;
-  bool queued = false;  // in a BatchPlanner's queue right now
-
-  // The client's deadline has passed by `now_us`, or gRPC has said so.
-  bool ClientDeadlinePassed(int64_t now_us) const {
-    return deadline_expired.load() || (deadline_us != 0 && now_us >= deadline_us);
-  }
-  // When the request's queue timeout runs out; 0 = never, as for a timeout too long to add to the
-  // clock (a `timeout` of 2^63-1 us wrapped negative and expired the request at once).
-  int64_t QueueTimeoutEndUs() const {
-    if (queue_timeout_us <= 0 || queue_timeout_us > std::numeric_limits<int64_t>::max() - enqueue_us) return 0;
-    return enqueue_us + queue_timeout_us;
-  }
-  // When the planner drops the request unrun: the earlier of the client's deadline and the end of
-  // its queue timeout; 0 = never.
-  int64_t ExpiryUs() const {
-    const int64_t timeout_end_us = QueueTimeoutEndUs();
-    if (deadline_us == 0 || timeout_end_us == 0) return deadline_us + timeout_end_us;
-    return std::min(deadline_us, timeout_end_us);
-  }
-};
-
-// How queued requests become batches.
-enum class BatchingPolicy {
-  // Binned by bucket length, padding-aware (BatchPlanner below): graphserve's policy.
-  kSizeBinned,
-  // Arrival order, each batch padded to the smallest bucket holding its longest request: what
-  // batchers without size binning do. For comparing the two on the same server and traffic.
-  kFifo,
-};
-
-// Requests a model's queue holds when its config does not say (dynamic_batching.max_queue_size):
-// several full grids' worth before Enqueue pushes back. The one default, for SchedulerOptions and
-// the config loader alike.
-inline constexpr int64_t kDefaultMaxQueueSize = 4096;
-// The delay when a config does not say (dynamic_batching.max_queue_delay_microseconds): about one
-// short bucket's execution on a GPU (a BERT-base forward at 1x64 takes ~0.7 ms on an H200), so
-// under load a batch forms while the previous one runs, and a lone caller pays at most that much.
-inline constexpr int64_t kDefaultMaxQueueDelayUs = 500;
-
-// Triton's dynamic_batching.default_queue_policy, the part graphserve honours: how long a request
-// may wait in the queue before it is answered DEADLINE_EXCEEDED unrun (Triton's timeout_action
-// REJECT), and whether a request may shorten that with Triton's `timeout` parameter.
-struct QueuePolicy {
-  // 0: a request waits as long as it takes (or until its client's deadline).
-  int64_t default_timeout_us = 0;
-  // Triton's allow_timeout_override: a request's `timeout` replaces the default when it is shorter
-  // (or when there is no default); a longer one is clamped to the default, and without the override
-  // every request keeps the default, as in Triton.
-  bool allow_timeout_override = false;
-
-  // The queue timeout of a request whose `timeout` parameter is `requested_us` (0: not given).
-  int64_t TimeoutFor(int64_t requested_us) const {
-    if (!allow_timeout_override || requested_us <= 0) return default_timeout_us;
-    return default_timeout_us == 0 ? requested_us : std::min(requested_us, default_timeout_us);
-  }
-};
-
-// The longest busy poll accepted (SchedulerOptions::busy_poll_us, --busy-poll-us): a few batches'
-// time, past which a spinning thread only burns a core.
-inline constexpr int64_t kMaxBusyPollUs = 10'000;
-
-struct SchedulerOptions {
-  // How long the oldest request of a bin may wait for company before it is dispatched anyway. The
-  // planner dispatches sooner when it expects nobody to join (see BatchPlanner), so the delay is a
-  // bound, not a fixed cost.
-  int64_t max_queue_delay_us = kDefaultMaxQueueDelayUs;
-  // Requests (not rows) waiting at most; Enqueue refuses more with RESOURCE_EXHAUSTED.
-  int64_t max_queue_size = kDefaultMaxQueueSize;
-  BatchingPolicy policy = BatchingPolicy::kSizeBinned;
-  // dynamic_batching { disable: true }: every request is a batch of its own, oldest first, at once
-  // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
-  bool batching_disabled = false;
-  QueuePolicy queue_policy;
-  // Deadline-aware admission accepts a request only if the work queued ahead of it and its own
-  // would end within this fraction of the time left to its deadline or queue timeout. The rest is
-  // headroom for what the estimate leaves out (partial batches, the answer's way back to the
-  // client): admitting up to the deadline itself fills the queue until every answer is late. Half:
-  // on the H200 at 2x overload, 0.8 left the successful answers' p99 at 98.5 ms of 100, while half
-  // a deadline of queued work is still thousands of requests, enough for full batches.
-  double admission_deadline_fraction = 0.5;
-  // An idle worker polls the queue without sleeping for this long before it waits on its condition
-  // variable: a request arriving then starts without a thread wake-up. A server setting
-  // (--busy-poll-us), not a model's; 0: the worker sleeps at once. A second instance on the same
-  // device never polls (it takes no lone request at once).
-  int64_t busy_poll_us = 0;
-
-  // Triton's dynamic_batching.priority_levels: 0 serves every request alike (a request's `priority`
-  // is then ignored, as in Triton); N > 0 queues each level apart, 1 the highest, and a request
-  // without a priority (or with one beyond N) at default_priority_level, in [1, N].
-  int64_t priority_levels = 0;
-  int64_t default_priority_level = 0;
-
-  // Returns INVALID_ARGUMENT naming the field when an option is out of range.
-  Status Validate() const;
-};
 
 // Execution time of one batch of each bucket shape in microseconds, as the executors measured it
 // during warm-up (Executor::Buckets).

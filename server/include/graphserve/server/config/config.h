@@ -9,7 +9,7 @@
 
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
-#include "graphserve/server/batching/scheduler.h"
+#include "graphserve/server/batching/scheduler_options.h"
 #include "model_config.pb.h"
 
 namespace graphserve {

@@ -8,7 +8,7 @@
 
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
-#include "graphserve/server/batching/scheduler.h"
+#include "graphserve/server/batching/scheduler_options.h"
 #include "graphserve/server/config/config.h"
 #include "model_config.pb.h"
 

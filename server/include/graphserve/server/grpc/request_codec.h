@@ -7,7 +7,7 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
-#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/batching/pending_request.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "graphserve/engine/executor.h"
-#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/batching/pending_request.h"
 #include "graphserve/server/common/thread_annotations.h"
 
 namespace graphserve {
