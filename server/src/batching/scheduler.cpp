@@ -440,18 +440,18 @@ void ModelScheduler::IsolateFailures(Executor* executor, const BucketShape& padd
   }
 }
 
-std::vector<Status> ModelScheduler::CountDead(
-    const std::vector<std::shared_ptr<PendingRequest>>& dead, int64_t now_us) {
+std::vector<ModelScheduler::DoomedRequest> ModelScheduler::CountDead(
+    std::vector<std::shared_ptr<PendingRequest>> dead, int64_t now_us) {
   std::vector<Status> outcomes;
   outcomes.reserve(dead.size());
   for (const auto& request : dead) {
     LeaveQueue(*request);
     const std::string waited = std::to_string(now_us - request->enqueue_us) + " us in queue";
-    // The client's deadline first: a call gRPC cancelled at its deadline is an expired one.
-    if (request->ClientDeadlinePassed(now_us)) {
+    const ClientFate fate = request->ClientFateAt(now_us);
+    if (fate == ClientFate::kDeadlineExpired) {
       outcomes.emplace_back(StatusCode::kDeadlineExceeded,
                             "request deadline expired after " + waited);
-    } else if (request->cancelled.load(std::memory_order_relaxed)) {
+    } else if (fate == ClientFate::kCancelled) {
       outcomes.emplace_back(StatusCode::kCancelled, "request cancelled while queued");
     } else if (request->ExpiryUs() > now_us) {
       // Taken before its expiry: no batch could end in time (see WorkerLoop).
@@ -473,16 +473,21 @@ std::vector<Status> ModelScheduler::CountDead(
       ++counters_.deadline_exceeded;
     }
   }
-  return outcomes;
+  std::vector<DoomedRequest> doomed;
+  doomed.reserve(dead.size());
+  for (size_t i = 0; i < dead.size(); ++i) doomed.push_back({std::move(dead[i]), std::move(outcomes[i])});
+  return doomed;
 }
 
 Status SettleWithClient(const Status& outcome, const PendingRequest& request, int64_t now_us) {
   if (!outcome.ok() && outcome.code() != StatusCode::kCancelled) return outcome;
-  if (request.ClientDeadlinePassed(now_us)) {
-    return Status(StatusCode::kDeadlineExceeded, "request deadline expired before its answer");
-  }
-  if (outcome.ok() && request.cancelled.load()) {
-    return Status(StatusCode::kCancelled, "request cancelled before its answer");
+  switch (request.ClientFateAt(now_us)) {
+    case ClientFate::kDeadlineExpired:
+      return Status(StatusCode::kDeadlineExceeded, "request deadline expired before its answer");
+    case ClientFate::kCancelled:
+      return outcome.ok() ? Status(StatusCode::kCancelled, "request cancelled before its answer") : outcome;
+    case ClientFate::kWaiting:
+      break;
   }
   return outcome;
 }
@@ -503,7 +508,8 @@ std::vector<ModelScheduler::DoomedRequest> ModelScheduler::TakeDoomed(DispatchDe
   for (auto it = kept_end; it != requests.end(); ++it) {
     LeaveQueue(**it);
     const PendingRequest& request = **it;
-    if (request.cancelled.load(std::memory_order_relaxed) && !request.ClientDeadlinePassed(now_us)) {
+    // Dropped because it could not finish in time, unless its client had gone before its deadline.
+    if (request.ClientFateAt(now_us) == ClientFate::kCancelled) {
       ++counters_.cancelled;
       doomed.push_back({std::move(*it), Status(StatusCode::kCancelled, "request cancelled while queued")});
     } else {
@@ -588,125 +594,138 @@ double ModelScheduler::CountDispatched(const DispatchDecision& decision) {
   return work_us;
 }
 
-void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
-  const size_t depth = static_cast<size_t>(std::max(executor->pipeline_depth(), 1));
+struct ModelScheduler::Worker {
+  Executor* const executor;
+  const bool shares_device;
+  const size_t depth;  // the executor's pipeline depth: batches launched at most
   // Launched and not yet completed, oldest first; at most `depth`.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight;
   int64_t last_end_us = 0;  // when this executor's latest batch ended
-  // Whether the idle branch below already polled since the worker last slept: it polls once, then
-  // sleeps.
+  // Whether the worker busy-polled since it last slept: it polls once, then sleeps.
   bool polled = false;
+};
+
+void ModelScheduler::WorkerLoop(Executor* executor, bool shares_device) {
+  Worker worker{executor, shares_device, static_cast<size_t>(std::max(executor->pipeline_depth(), 1))};
   MutexLock lock(&mutex_);
   while (true) {
     const int64_t now_us = clock_->NowMicros();
-
     // The device time already promised on this executor: batches launched and not yet answered.
     double ahead_us = 0.0;
-    for (const auto& launched : in_flight) ahead_us += planner_.CostUs(launched->decision.padded_shape);
-    // A request that no batch could finish before its expiry leaves now, before planning, so that
-    // under overload batches fill with requests that can still make it rather than shrink when the
-    // doomed are taken out of them. With several instances another may be idle: only the cheapest
-    // batch is then certain to come first.
-    const double hopeless_us =
-        cheapest_batch_us_ + (executors_.size() == 1 ? ahead_us : 0.0);
-    std::vector<std::shared_ptr<PendingRequest>> dead =
-        planner_.TakeDead(now_us + static_cast<int64_t>(hopeless_us));
-    if (!dead.empty()) {
-      std::vector<Status> outcomes = CountDead(dead, now_us);
-      lock.Unlock();
-      // Answered off this thread: under overload requests expire by the thousand a second, and
-      // answering each here would keep the executor waiting for its next batch.
-      for (size_t i = 0; i < dead.size(); ++i) {
-        answering_.Post([this, request = std::move(dead[i]), outcome = std::move(outcomes[i]), now_us] {
-          RequestTiming timing;
-          timing.queue_us = now_us - request->enqueue_us;
-          request->done(outcome, {}, timing);
-        });
-      }
-      lock.Lock();
-      continue;
-    }
+    for (const auto& launched : worker.in_flight) ahead_us += planner_.CostUs(launched->decision.padded_shape);
 
-    // With a batch in flight the executor is busy: the planner then offers only batches that are
-    // ready anyway (full or due), so that a batch still worth waiting for keeps waiting.
-    std::optional<DispatchDecision> decision;
-    if (in_flight.size() < depth) {
-      decision = planner_.Next(stopping_ ? BatchPlanner::kEndOfTime : now_us,
-                               /*executor_idle=*/in_flight.empty() && !shares_device);
-    }
-    if (decision) {
-      std::vector<DoomedRequest> doomed =
-          TakeDoomed(&*decision, now_us, now_us + ahead_us + planner_.CostUs(decision->padded_shape));
-      if (decision->requests.empty()) {
-        lock.Unlock();
-        AnswerDoomed(std::move(doomed), now_us);
-        lock.Lock();
-        continue;
-      }
-      polled = false;
-      const double work_us = CountDispatched(*decision);
-      const bool backlogged = planner_.queued_requests() > 0;
-      // Work may remain that another sleeping worker could take right away.
-      if (backlogged && idle_workers_ > 0) WakeAnIdleWorker();
+    std::vector<DoomedRequest> hopeless = TakeHopeless(now_us, ahead_us);
+    if (!hopeless.empty()) {
       lock.Unlock();
-      if (!doomed.empty()) AnswerDoomed(std::move(doomed), now_us);
-      // The new batch is assembled and queued on the device while the one before it still runs;
-      // only then is the older one waited for and answered.
-      in_flight.push_back(LaunchBatch(executor, std::move(*decision)));
-      in_flight.back()->work_us = work_us;
-      in_flight.back()->backlogged = backlogged;
-      if (in_flight.size() >= depth) {
-        std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
-        in_flight.pop_front();
-        CompleteBatch(executor, std::move(oldest), &in_flight, &last_end_us);
-      }
+      AnswerDoomed(std::move(hopeless), now_us);
       lock.Lock();
       continue;
     }
-    if (!in_flight.empty()) {
+    std::optional<PlannedBatch> planned = PlanBatch(&worker, now_us, ahead_us);
+    if (planned) {
+      lock.Unlock();
+      RunPlannedBatch(&worker, std::move(*planned), now_us);
+      lock.Lock();
+      continue;
+    }
+    if (!worker.in_flight.empty()) {
       // Nothing is ready to overlap with it: answer the batch in flight, then look again as an
       // idle executor.
-      polled = false;
+      worker.polled = false;
       lock.Unlock();
-      std::unique_ptr<InFlightBatch> oldest = std::move(in_flight.front());
-      in_flight.pop_front();
-      CompleteBatch(executor, std::move(oldest), &in_flight, &last_end_us);
+      CompleteOldest(&worker);
       lock.Lock();
       continue;
     }
-
     // Stopping makes every queued request dispatchable, so no decision means an empty queue.
     if (stopping_) return;
-
-    const std::optional<int64_t> wake_us =
-        planner_.NextWakeUp(now_us, /*executor_idle=*/!shares_device);
-    // Polling saves the wake-up of a worker that takes a lone request at once. A second instance on
-    // the same device never does (it takes only full or due batches, for which a wake-up costs little
-    // beside the wait), so it sleeps rather than spin a core beside the instance that runs them.
-    if (options_.busy_poll_us > 0 && !polled && !shares_device) {
-      polled = true;
-      ++counters_.busy_polls;
-      // Real time, not clock_: the poll spins this thread, whatever clock the planner runs on.
-      using SteadyClock = std::chrono::steady_clock;
-      const SteadyClock::time_point poll_until =
-          SteadyClock::now() + std::chrono::microseconds(wake_us ? std::min(options_.busy_poll_us, *wake_us - now_us)
-                                                                 : options_.busy_poll_us);
-      const uint64_t seen = queue_changes_.load(std::memory_order_acquire);
+    if (std::optional<BusyPoll> poll = WaitForWork(&worker, now_us, &lock)) {
       lock.Unlock();
-      while (queue_changes_.load(std::memory_order_acquire) == seen && SteadyClock::now() < poll_until) {
-      }
+      SpinWhileQueueUnchanged(*poll);
       lock.Lock();
-      continue;
     }
-    ++idle_workers_;
-    if (wake_us) {
-      // Through the clock that set the wake-up time, so that a test's clock decides when it comes.
-      clock_->WaitUntil(work_available_, lock.native(), *wake_us);
-    } else {
-      lock.Wait(work_available_);
-    }
-    --idle_workers_;
-    polled = false;
+  }
+}
+
+std::vector<ModelScheduler::DoomedRequest> ModelScheduler::TakeHopeless(int64_t now_us, double ahead_us) {
+  // A request that no batch could finish before its expiry leaves now, before planning, so that
+  // under overload batches fill with requests that can still make it rather than shrink when the
+  // doomed are taken out of them. With several instances another may be idle: only the cheapest
+  // batch is then certain to come first.
+  const double hopeless_us = cheapest_batch_us_ + (executors_.size() == 1 ? ahead_us : 0.0);
+  std::vector<std::shared_ptr<PendingRequest>> dead = planner_.TakeDead(now_us + static_cast<int64_t>(hopeless_us));
+  if (dead.empty()) return {};
+  return CountDead(std::move(dead), now_us);
+}
+
+std::optional<ModelScheduler::PlannedBatch> ModelScheduler::PlanBatch(Worker* worker, int64_t now_us,
+                                                                      double ahead_us) {
+  // With a batch in flight the executor is busy: the planner then offers only batches that are
+  // ready anyway (full or due), so that a batch still worth waiting for keeps waiting.
+  if (worker->in_flight.size() >= worker->depth) return std::nullopt;
+  std::optional<DispatchDecision> decision =
+      planner_.Next(stopping_ ? BatchPlanner::kEndOfTime : now_us,
+                    /*executor_idle=*/worker->in_flight.empty() && !worker->shares_device);
+  if (!decision) return std::nullopt;
+  PlannedBatch planned;
+  planned.doomed = TakeDoomed(&*decision, now_us, now_us + ahead_us + planner_.CostUs(decision->padded_shape));
+  if (!decision->requests.empty()) {
+    worker->polled = false;
+    planned.work_us = CountDispatched(*decision);
+    planned.backlogged = planner_.queued_requests() > 0;
+    // Work may remain that another sleeping worker could take right away.
+    if (planned.backlogged && idle_workers_ > 0) WakeAnIdleWorker();
+    planned.decision = std::move(*decision);
+  }
+  return planned;
+}
+
+void ModelScheduler::RunPlannedBatch(Worker* worker, PlannedBatch planned, int64_t now_us) {
+  if (!planned.doomed.empty()) AnswerDoomed(std::move(planned.doomed), now_us);
+  if (planned.decision.requests.empty()) return;  // every request of it was doomed
+  // The new batch is assembled and queued on the device while the one before it still runs; only
+  // then is the older one waited for and answered.
+  worker->in_flight.push_back(LaunchBatch(worker->executor, std::move(planned.decision)));
+  worker->in_flight.back()->work_us = planned.work_us;
+  worker->in_flight.back()->backlogged = planned.backlogged;
+  if (worker->in_flight.size() >= worker->depth) CompleteOldest(worker);
+}
+
+void ModelScheduler::CompleteOldest(Worker* worker) {
+  std::unique_ptr<InFlightBatch> oldest = std::move(worker->in_flight.front());
+  worker->in_flight.pop_front();
+  CompleteBatch(worker->executor, std::move(oldest), &worker->in_flight, &worker->last_end_us);
+}
+
+std::optional<ModelScheduler::BusyPoll> ModelScheduler::WaitForWork(Worker* worker, int64_t now_us,
+                                                                    MutexLock* lock) {
+  const std::optional<int64_t> wake_us = planner_.NextWakeUp(now_us, /*executor_idle=*/!worker->shares_device);
+  // Polling saves the wake-up of a worker that takes a lone request at once. A second instance on
+  // the same device never does (it takes only full or due batches, for which a wake-up costs little
+  // beside the wait), so it sleeps rather than spin a core beside the instance that runs them.
+  if (options_.busy_poll_us > 0 && !worker->polled && !worker->shares_device) {
+    worker->polled = true;
+    ++counters_.busy_polls;
+    // Real time, not clock_: the poll spins this thread, whatever clock the planner runs on.
+    const int64_t poll_us = wake_us ? std::min(options_.busy_poll_us, *wake_us - now_us) : options_.busy_poll_us;
+    return BusyPoll{std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us),
+                    queue_changes_.load(std::memory_order_acquire)};
+  }
+  ++idle_workers_;
+  if (wake_us) {
+    // Through the clock that set the wake-up time, so that a test's clock decides when it comes.
+    clock_->WaitUntil(work_available_, lock->native(), *wake_us);
+  } else {
+    lock->Wait(work_available_);
+  }
+  --idle_workers_;
+  worker->polled = false;
+  return std::nullopt;
+}
+
+void ModelScheduler::SpinWhileQueueUnchanged(const BusyPoll& poll) const {
+  while (queue_changes_.load(std::memory_order_acquire) == poll.seen_changes &&
+         std::chrono::steady_clock::now() < poll.until) {
   }
 }
 

@@ -19,11 +19,13 @@
 // comes first, with DEADLINE_EXCEEDED; it leaves the queue with that status as soon as no batch
 // could end before it, rather than run and be answered late.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,12 +77,10 @@ struct SchedulerSnapshot {
   std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
-// The status a finished request is answered and counted with, given what became of its client by
-// `now_us`. A client that has gone got no answer: an OK outcome becomes DEADLINE_EXCEEDED when the
-// client's deadline has passed, else CANCELLED when it cancelled; a CANCELLED outcome becomes
-// DEADLINE_EXCEEDED when the deadline has passed (a client cancels its call at its deadline, so
-// whichever of the two the scheduler notices first, an expired call is counted as expired). Other
-// failures stay what they are.
+// The status a finished request is answered and counted with, given its client's fate by `now_us`
+// (PendingRequest::ClientFateAt). A client that has gone got no answer: an OK or CANCELLED outcome
+// becomes DEADLINE_EXCEEDED when the client's deadline expired, an OK one CANCELLED when the client
+// cancelled. Other failures stay what they are.
 Status SettleWithClient(const Status& outcome, const PendingRequest& request, int64_t now_us);
 
 class ModelScheduler {
@@ -132,9 +132,7 @@ class ModelScheduler {
   // Wakes a sleeping worker that can take new work: with an instance sharing its device, every
   // sleeping worker (the one woken alone might take only due batches).
   void WakeAnIdleWorker();
-  // Counts the requests TakeDead removed and returns the status each is answered with.
-  std::vector<Status> CountDead(const std::vector<std::shared_ptr<PendingRequest>>& dead,
-                                int64_t now_us) REQUIRES(mutex_);
+
   // Returns the batch's work_us summed.
   double CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
   // Folds in one batch's device time over its requests' estimated work (see work_scale_).
@@ -159,8 +157,42 @@ class ModelScheduler {
   // cancelled request taken from the queue is; the others DEADLINE_EXCEEDED.
   std::vector<DoomedRequest> TakeDoomed(DispatchDecision* decision, int64_t now_us, double finish_us)
       REQUIRES(mutex_);
-  // Answers them on the answering threads.
+  // Counts the requests TakeDead removed, each with the status it is answered with.
+  std::vector<DoomedRequest> CountDead(std::vector<std::shared_ptr<PendingRequest>> dead, int64_t now_us)
+      REQUIRES(mutex_);
+  // Answers them on the answering threads: under overload requests expire by the thousand a second,
+  // and answering each on a worker would keep its executor waiting for the next batch.
   void AnswerDoomed(std::vector<DoomedRequest> doomed, int64_t now_us);
+
+  // WorkerLoop's steps. A worker's own state (Worker) is touched by its thread only.
+  struct Worker;
+  // What PlanBatch took from the queue: a batch to launch (empty when every request of it was
+  // doomed) and the requests dropped from it.
+  struct PlannedBatch {
+    DispatchDecision decision;
+    std::vector<DoomedRequest> doomed;
+    double work_us = 0.0;     // the batch's requests' work_us summed
+    bool backlogged = false;  // requests were left queued when it was taken
+  };
+  // Takes and counts the requests no batch could finish before their expiry, given `ahead_us` of
+  // work already launched on this worker's executor.
+  std::vector<DoomedRequest> TakeHopeless(int64_t now_us, double ahead_us) REQUIRES(mutex_);
+  // The planner's next batch for this worker, with its doomed requests taken out; none when the
+  // executor's pipeline is full or nothing is ready.
+  std::optional<PlannedBatch> PlanBatch(Worker* worker, int64_t now_us, double ahead_us) REQUIRES(mutex_);
+  // Answers the doomed, launches the batch and, with the pipeline full, completes the oldest one.
+  void RunPlannedBatch(Worker* worker, PlannedBatch planned, int64_t now_us) EXCLUDES(mutex_);
+  void CompleteOldest(Worker* worker) EXCLUDES(mutex_);
+  // A busy poll (options_.busy_poll_us): spin without the lock until `until` or until the queue
+  // changes from `seen_changes` (queue_changes_).
+  struct BusyPoll {
+    std::chrono::steady_clock::time_point until;
+    uint64_t seen_changes = 0;
+  };
+  // Once after each sleep, returns the busy poll to run; otherwise sleeps until the planner's next
+  // wake-up or new work and returns none. `lock` holds mutex_ on entry and on return.
+  std::optional<BusyPoll> WaitForWork(Worker* worker, int64_t now_us, MutexLock* lock) REQUIRES(mutex_);
+  void SpinWhileQueueUnchanged(const BusyPoll& poll) const;
   // The executor's and the requests' work runs without the lock, so that Enqueue never waits for it.
   std::unique_ptr<InFlightBatch> LaunchBatch(Executor* executor, DispatchDecision decision)
       EXCLUDES(mutex_);
