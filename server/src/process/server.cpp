@@ -38,21 +38,6 @@ constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 constexpr int64_t kMinRequestLimitBytes = 4 * 1024 * 1024;
 constexpr int64_t kMinRestBodyLimitBytes = 16 * 1024 * 1024;
 
-struct RequestLimits {
-  int64_t grpc_bytes;
-  int64_t rest_body_bytes;
-};
-
-// A request's tensors travel as raw bytes, as protobuf varints (up to 10 bytes for an 8-byte value)
-// or, over REST, as JSON text (up to ~21 characters for an int64 and its comma): room for each over
-// the raw size, plus the message's other fields.
-RequestLimits LimitsFor(const ServerOptions& options) {
-  if (options.max_request_bytes > 0) return {options.max_request_bytes, options.max_request_bytes};
-  const int64_t raw = LargestRequestBytes(options.repository);
-  constexpr int64_t kEnvelope = 64 * 1024;
-  return {std::min<int64_t>(kMaxMessageBytes, std::max(kMinRequestLimitBytes, raw * 5 / 4 + kEnvelope)),
-          std::min<int64_t>(kMaxMessageBytes, std::max(kMinRestBodyLimitBytes, raw * 3 + kEnvelope))};
-}
 constexpr std::chrono::seconds kMemoryTrimInterval{5};
 // How soon a faulted CUDA context turns liveness off.
 constexpr std::chrono::seconds kDeviceFaultCheckInterval{1};
@@ -64,6 +49,17 @@ constexpr int kHandshakeTimeoutMs = 10'000;
 GraphServer::GraphServer() = default;
 GraphServer::~GraphServer() { Shutdown(); }
 
+// A request's tensors travel as raw bytes, as protobuf varints (up to 10 bytes for an 8-byte value)
+// or, over REST, as JSON text (up to ~21 characters for an int64 and its comma): room for each over
+// the raw size, plus the message's other fields.
+GraphServer::RequestLimits GraphServer::LimitsFor(const ServerOptions& options) {
+  if (options.max_request_bytes > 0) return {options.max_request_bytes, options.max_request_bytes};
+  const int64_t raw = LargestRequestBytes(options.repository);
+  constexpr int64_t kEnvelope = 64 * 1024;
+  return {std::min<int64_t>(kMaxMessageBytes, std::max(kMinRequestLimitBytes, raw * 5 / 4 + kEnvelope)),
+          std::min<int64_t>(kMaxMessageBytes, std::max(kMinRestBodyLimitBytes, raw * 3 + kEnvelope))};
+}
+
 Status GraphServer::Start(const ServerOptions& options) {
   options_ = options;
   const EngineInfo engine = GetEngineInfo();
@@ -72,12 +68,37 @@ Status GraphServer::Start(const ServerOptions& options) {
                google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION),
                engine.libtorch_version, engine.cuda_version.empty() ? "none" : engine.cuda_version,
                engine.cuda_device_count);
-
   ServerMetricsOptions metrics_options;
   metrics_options.version = GRAPHSERVE_VERSION;
   metrics_options.engine = engine;
   metrics_options.device_memory = GetDeviceMemory;
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
+
+  Status status = LoadCredentials(options);
+  // Before the long model warm-up: a bad --metrics-address fails at once, and Prometheus sees the
+  // target (with graphserve_build_info) while the models load.
+  if (status.ok()) status = StartMetricsEndpoint(options);
+  if (!status.ok()) return status;
+  CreateRepositoryAndService();
+  const RequestLimits limits = LimitsFor(options);
+  const std::chrono::microseconds busy_poll =
+      options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll(UsableCores());
+  status = StartGrpcEndpoint(options, limits, busy_poll);
+  if (status.ok() && !options.http_address.empty()) status = StartRestEndpoint(options, limits);
+  if (!status.ok()) return status;
+
+  StartHousekeeping();
+  RepositoryOptions repository_options = options.repository;
+  repository_options.scheduler_busy_poll = busy_poll;
+  repository_options.max_request_bytes = limits.grpc_bytes;
+  status = repository_->Start(repository_options);
+  if (!status.ok()) return status;
+  SetReady(true);
+  spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
+  return Status::Ok();
+}
+
+Status GraphServer::LoadCredentials(const ServerOptions& options) {
   Status status = ValidateTlsOptions(options.tls);
   if (status.ok() && options.tls.enabled()) status = HttpTls::Load(options.tls, &http_tls_);
   if (status.ok() && options.auth.enabled()) {
@@ -92,16 +113,21 @@ Status GraphServer::Start(const ServerOptions& options) {
                auth_ ? fmt::format(", token required{}", options.auth.protect_health ? " (health probes too)"
                                                                                      : " (not for health probes)")
                      : std::string(", no token"));
-  // Before the long model warm-up: a bad --metrics-address fails at once, and Prometheus sees the
-  // target (with graphserve_build_info) while the models load.
+  return Status::Ok();
+}
+
+Status GraphServer::StartMetricsEndpoint(const ServerOptions& options) {
   const bool metrics_tls = http_tls_ && !options.metrics_plaintext;
-  status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_,
-                                  metrics_tls ? http_tls_ : nullptr,
-                                  options.auth.protect_metrics ? auth_.get() : nullptr);
+  const Status status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_,
+                                               metrics_tls ? http_tls_ : nullptr,
+                                               options.auth.protect_metrics ? auth_.get() : nullptr);
   if (!status.ok()) return status;
   spdlog::info("metrics endpoint listening on {} (port {}): {} /metrics", options.metrics_address,
                metrics_endpoint_->port(), metrics_tls ? "https" : "http");
+  return Status::Ok();
+}
 
+void GraphServer::CreateRepositoryAndService() {
   ModelRepository::Listener listener;
   ServerMetrics* metrics = metrics_.get();
   listener.serving = [metrics](const LoadedModel& model) {
@@ -110,8 +136,12 @@ Status GraphServer::Start(const ServerOptions& options) {
   listener.retired = [metrics](const LoadedModel& model) { metrics->RemoveModel(model.scheduler.get()); };
   repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
+}
 
-  status = GrpcAcceptor::Listen(
+Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const RequestLimits& limits,
+                                      std::chrono::microseconds busy_poll) {
+  ServerMetrics* metrics = metrics_.get();
+  Status status = GrpcAcceptor::Listen(
       options.grpc_address,
       [metrics](GrpcAcceptor::Refusal refusal) {
         metrics->CountRefusedConnection(refusal == GrpcAcceptor::Refusal::kDescriptorReserve
@@ -136,11 +166,8 @@ Status GraphServer::Start(const ServerOptions& options) {
   const int usable_cores = UsableCores();
   const int infer_threads =
       options.grpc_infer_threads > 0 ? options.grpc_infer_threads : DefaultInferThreadCount(usable_cores);
-  const std::chrono::microseconds busy_poll =
-      options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll(usable_cores);
   infer_queues_ =
       std::make_unique<UnaryInferQueues>(&builder, infer_threads, busy_poll, options.busy_poll_threads);
-  const RequestLimits limits = LimitsFor(options);
   spdlog::info("requests accepted up to {} bytes over gRPC and {} bytes of REST body ({})", limits.grpc_bytes,
                limits.rest_body_bytes,
                options.max_request_bytes > 0 ? "--max-request-bytes" : "from the models' largest requests");
@@ -178,32 +205,25 @@ Status GraphServer::Start(const ServerOptions& options) {
                    ? fmt::format("; up to {} of them, and idle batchers, busy-poll {} us after each event",
                                  std::min(options.busy_poll_threads, infer_threads), busy_poll.count())
                    : std::string());
-  if (!options.http_address.empty()) {
-    grpc::ChannelArguments channel_arguments;
-    channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    channel_arguments.SetMaxSendMessageSize(kMaxMessageBytes);
-    RestEndpointOptions rest;
-    rest.address = options.http_address;
-    rest.thread_count = options.http_thread_count;
-    rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
-    rest.max_request_bytes = static_cast<size_t>(limits.grpc_bytes);
-    rest.tls = http_tls_;
-    rest.auth = auth_.get();
-    status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments), metrics_.get(),
-                                 &rest_endpoint_);
-    if (!status.ok()) return status;
-    spdlog::info("REST endpoint listening on {} (port {}): KServe v2 over {}", options.http_address,
-                 rest_endpoint_->port(), http_tls_ ? "HTTPS" : "HTTP");
-  }
+  return Status::Ok();
+}
 
-  StartHousekeeping();
-  RepositoryOptions repository_options = options.repository;
-  repository_options.scheduler_busy_poll = busy_poll;
-  repository_options.max_request_bytes = limits.grpc_bytes;
-  status = repository_->Start(repository_options);
+Status GraphServer::StartRestEndpoint(const ServerOptions& options, const RequestLimits& limits) {
+  grpc::ChannelArguments channel_arguments;
+  channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  channel_arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+  RestEndpointOptions rest;
+  rest.address = options.http_address;
+  rest.thread_count = options.http_thread_count;
+  rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
+  rest.max_request_bytes = static_cast<size_t>(limits.grpc_bytes);
+  rest.tls = http_tls_;
+  rest.auth = auth_.get();
+  const Status status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments),
+                                            metrics_.get(), &rest_endpoint_);
   if (!status.ok()) return status;
-  SetReady(true);
-  spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
+  spdlog::info("REST endpoint listening on {} (port {}): KServe v2 over {}", options.http_address,
+               rest_endpoint_->port(), http_tls_ ? "HTTPS" : "HTTP");
   return Status::Ok();
 }
 

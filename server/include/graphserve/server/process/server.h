@@ -80,6 +80,24 @@ class GraphServer {
   int grpc_port() const { return grpc_port_; }
 
  private:
+  // The largest request accepted over gRPC and the largest REST body (LimitsFor).
+  struct RequestLimits {
+    int64_t grpc_bytes;
+    int64_t rest_body_bytes;
+  };
+  // --max-request-bytes, else what the repository's largest request needs on each binding.
+  static RequestLimits LimitsFor(const ServerOptions& options);
+
+  // Start's steps, in order. Each returns the error that stops the start.
+  // TLS files and tokens, before any port opens.
+  Status LoadCredentials(const ServerOptions& options);
+  Status StartMetricsEndpoint(const ServerOptions& options);
+  void CreateRepositoryAndService();
+  // Listens, builds the gRPC server and starts ModelInfer's queues; the server is live, not ready.
+  Status StartGrpcEndpoint(const ServerOptions& options, const RequestLimits& limits,
+                           std::chrono::microseconds busy_poll);
+  Status StartRestEndpoint(const ServerOptions& options, const RequestLimits& limits);
+
   // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
   void SetReady(bool ready);
   // ServerLive and the grpc.health.v1 "liveness" status together. Needs service_ and grpc_server_.
