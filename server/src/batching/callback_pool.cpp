@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "graphserve/server/common/thread_name.h"
 #include "graphserve/server/common/usable_cores.h"
+#include "common/thread_name.h"
 
 namespace graphserve {
 

@@ -16,7 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "graphserve/server/common/thread_name.h"
+#include "common/thread_name.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/grpc/inference_service.h"
+#include "inference_service.h"
 
 #include <spdlog/spdlog.h>
 

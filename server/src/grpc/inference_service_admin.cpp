@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/grpc/inference_service.h"
 #include "graphserve/server/observability/log_settings.h"
 #include "graphserve/server/observability/model_statistics.h"
 #include "graphserve/server/observability/trace_settings.h"
+#include "inference_service.h"
 
 namespace graphserve {
 namespace {

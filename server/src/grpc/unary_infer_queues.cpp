@@ -4,7 +4,7 @@
 #include <chrono>
 #include <optional>
 
-#include "graphserve/server/common/thread_name.h"
+#include "common/thread_name.h"
 
 namespace graphserve {
 namespace {

@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "graphserve/server/common/thread_annotations.h"
-#include "graphserve/server/grpc/inference_service.h"
 #include "graphserve/server/grpc/spin_slots.h"
 #include "infer_path.h"
+#include "inference_service.h"
 
 namespace graphserve {
 

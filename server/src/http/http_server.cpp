@@ -14,8 +14,8 @@
 
 #include "graphserve/server/http/rest_codec.h"
 #include "graphserve/server/security/auth.h"
-#include "graphserve/server/security/http_tls.h"
 #include "common/listen_socket.h"
+#include "security/http_tls.h"
 
 namespace graphserve {
 namespace http_internal {

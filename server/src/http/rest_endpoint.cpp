@@ -1,4 +1,4 @@
-#include "graphserve/server/http/rest_endpoint.h"
+#include "rest_endpoint.h"
 
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>

@@ -10,17 +10,17 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include "graphserve/server/common/thread_name.h"
 #include "graphserve/server/common/usable_cores.h"
-#include "graphserve/server/grpc/inference_service.h"
-#include "graphserve/server/http/rest_endpoint.h"
 #include "graphserve/server/observability/metrics.h"
 #include "graphserve/server/observability/metrics_endpoint.h"
-#include "graphserve/server/security/grpc_security.h"
-#include "graphserve/server/security/http_tls.h"
+#include "common/thread_name.h"
 #include "grpc/grpc_acceptor.h"
 #include "grpc/infer_path.h"
+#include "grpc/inference_service.h"
 #include "grpc/unary_infer_queues.h"
+#include "http/rest_endpoint.h"
+#include "security/grpc_security.h"
+#include "security/http_tls.h"
 
 namespace graphserve {
 namespace {

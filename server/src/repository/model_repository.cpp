@@ -14,9 +14,9 @@
 #include <string>
 
 #include "graphserve/engine/device.h"
-#include "graphserve/server/common/thread_name.h"
 #include "graphserve/server/config/config.h"
 #include "graphserve/server/config/triton_config.h"
+#include "common/thread_name.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/security/grpc_security.h"
+#include "grpc_security.h"
 
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/server_credentials.h>

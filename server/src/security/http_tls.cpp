@@ -1,4 +1,4 @@
-#include "graphserve/server/security/http_tls.h"
+#include "http_tls.h"
 
 #include <gnutls/gnutls.h>
 #include <spdlog/spdlog.h>
