@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "graphserve/server/observability/metrics_endpoint.h"
+#include "fake_clock.h"
+#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/metrics_endpoint.h"
 #include "http_get.h"
 #include "prometheus_text.h"
 #include "scheduler_test_support.h"
@@ -256,7 +259,10 @@ TEST(MetricsTest, CodeLabelIsSuccessOrTheLowerCaseGrpcName) {
 
 TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest) {
   SteadyClock clock;
-  ServerMetrics metrics(TestOptions());
+  LogLimiter log_limiter(&clock, LogLimit{});
+  ServerMetricsOptions options = TestOptions();
+  options.log_limiter = &log_limiter;
+  ServerMetrics metrics(options);
   auto scheduler = MakeScheduler("m", Options(0), {"cuda:0"}, {{1, 16}, {2, 16}}, &clock);
   metrics.AddModel(scheduler.get(), "1");
   const Exposition exposition(metrics.TextExposition());
@@ -286,6 +292,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_auth_failures_total", "counter"},
       {"graphserve_connections_refused_total", "counter"},
       {"graphserve_device_faulted", "gauge"},
+      {"graphserve_log_lines_suppressed_total", "counter"},
       {"graphserve_request_rows", "histogram"},
       {"graphserve_request_length", "histogram"},
       {"graphserve_request_deadline_left_seconds", "histogram"},
@@ -304,6 +311,10 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_device_faulted", {}), 0.0);
+  for (LogKind kind : kLogKinds) {
+    EXPECT_EQ(exposition.One("graphserve_log_lines_suppressed_total", {{"kind", LogKindLabel(kind)}}), 0.0)
+        << LogKindLabel(kind);
+  }
 
   // The codes a served model can be answered with exist at zero, so their rates are defined at once.
   for (const char* code : {"success", "invalid_argument", "resource_exhausted", "unavailable",
@@ -347,6 +358,26 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.One("graphserve_build_info",
                            {{"version", "9.8.7"}, {"libtorch", "1.13.0"}, {"cuda", "none"}}),
             1.0);
+}
+
+TEST(MetricsTest, SuppressedLogLinesAreReadFromTheLimiterAtEachScrape) {
+  FakeClock clock;
+  LogLimiter log_limiter(&clock, LogLimit{1, 10'000'000});
+  ServerMetricsOptions options = TestOptions();
+  options.log_limiter = &log_limiter;
+  ServerMetrics metrics(options);
+  for (int i = 0; i < 4; ++i) log_limiter.Admit(LogKind::kAuthFailure);
+  for (int i = 0; i < 2; ++i) log_limiter.Admit(LogKind::kProtobufLibrary, "wire_format_lite.cc:1");
+  const Exposition first(metrics.TextExposition());
+  EXPECT_EQ(first.One("graphserve_log_lines_suppressed_total", {{"kind", "auth_failure"}}), 3.0);
+  EXPECT_EQ(first.One("graphserve_log_lines_suppressed_total", {{"kind", "protobuf"}}), 1.0);
+  EXPECT_EQ(first.One("graphserve_log_lines_suppressed_total", {{"kind", "grpc"}}), 0.0);
+  // A counter: a new window writes lines again, and the total keeps what was dropped before.
+  clock.Advance(10'000'000);
+  log_limiter.Admit(LogKind::kAuthFailure);
+  log_limiter.Admit(LogKind::kAuthFailure);
+  const Exposition second(metrics.TextExposition());
+  EXPECT_EQ(second.One("graphserve_log_lines_suppressed_total", {{"kind", "auth_failure"}}), 4.0);
 }
 
 TEST(MetricsTest, IdentitiesHoldAfterRequests) {

@@ -434,7 +434,8 @@ void ModelRequestMetrics::Count(StatusCode code) {
 }
 
 ServerMetrics::ServerMetrics(ServerMetricsOptions options)
-    : registry_(std::make_unique<prometheus::Registry>()),
+    : log_limiter_(options.log_limiter),
+      registry_(std::make_unique<prometheus::Registry>()),
       collector_(std::make_unique<SchedulerCollector>(std::move(options))) {
   requests_ = &prometheus::BuildCounter()
                    .Name("graphserve_requests_total")
@@ -559,6 +560,19 @@ std::string ServerMetrics::TextExposition() const {
   std::vector<MetricFamily> collected = collector_->Collect();
   families.insert(families.end(), std::make_move_iterator(collected.begin()),
                   std::make_move_iterator(collected.end()));
+  if (log_limiter_ != nullptr) {
+    // Counted by the limiter itself, read here: every kind from 0, so that an alert has a series.
+    MetricFamily suppressed = NewFamily("graphserve_log_lines_suppressed_total",
+                                        "Log lines that clients caused and the rate limit dropped, by kind "
+                                        "(auth_failure, refused_connection, batch_failure, libmicrohttpd, grpc, "
+                                        "protobuf)",
+                                        MetricType::Counter);
+    for (LogKind kind : kLogKinds) {
+      AddSample(&suppressed, {{"kind", LogKindLabel(kind)}},
+                static_cast<double>(log_limiter_->SuppressedTotal(kind)));
+    }
+    families.push_back(std::move(suppressed));
+  }
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -21,6 +21,18 @@
 #include "http/rest_endpoint.h"
 #include "security/grpc_security.h"
 #include "security/http_tls.h"
+#include "graphserve/server/grpc_security.h"
+#include "graphserve/server/http_tls.h"
+#include "graphserve/server/inference_service.h"
+#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/metrics.h"
+#include "graphserve/server/metrics_endpoint.h"
+#include "graphserve/server/rest_endpoint.h"
+#include "graphserve/server/thread_name.h"
+#include "graphserve/server/usable_cores.h"
+#include "grpc_acceptor.h"
+#include "infer_path.h"
+#include "unary_infer_queues.h"
 
 namespace graphserve {
 namespace {
@@ -72,6 +84,7 @@ Status GraphServer::Start(const ServerOptions& options) {
   metrics_options.version = GRAPHSERVE_VERSION;
   metrics_options.engine = engine;
   metrics_options.device_memory = GetDeviceMemory;
+  metrics_options.log_limiter = &ClientLogLimiter();
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
 
   Status status = LoadCredentials(options);

@@ -24,6 +24,9 @@
 #include "graphserve/engine/status.h"
 #include "graphserve/server/batching/scheduler.h"
 #include "graphserve/server/common/thread_annotations.h"
+#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/scheduler.h"
+#include "graphserve/server/thread_annotations.h"
 
 namespace prometheus {
 class Counter;
@@ -92,6 +95,9 @@ struct ServerMetricsOptions {
   // Memory of a CUDA device ("cuda:N"), read at scrape time for every CUDA device an executor runs on
   // (the server passes the engine's GetDeviceMemory); empty: no GPU memory series.
   std::function<DeviceMemory(const std::string& device)> device_memory;
+  // Its suppressed lines per kind are read at scrape time (graphserve_log_lines_suppressed_total);
+  // null: no such family. Must outlive the ServerMetrics.
+  const LogLimiter* log_limiter = nullptr;
 };
 
 // Every graphserve metric: the RPC edge's registry and the collector over the schedulers and their
@@ -136,6 +142,7 @@ class ServerMetrics {
   std::string TextExposition() const;
 
  private:
+  const LogLimiter* const log_limiter_;  // first: read from the options before they move on
   std::unique_ptr<prometheus::Registry> registry_;
   std::unique_ptr<SchedulerCollector> collector_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
