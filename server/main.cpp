@@ -96,6 +96,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format,
                  "plain (human-readable) or json (one JSON object per line, for log collectors)")
       ->capture_default_str();
+  graphserve::LogLimit client_log_limit;
+  app.add_option("--log-rate-limit", client_log_limit.lines,
+                 "lines a kind of client-caused event (bad request, refused call or connection, a library's "
+                 "line) may log per 10 s; the rest are counted in graphserve_log_lines_suppressed_total and "
+                 "the next line written says how many; 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   app.add_option("--drain-timeout-s", drain_timeout_s,
                  "on SIGINT/SIGTERM, how long in-flight requests may take before they are cancelled")
       ->capture_default_str()
@@ -146,7 +153,7 @@ int main(int argc, char** argv) {
   if (status.ok() && options.metrics_plaintext && !options.tls.enabled()) {
     status = graphserve::InvalidArgument("--metrics-plaintext needs --tls-cert-file");
   }
-  if (status.ok()) status = graphserve::SetupLogging(log_level, format);
+  if (status.ok()) status = graphserve::SetupLogging(log_level, format, client_log_limit);
   if (!status.ok()) {
     fprintf(stderr, "%s\n", status.message().c_str());
     return 2;

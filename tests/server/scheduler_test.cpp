@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "fake_clock.h"
+#include "graphserve/server/log_limiter.h"
 #include "scheduler_test_support.h"
 
 namespace graphserve {
@@ -700,6 +701,31 @@ TEST_F(ModelSchedulerTest, EnqueueAfterStopIsUnavailable) {
       << status.message();
   EXPECT_EQ(outcome.wait_for(seconds(0)), std::future_status::timeout);
   EXPECT_EQ(scheduler_->Counters().accepted, 0u);
+}
+
+// Clients choose the inputs that fail: past the log's limit a failure is not logged, and its client
+// is not sent to look for it there.
+TEST_F(ModelSchedulerTest, FailuresPastTheLogLimitTellTheirClientsTheyAreNotInTheLog) {
+  shared_->error = InvalidArgument("index out of range in self");
+  // Two lines: the batch's, then the first failure pinned on requests; a window no test outlasts.
+  ClientLogLimiter().SetLimit(LogLimit{2, int64_t{3600} * 1'000'000});
+  const int64_t suppressed_before = ClientLogLimiter().SuppressedTotal(LogKind::kBatchFailure);
+  MakeScheduler(Options(10'000'000));
+  std::vector<std::future<Outcome>> outcomes(4);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(scheduler_->Enqueue(Request(1, 10 + i, i, &outcomes[i])).ok());
+  scheduler_->Stop();
+  int logged = 0, left_out = 0;
+  for (auto& f : outcomes) {
+    ASSERT_TRUE(Ready(f));
+    const std::string message = f.get().status.message();
+    logged += message.find(" in the server log)") != std::string::npos ? 1 : 0;
+    left_out += message.find("; not in the server log, which rate-limits failures alike)") != std::string::npos ? 1 : 0;
+  }
+  ClientLogLimiter().SetLimit(LogLimit{});
+  EXPECT_GE(logged, 1);
+  EXPECT_GE(left_out, 1);
+  EXPECT_EQ(logged + left_out, 4);
+  EXPECT_GE(ClientLogLimiter().SuppressedTotal(LogKind::kBatchFailure), suppressed_before + 1);
 }
 
 TEST_F(ModelSchedulerTest, AnExecutorThatFailsEveryBatchFailsEveryRequestWithoutItsMessage) {

@@ -17,6 +17,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/thread_name.h"
+#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/thread_name.h"
 
 namespace graphserve {
 namespace {
@@ -280,9 +282,12 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
     CalibrateWaitScale(decision.requests, end_us);
   } else {
     const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
-    spdlog::error("model '{}' on {}: batch of {} requests padded to {} failed (error {}): {}", spec_.name,
-                  executor->device(), decision.requests.size(), spec_.BucketLabel(decision.padded_shape),
-                  error_id, status.ToString());
+    // Rate-limited: clients choose the inputs that fail, and the engine's message can be long.
+    const bool logged =
+        LogLimited(LogKind::kBatchFailure, spec_.name, spdlog::level::err,
+                   "model '{}' on {}: batch of {} requests padded to {} failed (error {}): {}", spec_.name,
+                   executor->device(), decision.requests.size(), spec_.BucketLabel(decision.padded_shape),
+                   error_id, status.ToString());
     outputs.assign(decision.requests.size(), {});
     if (decision.requests.size() > 1) {
       // The reruns need the executor to themselves: batches launched after this one complete first
@@ -294,7 +299,7 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
       }
       IsolateFailures(executor, decision.padded_shape, decision.requests, &statuses, &outputs);
     } else {
-      statuses[0] = ForClient(status, error_id);
+      statuses[0] = ForClient(status, error_id, logged);
     }
   }
 
@@ -345,10 +350,12 @@ void ModelScheduler::RecordBatch(Executor* executor, const InFlightBatch& run, i
   }
 }
 
-Status ModelScheduler::ForClient(const Status& failure, uint64_t error_id) const {
+Status ModelScheduler::ForClient(const Status& failure, uint64_t error_id, bool logged) const {
   // The engine's message can hold the model's TorchScript source and host paths: it stays in the
   // log, and the client gets the code and an id to find it there.
-  const std::string reference = " (error " + std::to_string(error_id) + " in the server log)";
+  const std::string reference =
+      " (error " + std::to_string(error_id) +
+      (logged ? " in the server log)" : "; not in the server log, which rate-limits failures alike)");
   if (failure.code() == StatusCode::kInvalidArgument) {
     return InvalidArgument("model '" + spec_.name + "' rejected this request's input values" + reference);
   }
@@ -409,9 +416,10 @@ void ModelScheduler::IsolateFailures(Executor* executor, const BucketShape& padd
   };
   const auto fail = [&](size_t begin, size_t end, const char* how) {
     const uint64_t error_id = next_error_id_.fetch_add(1) + 1;
-    spdlog::error("model '{}' on {}: {} request(s) fail{} (error {}): {}", spec_.name, executor->device(),
-                  end - begin, how, error_id, (*statuses)[begin].ToString());
-    for (size_t i = begin; i < end; ++i) (*statuses)[i] = ForClient((*statuses)[i], error_id);
+    const bool logged = LogLimited(LogKind::kBatchFailure, spec_.name, spdlog::level::err,
+                                   "model '{}' on {}: {} request(s) fail{} (error {}): {}", spec_.name,
+                                   executor->device(), end - begin, how, error_id, (*statuses)[begin].ToString());
+    for (size_t i = begin; i < end; ++i) (*statuses)[i] = ForClient((*statuses)[i], error_id, logged);
   };
   while (!failing.empty()) {
     const Failing group = failing.back();

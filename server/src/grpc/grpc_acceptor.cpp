@@ -15,6 +15,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/listen_socket.h"
+#include "graphserve/server/log_limiter.h"
+#include "listen_socket.h"
 
 namespace graphserve {
 namespace {
@@ -22,11 +24,6 @@ namespace {
 // Descriptors kept out of the connections' reach: enough for the model files, the HTTP ports' own
 // connections and libraries that open files while serving (CUDA, AOTInductor's unpacking).
 int DescriptorReserve(int limit) { return std::max(32, limit / 16); }
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -115,14 +112,10 @@ void GrpcAcceptor::HandOver(int fd) {
   if (fd >= highest_connection_fd_) {
     close(fd);
     count_refusal_(Refusal::kDescriptorReserve);
-    const int64_t now_ns = NowNs();
-    if (now_ns - last_warning_ns_ > 10'000'000'000) {
-      last_warning_ns_ = now_ns;
-      spdlog::warn(
-          "gRPC: refusing new connections: {} descriptors are open and the rest of the open-file limit is "
-          "kept for the server (raise `ulimit -n`, or close idle clients)",
-          fd);
-    }
+    LogLimited(LogKind::kRefusedConnection, "descriptor_reserve", spdlog::level::warn,
+               "gRPC: refusing new connections: {} descriptors are open and the rest of the open-file limit is "
+               "kept for the server (raise `ulimit -n`, or close idle clients)",
+               fd);
     return;
   }
   grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
@@ -133,12 +126,8 @@ void GrpcAcceptor::HandOver(int fd) {
 
 void GrpcAcceptor::ShedOne() {
   count_refusal_(Refusal::kDescriptorsExhausted);
-  const int64_t now_ns = NowNs();
-  if (now_ns - last_warning_ns_ > 10'000'000'000) {
-    last_warning_ns_ = now_ns;
-    spdlog::warn("gRPC: out of file descriptors ({}); refusing connections until some close",
-                 std::strerror(errno));
-  }
+  LogLimited(LogKind::kRefusedConnection, "descriptors_exhausted", spdlog::level::warn,
+             "gRPC: out of file descriptors ({}); refusing connections until some close", std::strerror(errno));
   if (spare_fd_ >= 0) {
     close(spare_fd_);
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);

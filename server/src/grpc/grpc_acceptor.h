@@ -59,7 +59,6 @@ class GrpcAcceptor {
   int spare_fd_ = -1;
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
   std::thread thread_;
-  int64_t last_warning_ns_ = 0;
 };
 
 }  // namespace graphserve

@@ -16,6 +16,11 @@
 #include "graphserve/server/security/auth.h"
 #include "common/listen_socket.h"
 #include "security/http_tls.h"
+#include "graphserve/server/auth.h"
+#include "graphserve/server/http_tls.h"
+#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/rest_codec.h"
+#include "listen_socket.h"
 
 namespace graphserve {
 namespace http_internal {
@@ -246,12 +251,14 @@ struct Callbacks {
     if (handled) server->ExchangeClosed();
   }
 
+  // Clients cause most of libmicrohttpd's lines (malformed requests, failed TLS handshakes, the
+  // connection limit): rate-limited per message, told apart by its format string.
   static void Log(void*, const char* format, va_list arguments) {
     char message[512];
     std::vsnprintf(message, sizeof(message), format, arguments);
     std::string text(message);
     while (!text.empty() && text.back() == '\n') text.pop_back();
-    spdlog::warn("http: {}", text);
+    LogLimited(LogKind::kHttpLibrary, format, spdlog::level::warn, "http: {}", text);
   }
 
   static std::string TooLarge(const HttpServer& server) {

@@ -1,5 +1,6 @@
 #include "graphserve/server/observability/logging.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -7,21 +8,52 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "graphserve/engine/executor.h"
 #include "graphserve/server/observability/json_log_formatter.h"
+#include "graphserve/server/json_log_formatter.h"
+#include "graphserve/server/log_limiter.h"
 
 namespace graphserve {
 namespace {
 
-// gRPC's core logs to stderr in a format of its own; one stream in one format is what a collector
-// can parse, so its records go through spdlog like every other line.
-void ForwardGrpcLog(gpr_log_func_args* args) {
-  switch (args->severity) {
-    case GPR_LOG_SEVERITY_DEBUG: spdlog::debug("grpc: {} ({}:{})", args->message, args->file, args->line); break;
-    case GPR_LOG_SEVERITY_INFO: spdlog::info("grpc: {} ({}:{})", args->message, args->file, args->line); break;
-    case GPR_LOG_SEVERITY_ERROR: spdlog::error("grpc: {} ({}:{})", args->message, args->file, args->line); break;
+std::string SourceSite(const char* file, int line) { return std::string(file) + ":" + std::to_string(line); }
+
+spdlog::level::level_enum LevelOf(gpr_log_severity severity) {
+  switch (severity) {
+    case GPR_LOG_SEVERITY_DEBUG: return spdlog::level::debug;
+    case GPR_LOG_SEVERITY_INFO: return spdlog::level::info;
+    case GPR_LOG_SEVERITY_ERROR: return spdlog::level::err;
   }
+  return spdlog::level::err;
+}
+
+// gRPC's core logs to stderr in a format of its own; one stream in one format is what a collector
+// can parse, so its records go through spdlog like every other line. Some are a client's doing (a
+// failed TLS handshake per connection), so each source line of gRPC's is rate-limited.
+void ForwardGrpcLog(gpr_log_func_args* args) {
+  const std::string site = SourceSite(args->file, args->line);
+  LogLimited(LogKind::kGrpcLibrary, site, LevelOf(args->severity), "grpc: {} ({})", args->message, site);
+}
+
+// libprotobuf writes "[libprotobuf ERROR file:line] ..." to stderr, and a request whose string field
+// is not UTF-8 makes it write one such line per request: its lines join spdlog too, rate-limited per
+// source line.
+void ForwardProtobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& text) {
+  const std::string site = SourceSite(file, line);
+  // Some of its messages end in a space or a newline.
+  const std::string message = text.substr(0, text.find_last_not_of(" \n") + 1);
+  if (level == google::protobuf::LOGLEVEL_FATAL) {
+    // The process aborts next: never suppressed, and written out before it does.
+    spdlog::critical("protobuf: {} ({})", message, site);
+    spdlog::default_logger()->flush();
+    return;
+  }
+  const spdlog::level::level_enum spdlog_level = level == google::protobuf::LOGLEVEL_INFO      ? spdlog::level::info
+                                                 : level == google::protobuf::LOGLEVEL_WARNING ? spdlog::level::warn
+                                                                                               : spdlog::level::err;
+  LogLimited(LogKind::kProtobufLibrary, site, spdlog_level, "protobuf: {} ({})", message, site);
 }
 
 constexpr const char* kPlainPattern = "%Y-%m-%dT%H:%M:%S.%f%z %^%l%$ [%t] %v";
@@ -55,7 +87,7 @@ Status ParseLogFormat(const std::string& name, LogFormat* format) {
   return Status::Ok();
 }
 
-Status SetupLogging(const std::string& level, LogFormat format) {
+Status SetupLogging(const std::string& level, LogFormat format, LogLimit client_log_limit) {
   const spdlog::level::level_enum parsed = spdlog::level::from_str(level);
   // from_str answers "off" for any unknown name; only accept that when it was asked for.
   if (parsed == spdlog::level::off && level != "off") {
@@ -79,7 +111,9 @@ Status SetupLogging(const std::string& level, LogFormat format) {
       case LogLevel::kError: spdlog::error("engine: {}", message); break;
     }
   });
+  ClientLogLimiter().SetLimit(client_log_limit);
   gpr_set_log_function(ForwardGrpcLog);
+  google::protobuf::SetLogHandler(ForwardProtobufLog);
   return Status::Ok();
 }
 

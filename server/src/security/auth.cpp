@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "graphserve/server/log_limiter.h"
+
 namespace graphserve {
 namespace {
 
@@ -45,12 +47,6 @@ bool SameSecret(std::string_view presented, const std::string& accepted) {
     difference |= static_cast<unsigned char>(accepted[i]) ^ other;
   }
   return difference == 0;
-}
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -147,16 +143,8 @@ bool TokenAuthenticator::Accepts(std::string_view authorization, std::string_vie
 
 void TokenAuthenticator::Refused(const char* endpoint, std::string_view peer) const {
   if (count_refusal_) count_refusal_(endpoint);
-  const int64_t now = NowNs();
-  int64_t next = next_log_ns_.load();
-  if (now < next || !next_log_ns_.compare_exchange_strong(
-                        next, now + std::chrono::duration_cast<std::chrono::nanoseconds>(kLogInterval).count())) {
-    unlogged_.fetch_add(1);
-    return;
-  }
-  const int64_t more = unlogged_.exchange(0);
-  spdlog::warn("refused an unauthenticated {} request from {} (missing or wrong token){}", endpoint, peer,
-               more > 0 ? fmt::format("; {} more since the last such message", more) : std::string());
+  LogLimited(LogKind::kAuthFailure, {}, spdlog::level::warn,
+             "refused an unauthenticated {} request from {} (missing or wrong token)", endpoint, peer);
 }
 
 bool TokenAuthenticator::IsHealthGrpcMethod(std::string_view path) {

@@ -1,13 +1,12 @@
 #pragma once
 // A bound on the log lines that clients can cause. Every bad request, refused call or malformed
 // connection that logs would otherwise let a client fill the disk and bury the server's own lines
-// (2,000 requests whose strings were not UTF-8 wrote 776 KB of libprotobuf lines). Each such line
-// has a kind, and within a kind a site (a library's source line, a model): per kind and site, at most
-// LogLimit::lines are written in a window of LogLimit::window_us that opens with the first line; the
-// rest are counted, and the first line written after the window says how many were dropped
-// ("... (37 similar lines suppressed in the last 10 s)"). The totals per kind are exported as
-// graphserve_log_lines_suppressed_total. Errors of the server's own (start-up, model loads) never go
-// through here.
+// (2,000 bad requests wrote 776 KB of log). Each such line has a kind, and within a kind a site (a
+// library's source line, a model): per kind and site, at most LogLimit::lines are written in a
+// window of LogLimit::window_us that opens with the first line; the rest are counted, and the first
+// line written after the window says how many were dropped ("... (37 similar lines suppressed in
+// the last 10 s)"). The totals per kind are exported as graphserve_log_lines_suppressed_total.
+// Errors of the server's own (start-up, model loads) never go through here.
 //
 // Thread safety: any method from any thread (one short critical section per line). Errors: none.
 // Bound: at most kMaxSites sites are told apart; lines of further sites share their kind's window.

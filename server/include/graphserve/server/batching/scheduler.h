@@ -208,8 +208,8 @@ class ModelScheduler {
   void IsolateFailures(Executor* executor, const BucketShape& padded_shape,
                        const std::vector<std::shared_ptr<PendingRequest>>& requests,
                        std::vector<Status>* statuses, BatchOutputs* outputs) EXCLUDES(mutex_);
-  // What a client is told of an execution failure logged as `error_id`.
-  Status ForClient(const Status& failure, uint64_t error_id) const;
+  // What a client is told of an execution failure numbered `error_id`, `logged` or suppressed.
+  Status ForClient(const Status& failure, uint64_t error_id, bool logged) const;
 
   const ModelSpec spec_;
   const SchedulerOptions options_;

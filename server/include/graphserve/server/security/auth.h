@@ -7,8 +7,6 @@
 // `authorization: Bearer TOKEN` (what tritonclient's `headers=` and most HTTP tools send) or as
 // `x-api-key: TOKEN`. Health probes (grpc.health.v1, ServerLive/ServerReady, /v2/health/*) stay open
 // unless AuthOptions::protect_health says otherwise, so that orchestrators need no secret.
-#include <atomic>
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -71,15 +69,13 @@ class TokenAuthenticator {
 
   const AuthOptions& options() const { return options_; }
 
-  // Counts a refusal and logs it, at most once per kLogInterval per process (a flood of bad calls
-  // must not flood the log); never logs what was presented.
+  // Counts a refusal and logs it, rate-limited as LogKind::kAuthFailure (log_limiter.h: a flood of
+  // bad calls must not flood the log); never logs what was presented.
   void Refused(const char* endpoint, std::string_view peer) const;
 
   // Whether a gRPC method (":path", "/package.Service/Method") or an HTTP path is a health probe.
   static bool IsHealthGrpcMethod(std::string_view path);
   static bool IsHealthHttpPath(std::string_view path);
-
-  static constexpr std::chrono::seconds kLogInterval{10};
 
  private:
   TokenAuthenticator(AuthOptions options, RefusalCounter count_refusal);
@@ -89,8 +85,6 @@ class TokenAuthenticator {
   const RefusalCounter count_refusal_;
   mutable Mutex mutex_;
   std::shared_ptr<const std::vector<std::string>> tokens_ GUARDED_BY(mutex_);
-  mutable std::atomic<int64_t> next_log_ns_{0};
-  mutable std::atomic<int64_t> unlogged_{0};
 };
 
 }  // namespace graphserve
