@@ -1,6 +1,7 @@
 // What a container runtime and an orchestrator see of the real graphserve binary: with
 // --log-format json every stdout line is a JSON object a collector can parse, the grpc.health.v1
-// statuses that Kubernetes' gRPC probes ask follow readiness, and SIGTERM ends in exit 0.
+// statuses that Kubernetes' gRPC probes ask follow readiness, and SIGTERM ends in exit 0. And what a
+// flood of bad requests leaves in that log: a bounded number of lines, all JSON (LogFloodTest).
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -11,7 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -19,6 +23,7 @@
 #include <thread>
 
 #include "http_get.h"
+#include "infer_helpers.h"
 #include "prometheus_text.h"
 #include "server_process.h"
 
@@ -39,31 +44,42 @@ std::string ReadText(const std::string& path) {
   return text.str();
 }
 
-// grpc.health.v1.Health/Check through the generic stub, so that the test needs no health.proto: the
-// request is field 1 (string `service`), the response field 1 (enum `status`), both tiny enough to
-// encode by hand. Returns the status, or -1 with the call's status in `call_status`.
-int HealthCheck(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
-                grpc::Status* call_status) {
-  std::string request;
-  if (!service.empty()) request = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+// One unary call through the generic stub, with the request and the response as bytes: no .proto of
+// the service is needed, and the request may hold bytes that no generated class would serialize.
+grpc::Status UnaryBytesCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                            const std::string& request, std::string* response) {
   grpc::Slice slice(request);
   grpc::ByteBuffer request_buffer(&slice, 1);
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::CompletionQueue queue;
-  auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request_buffer, &queue);
+  auto call = stub.PrepareUnaryCall(&context, method, request_buffer, &queue);
   call->StartCall();
-  grpc::ByteBuffer response;
-  call->Finish(&response, call_status, nullptr);
+  grpc::ByteBuffer response_buffer;
+  grpc::Status status;
+  call->Finish(&response_buffer, &status, nullptr);
   void* tag = nullptr;
   bool ok = false;
   queue.Next(&tag, &ok);
-  if (!call_status->ok()) return -1;
+  response->clear();
+  if (!status.ok()) return status;
   std::vector<grpc::Slice> slices;
-  (void)response.Dump(&slices);
+  (void)response_buffer.Dump(&slices);
+  for (const grpc::Slice& part : slices) response->append(reinterpret_cast<const char*>(part.begin()), part.size());
+  return status;
+}
+
+// grpc.health.v1.Health/Check, whose request is field 1 (string `service`) and response field 1
+// (enum `status`), both tiny enough to encode by hand. Returns the status, or -1 with the call's
+// status in `call_status`.
+int HealthCheck(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+                grpc::Status* call_status) {
+  std::string request;
+  if (!service.empty()) request = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
   std::string bytes;
-  for (const grpc::Slice& part : slices) bytes.append(reinterpret_cast<const char*>(part.begin()), part.size());
+  *call_status = UnaryBytesCall(channel, "/grpc.health.v1.Health/Check", request, &bytes);
+  if (!call_status->ok()) return -1;
   // proto3 leaves out a zero (UNKNOWN) enum value, so an empty message means status 0.
   if (bytes.empty()) return 0;
   return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
@@ -242,6 +258,120 @@ TEST(ContainerTest, JsonLogEscapesAStartupError) {
     }
   }
   EXPECT_TRUE(found) << process.Log();
+}
+
+size_t CountLines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+bool AnyMessageHolds(const std::vector<json>& records, const std::string& prefix, const std::string& part) {
+  for (const json& record : records) {
+    const std::string message = record.value("message", "");
+    if (message.rfind(prefix, 0) == 0 && message.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A ModelInfer request whose model_name (field 1) is not UTF-8: libprotobuf logs an error for each
+// one it parses, and gRPC refuses the call. Written by hand, since the generated class would log the
+// same complaint in this process while serializing it.
+const std::string kNotUtf8ModelInfer = std::string("\x0a\x04\xff\xfe\xfd\xfc", 6);
+constexpr char kModelInfer[] = "/inference.GRPCInferenceService/ModelInfer";
+constexpr char kProtobufUtf8Line[] =
+    "protobuf: String field 'inference.ModelInferRequest.model_name' contains invalid UTF-8";
+
+// A REST request cut off in its body: libmicrohttpd logs "Connection was closed by remote side with
+// incomplete request" for each one.
+void SendIncompleteRestRequest(int port) {
+  const int fd = IdleConnection(port);
+  if (fd < 0) return;
+  const std::string partial = "POST /v2/models/tiny_scripted/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{";
+  (void)send(fd, partial.data(), partial.size(), MSG_NOSIGNAL);
+  close(fd);
+}
+
+// What an attacker did to the log: 2,000 bad gRPC requests from several threads, and 500 cut-off REST
+// requests. With the default rate limit the log grows by a few dozen lines, all JSON, libprotobuf's
+// included; the next line after the window tells how many were dropped, the metric counts them, and
+// the server still serves.
+TEST(LogFloodTest, BadRequestsLeaveABoundedLogOfJsonLines) {
+  // One small model, so that the server is ready in seconds.
+  const std::string repository = std::string(TEST_OUTPUT_DIR) + "/log_flood_repository";
+  std::filesystem::remove_all(repository);
+  std::filesystem::create_directories(repository);
+  std::filesystem::create_directory_symlink(std::string(MODEL_REPOSITORY) + "/tiny_scripted",
+                                            repository + "/tiny_scripted");
+  const std::string stderr_path = std::string(TEST_OUTPUT_DIR) + "/log_flood.stderr";
+  ServerProcess server(GRAPHSERVE_BINARY,
+                       {"--device", TestDevice(), "--model-repository", repository, "--log-format", "json"},
+                       std::string(TEST_OUTPUT_DIR) + "/log_flood.stdout", stderr_path);
+  ASSERT_TRUE(server.WaitUntilReady(kStartTimeout)) << server.Log() << ReadText(stderr_path);
+  const size_t lines_before = CountLines(server.Log());
+
+  constexpr int kThreads = 4;
+  constexpr int kCallsEach = 500;
+  constexpr int kRestCalls = 500;
+  const auto flood_start = std::chrono::steady_clock::now();
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      const auto channel = server.NewChannel();
+      std::string response;
+      for (int i = 0; i < kCallsEach; ++i) {
+        if (!UnaryBytesCall(channel, kModelInfer, kNotUtf8ModelInfer, &response).ok()) ++refused;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < kRestCalls; ++i) SendIncompleteRestRequest(server.http_port());
+  });
+  for (std::thread& thread : threads) thread.join();
+  const double flood_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - flood_start).count();
+  EXPECT_EQ(refused.load(), kThreads * kCallsEach);
+
+  // 10 lines per 10 s window each of libprotobuf's source line and libmicrohttpd's message (and the
+  // message of a REST request cut off before its headers, should one be), and a few of the
+  // server's own at most.
+  const size_t windows = 1 + static_cast<size_t>(flood_s / 10);
+  const size_t flood_lines = CountLines(server.Log()) - lines_before;
+  EXPECT_GE(flood_lines, 2u);
+  EXPECT_LE(flood_lines, 3 * 10 * windows + 5) << "in " << flood_s << " s:\n" << server.Log();
+
+  // Once the window is over, the next such request's line says how many were dropped.
+  bool told = false;
+  const auto give_up = flood_start + std::chrono::seconds(40);
+  while (!told && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::string response;
+    EXPECT_FALSE(UnaryBytesCall(server.NewChannel(), kModelInfer, kNotUtf8ModelInfer, &response).ok());
+    SendIncompleteRestRequest(server.http_port());
+    // Searched as text: the line being written while the log is read may be incomplete.
+    const std::string log = server.Log();
+    told = std::regex_search(log, std::regex("protobuf: String field [^\n]*similar lines suppressed in the last")) &&
+           std::regex_search(log, std::regex("http: Connection was closed [^\n]*similar lines suppressed in the last"));
+  }
+  EXPECT_TRUE(told) << server.Log();
+  const Exposition metrics(HttpGet(server.metrics_port(), "/metrics").body);
+  EXPECT_GE(metrics.Sum("graphserve_log_lines_suppressed_total", {{"kind", "protobuf"}}),
+            static_cast<double>(kThreads * kCallsEach - 10 * windows));
+  // Not every cut-off request is logged: one closed before libmicrohttpd read a byte is not.
+  EXPECT_GT(metrics.Sum("graphserve_log_lines_suppressed_total", {{"kind", "libmicrohttpd"}}), 0.0);
+  EXPECT_EQ(metrics.Sum("graphserve_log_lines_suppressed_total", {{"kind", "auth_failure"}}), 0.0);
+
+  // Still serving.
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  inference::ModelInferResponse response;
+  const grpc::Status good =
+      server.NewStub()->ModelInfer(&context, TokenRequest("tiny_scripted", TokenRows{{5, 6, 7}}), &response);
+  EXPECT_TRUE(good.ok()) << good.error_message();
+
+  EXPECT_EQ(server.Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.Log();
+  const std::vector<json> records = ParseJsonLines(server.Log());
+  EXPECT_TRUE(AnyMessageStartsWith(records, kProtobufUtf8Line)) << server.Log();
+  EXPECT_TRUE(AnyMessageHolds(records, kProtobufUtf8Line, "similar lines suppressed in the last")) << server.Log();
+  EXPECT_TRUE(AnyMessageStartsWith(records, "stopped")) << server.Log();
+  // Nothing wrote around the JSON log (libprotobuf wrote its own lines to stderr before).
+  EXPECT_EQ(ReadText(stderr_path), "");
 }
 
 TEST(ContainerTest, UnknownLogFormatIsRefused) {
