@@ -66,10 +66,14 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerConte
   return FinishNow(context, grpc::Status::OK);
 }
 
+bool InferenceService::Ready() const {
+  return ready_.load() && (!strict_readiness_ || repository_->EveryModelServes());
+}
+
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
-  response->set_ready(ready_.load());
+  response->set_ready(Ready());
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -59,9 +59,14 @@ class InferenceService final : public InferenceServiceBase {
   InferenceService(ModelRepository* repository, const Clock* clock, ServerMetrics* metrics)
       : repository_(repository), clock_(clock), metrics_(metrics) {}
 
-  // Ready: models loaded and warmed up, and not draining. Every model of the repository must have been
-  // added to the metrics (ServerMetrics::AddModel) before the service turns ready.
+  // Ready: models loaded and warmed up, and not draining: requests are served. Every model of the
+  // repository must have been added to the metrics (ServerMetrics::AddModel) before the service
+  // turns ready.
   void SetReady(bool ready) { ready_.store(ready); }
+  // Triton's --strict-readiness (ServerOptions::strict_readiness); set before serving.
+  void set_strict_readiness(bool strict) { strict_readiness_ = strict; }
+  // What ServerReady answers: serving, and with strict readiness every model serving too.
+  bool Ready() const;
   // Live until the process cannot serve any more (a faulted CUDA context): ServerLive answers it.
   void SetLive(bool live) { live_.store(live); }
 
@@ -142,6 +147,7 @@ class InferenceService final : public InferenceServiceBase {
   const Clock* const clock_;
   ServerMetrics* const metrics_;
   std::atomic<bool> ready_{false};
+  bool strict_readiness_ = true;
   std::atomic<bool> live_{true};
 };
 

@@ -107,7 +107,13 @@ Status GraphServer::Start(const ServerOptions& options) {
   status = repository_->Start(repository_options);
   if (!status.ok()) return status;
   SetReady(true);
-  spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
+  if (service_->Ready()) {
+    spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
+  } else {
+    spdlog::warn("serving {} model(s), but not ready: a model failed to load (--strict-readiness=false reports "
+                 "ready regardless)",
+                 repository_->Serving().size());
+  }
   return Status::Ok();
 }
 
@@ -130,6 +136,10 @@ Status GraphServer::LoadCredentials(const ServerOptions& options) {
 }
 
 Status GraphServer::StartMetricsEndpoint(const ServerOptions& options) {
+  if (options.metrics_address.empty()) {
+    spdlog::info("metrics endpoint off: no /metrics");
+    return Status::Ok();
+  }
   const bool metrics_tls = http_tls_ && !options.metrics_plaintext;
   const Status status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_,
                                                metrics_tls ? http_tls_ : nullptr,
@@ -147,34 +157,41 @@ void GraphServer::CreateRepositoryAndService() {
     metrics->AddModel(model.scheduler.get(), model.version);
   };
   listener.retired = [metrics](const LoadedModel& model) { metrics->RemoveModel(model.scheduler.get()); };
+  listener.states_changed = [this] { PublishReadiness(); };
   repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
+  service_->set_strict_readiness(options_.strict_readiness);
 }
 
 Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const RequestLimits& limits,
                                       std::chrono::microseconds busy_poll) {
   ServerMetrics* metrics = metrics_.get();
-  Status status = GrpcAcceptor::Listen(
-      options.grpc_address,
-      [metrics](GrpcAcceptor::Refusal refusal) {
-        metrics->CountRefusedConnection(refusal == GrpcAcceptor::Refusal::kDescriptorReserve
-                                            ? "descriptor_reserve"
-                                            : "descriptors_exhausted");
-      },
-      &grpc_acceptor_);
-  if (!status.ok()) return status;
-  grpc_port_ = grpc_acceptor_->port();
+  Status status;
+  if (!options.grpc_address.empty()) {
+    status = GrpcAcceptor::Listen(
+        options.grpc_address,
+        [metrics](GrpcAcceptor::Refusal refusal) {
+          metrics->CountRefusedConnection(refusal == GrpcAcceptor::Refusal::kDescriptorReserve
+                                              ? "descriptor_reserve"
+                                              : "descriptors_exhausted");
+        },
+        &grpc_acceptor_);
+    if (!status.ok()) return status;
+    grpc_port_ = grpc_acceptor_->port();
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   std::shared_ptr<grpc::ServerCredentials> credentials;
   status = MakeGrpcServerCredentials(options.tls, auth_.get(), &credentials);
   if (!status.ok()) return status;
   grpc::ServerBuilder builder;
-  // Connections come from grpc_acceptor_ (grpc_acceptor.h says why gRPC's own listener is not used).
-  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff =
-      builder.experimental().AddExternalConnectionAcceptor(
-          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-          credentials);
+  // Connections come from grpc_acceptor_ (grpc_acceptor.h says why gRPC's own listener is not used);
+  // without one the server has no port, and REST reaches it in-process.
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff;
+  if (grpc_acceptor_) {
+    handoff = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
+  }
   builder.RegisterService(service_.get());
   const int usable_cores = UsableCores();
   const int infer_threads =
@@ -207,11 +224,15 @@ Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const Reques
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_) return Unavailable("--grpc-address: the gRPC server did not start on " + options.grpc_address);
   infer_queues_->Start(service_.get(), service_->infer_path());
-  grpc_acceptor_->Start(std::move(handoff));
   grpc_server_->GetHealthCheckService()->SetServingStatus(kLivenessServiceName, true);
   SetReady(false);
-  spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
-               options.grpc_address, grpc_port_);
+  if (grpc_acceptor_) {
+    grpc_acceptor_->Start(std::move(handoff));
+    spdlog::info("gRPC endpoint listening on {} (port {}); not ready until the models are warmed up",
+                 options.grpc_address, grpc_port_);
+  } else {
+    spdlog::info("gRPC endpoint off: KServe v2 over REST only");
+  }
   spdlog::info("ModelInfer calls taken by {} threads ({} usable cores), each with its own completion queue{}",
                infer_threads, usable_cores,
                busy_poll.count() > 0
@@ -277,6 +298,13 @@ void GraphServer::StartHousekeeping() {
 
 void GraphServer::SetReady(bool ready) {
   service_->SetReady(ready);
+  PublishReadiness();
+}
+
+void GraphServer::PublishReadiness() {
+  std::lock_guard<std::mutex> lock(readiness_mutex_);
+  if (!service_ || !grpc_server_) return;
+  const bool ready = service_->Ready();
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   if (health == nullptr) return;  // only when gRPC was built without the default service
   health->SetServingStatus("", ready);

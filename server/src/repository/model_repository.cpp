@@ -25,7 +25,12 @@ constexpr const char* kStateReady = "READY";
 constexpr const char* kStateLoading = "LOADING";
 constexpr const char* kStateUnloading = "UNLOADING";
 constexpr const char* kStateUnavailable = "UNAVAILABLE";
+// The reason of a model unloaded on request: as in Triton, it does not make the server unready.
+constexpr const char* kReasonUnloaded = "unloaded";
 constexpr const char* kLoadAllModels = "*";
+// How deep FolderFingerprint looks into a model folder: Triton's layout is two levels deep, and a
+// symbolic link that loops must end somewhere.
+constexpr int kFingerprintDepth = 8;
 
 bool IsDirectory(const std::string& path) {
   struct stat info {};
@@ -45,6 +50,35 @@ Status ListSubdirectories(const std::string& dir, std::vector<std::string>* name
   closedir(handle);
   std::sort(names->begin(), names->end());
   return Status::Ok();
+}
+
+// What a poll compares to see whether a model folder changed: the path, size and modification
+// time of every file and folder under it, hidden ones left out (an editor's swap file is no
+// change), symbolic links followed (a Kubernetes volume swaps its files through one). Empty for a
+// folder that cannot be read.
+void AppendFingerprint(const std::string& dir, const std::string& relative, int depth, std::string* fingerprint) {
+  std::vector<std::string> names;
+  DIR* handle = opendir(dir.c_str());
+  if (handle == nullptr) return;
+  while (const dirent* entry = readdir(handle)) {
+    if (entry->d_name[0] != '.') names.push_back(entry->d_name);
+  }
+  closedir(handle);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    struct stat info {};
+    const std::string path = dir + "/" + name;
+    if (stat(path.c_str(), &info) != 0) continue;
+    *fingerprint += relative + name + " " + std::to_string(info.st_size) + " " +
+                    std::to_string(info.st_mtim.tv_sec) + "." + std::to_string(info.st_mtim.tv_nsec) + "\n";
+    if (S_ISDIR(info.st_mode) && depth > 0) AppendFingerprint(path, relative + name + "/", depth - 1, fingerprint);
+  }
+}
+
+std::string FolderFingerprint(const std::string& dir) {
+  std::string fingerprint;
+  AppendFingerprint(dir, "", kFingerprintDepth, &fingerprint);
+  return fingerprint;
 }
 
 // Triton's version folders are positive decimal numbers; other folders are not versions.
@@ -268,14 +302,13 @@ Status BuildModel(inference::ModelConfig config, const std::string& version, con
 }  // namespace
 
 Status ParseModelControlMode(const std::string& text, ModelControlMode* mode) {
-  if (text == "none") {
-    *mode = ModelControlMode::kNone;
-  } else if (text == "explicit") {
-    *mode = ModelControlMode::kExplicit;
-  } else {
-    return InvalidArgument("--model-control-mode: '" + text + "' is not one of none, explicit");
+  for (ModelControlMode candidate : {ModelControlMode::kNone, ModelControlMode::kExplicit, ModelControlMode::kPoll}) {
+    if (text == ModelControlModeName(candidate)) {
+      *mode = candidate;
+      return Status::Ok();
+    }
   }
-  return Status::Ok();
+  return InvalidArgument("--model-control-mode: '" + text + "' is not one of none, explicit, poll");
 }
 
 Status ResolveDevice(const std::string& requested, std::string* resolved) {
@@ -401,8 +434,9 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
   if (!status.ok()) return Status(status.code(), "--device: " + status.message());
 
   if (options.model_repository.empty()) {
-    if (options.control_mode == ModelControlMode::kExplicit) {
-      return InvalidArgument("--model-control-mode explicit: needs --model-repository");
+    if (options.control_mode != ModelControlMode::kNone) {
+      return InvalidArgument(std::string("--model-control-mode ") + ModelControlModeName(options.control_mode) +
+                             ": needs --model-repository");
     }
     if (!options.startup_models.empty()) {
       return InvalidArgument("--load-model: only with --model-repository and --model-control-mode explicit");
@@ -435,19 +469,39 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
       startup.push_back(name);
     }
   } else if (!options.startup_models.empty()) {
-    return InvalidArgument("--load-model: only with --model-control-mode explicit (none loads every model)");
+    return InvalidArgument(std::string("--load-model: only with --model-control-mode explicit (") +
+                           ModelControlModeName(options.control_mode) + " loads every model)");
   }
+  // Poll mode may start empty: models can be added later.
   if (options.control_mode == ModelControlMode::kNone && names.empty()) {
     return NotFound("--model-repository '" + options.model_repository + "' holds no model folders");
   }
-  for (const std::string& name : startup) {
-    status = LoadNamed(name);
-    if (!status.ok()) return status;
-  }
+  status = LoadAtStart(startup);
+  if (!status.ok()) return status;
   control_thread_ = std::thread([this] {
     NameThisThread("gs-control");
     ControlLoop();
   });
+  return Status::Ok();
+}
+
+Status ModelRepository::LoadAtStart(const std::vector<std::string>& names) {
+  std::vector<Status> failures;
+  for (const std::string& name : names) {
+    if (options_.control_mode == ModelControlMode::kPoll) {
+      fingerprints_[name] = FolderFingerprint(options_.model_repository + "/" + name);
+    }
+    const Status status = LoadNamed(name);  // logs its own failure
+    if (!status.ok()) failures.push_back(status);
+  }
+  if (failures.empty()) return Status::Ok();
+  std::string summary = std::to_string(failures.size()) + " of " + std::to_string(names.size()) +
+                        " model(s) failed to load:";
+  for (const Status& failure : failures) summary += " [" + failure.message() + "]";
+  if (options_.exit_on_error) {
+    return Status(failures.front().code(), summary + "; --exit-on-error=false serves the others");
+  }
+  spdlog::error("{}; serving the other {} (--exit-on-error=false)", summary, names.size() - failures.size());
   return Status::Ok();
 }
 
@@ -520,6 +574,15 @@ std::vector<std::shared_ptr<LoadedModel>> ModelRepository::Serving() const {
   return serving;
 }
 
+bool ModelRepository::EveryModelServes() const {
+  MutexLock lock(&mutex_);
+  for (const auto& [name, entry] : entries_) {
+    const bool unloaded = entry.state == kStateUnavailable && entry.reason == kReasonUnloaded;
+    if (!entry.serving && !unloaded) return false;
+  }
+  return true;
+}
+
 std::vector<ModelIndexEntry> ModelRepository::Index(bool ready_only) const {
   // The folders are read anew: a model copied into the repository after start is listed (and can be
   // loaded) without a restart.
@@ -551,8 +614,8 @@ Status ModelRepository::CheckControllable() const {
   }
   if (options_.control_mode != ModelControlMode::kExplicit) {
     return Status(StatusCode::kFailedPrecondition,
-                  "model control mode is 'none': start graphserve with --model-control-mode explicit "
-                  "to load and unload models");
+                  std::string("model control mode is '") + ModelControlModeName(options_.control_mode) +
+                      "': start graphserve with --model-control-mode explicit to load and unload models");
   }
   return Status::Ok();
 }
@@ -586,10 +649,26 @@ void ModelRepository::Enqueue(Operation operation) {
 }
 
 void ModelRepository::ControlLoop() {
+  const bool polling = options_.control_mode == ModelControlMode::kPoll;
+  const int64_t poll_interval_us = std::chrono::microseconds(options_.poll_interval).count();
+  int64_t next_poll_us = clock_->NowMicros() + poll_interval_us;
   MutexLock lock(&mutex_);
   while (true) {
-    while (!stopping_ && operations_.empty()) lock.Wait(operations_changed_);
+    while (!stopping_ && operations_.empty() && !(polling && clock_->NowMicros() >= next_poll_us)) {
+      if (polling) {
+        clock_->WaitUntil(operations_changed_, lock.native(), next_poll_us);
+      } else {
+        lock.Wait(operations_changed_);
+      }
+    }
     if (stopping_) break;
+    if (operations_.empty()) {  // the poll's time has come
+      lock.Unlock();
+      PollRepository();
+      lock.Lock();
+      next_poll_us = clock_->NowMicros() + poll_interval_us;
+      continue;
+    }
     Operation operation = std::move(operations_.front());
     operations_.pop_front();
     lock.Unlock();
@@ -602,11 +681,59 @@ void ModelRepository::ControlLoop() {
   operations_.clear();
 }
 
+void ModelRepository::PollRepository() {
+  std::vector<std::string> folders;
+  const Status listed = ListSubdirectories(options_.model_repository, &folders);
+  if (!listed.ok()) {
+    // An unmounted volume unloading every model would be worse than serving what is loaded.
+    spdlog::error("polling --model-repository: {}; the models loaded keep serving", listed.message());
+    return;
+  }
+  std::vector<std::string> known;
+  {
+    MutexLock lock(&mutex_);
+    for (const auto& [name, entry] : entries_) known.push_back(name);
+  }
+  for (const std::string& name : known) {
+    if (std::binary_search(folders.begin(), folders.end(), name)) continue;
+    spdlog::info("model '{}' left the repository: unloading it", name);
+    UnloadNamed(name);
+    Forget(name);
+    fingerprints_.erase(name);
+  }
+  for (const std::string& name : folders) {
+    std::string fingerprint = FolderFingerprint(options_.model_repository + "/" + name);
+    auto found = fingerprints_.find(name);
+    if (found != fingerprints_.end() && found->second == fingerprint) continue;
+    spdlog::info("model '{}' {} in the repository", name, found == fingerprints_.end() ? "appeared" : "changed");
+    // Recorded before the load: a change made while it loads is seen by the next poll.
+    fingerprints_[name] = std::move(fingerprint);
+    LoadNamed(name);  // logs its own failure; a failed reload keeps the served version
+  }
+}
+
+void ModelRepository::Forget(const std::string& name) {
+  {
+    MutexLock lock(&mutex_);
+    auto found = entries_.find(name);
+    if (found == entries_.end() || found->second.serving) return;
+    entries_.erase(found);
+  }
+  NotifyStatesChanged();
+}
+
+void ModelRepository::NotifyStatesChanged() const {
+  if (listener_.states_changed) listener_.states_changed();
+}
+
 void ModelRepository::SetState(const std::string& name, const std::string& state, const std::string& reason) {
-  MutexLock lock(&mutex_);
-  Entry& entry = entries_[name];
-  entry.state = state;
-  entry.reason = reason;
+  {
+    MutexLock lock(&mutex_);
+    Entry& entry = entries_[name];
+    entry.state = state;
+    entry.reason = reason;
+  }
+  NotifyStatesChanged();
 }
 
 Status ModelRepository::LoadNamed(const std::string& name) {
@@ -620,6 +747,7 @@ Status ModelRepository::LoadNamed(const std::string& name) {
     // While a reload warms up, the old version keeps serving and the model stays READY.
     if (!reloading) entry.state = kStateLoading;
   }
+  if (!reloading) NotifyStatesChanged();
   spdlog::info("{} model '{}' from {}", reloading ? "reloading" : "loading", name, model_dir);
   std::shared_ptr<LoadedModel> loaded;
   Status status =
@@ -647,6 +775,7 @@ Status ModelRepository::LoadNamed(const std::string& name) {
     previous = std::move(entry.serving);
     entry = Entry{std::move(loaded), kStateReady, ""};
   }
+  NotifyStatesChanged();
   if (previous) Retire(std::move(previous));
   return Status::Ok();
 }
@@ -664,9 +793,10 @@ Status ModelRepository::UnloadNamed(const std::string& name) {
     found->second.state = kStateUnloading;
     found->second.reason = "";
   }
+  NotifyStatesChanged();
   spdlog::info("unloading model '{}' version {}: draining its requests", name, previous->version);
   Retire(std::move(previous));
-  SetState(name, kStateUnavailable, "unloaded");
+  SetState(name, kStateUnavailable, kReasonUnloaded);
   return Status::Ok();
 }
 

@@ -33,6 +33,7 @@ class ServerMetrics;
 class UnaryInferQueues;
 
 struct ServerOptions {
+  // The KServe v2 gRPC endpoint; empty: none (the REST endpoint still reaches the service in-process).
   std::string grpc_address = "0.0.0.0:8001";
   // Calls one gRPC connection may have open at once; more wait in the client.
   int grpc_max_concurrent_streams = 4096;
@@ -52,7 +53,7 @@ struct ServerOptions {
   // The KServe v2 HTTP/REST endpoint; empty: none.
   std::string http_address = "0.0.0.0:8000";
   int http_thread_count = 8;
-  // HTTP /metrics for Prometheus, apart from the gRPC port.
+  // HTTP /metrics for Prometheus, apart from the gRPC port; empty: none.
   std::string metrics_address = "0.0.0.0:8002";
   RepositoryOptions repository;
   // TLS of the gRPC, REST and (unless metrics_plaintext) /metrics ports.
@@ -62,6 +63,10 @@ struct ServerOptions {
   AuthOptions auth;
   // How long Shutdown waits for in-flight requests before cancelling them.
   std::chrono::milliseconds drain_timeout{30000};
+  // Triton's --strict-readiness: the server reports ready only while every model the repository
+  // loaded or tried to load serves (ModelRepository::EveryModelServes); false: once start-up is over,
+  // whatever the models' states. Requests are served either way.
+  bool strict_readiness = true;
 };
 
 class GraphServer {
@@ -76,7 +81,7 @@ class GraphServer {
   // reload interval); on an error keeps what it had, and says so in the log.
   void Reload();
 
-  // The port the gRPC endpoint is bound to (useful with port 0).
+  // The port the gRPC endpoint is bound to (useful with port 0); 0 without one.
   int grpc_port() const { return grpc_port_; }
 
  private:
@@ -98,8 +103,12 @@ class GraphServer {
                            std::chrono::microseconds busy_poll);
   Status StartRestEndpoint(const ServerOptions& options, const RequestLimits& limits);
 
-  // ServerReady and the grpc.health.v1 statuses together. Needs service_ and grpc_server_.
+  // Whether requests are served (InferenceService::SetReady), then what readiness reports. Needs
+  // service_ and grpc_server_.
   void SetReady(bool ready);
+  // ServerReady's answer onto the grpc.health.v1 statuses; called again whenever a model's state
+  // changes. Needs service_ and grpc_server_; any thread.
+  void PublishReadiness();
   // ServerLive and the grpc.health.v1 "liveness" status together. Needs service_ and grpc_server_.
   void SetLive(bool live);
   // Until Shutdown: returns free heap memory to the system every few seconds, and turns liveness
@@ -118,6 +127,8 @@ class GraphServer {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // One publication at a time, so that the last one published reads the latest state.
+  std::mutex readiness_mutex_;
   std::unique_ptr<UnaryInferQueues> infer_queues_;
   int grpc_port_ = 0;
   // After grpc_server_: it calls the gRPC service through an in-process channel.

@@ -7,7 +7,12 @@
 // capture on CUDA) and starts the model's scheduler.
 //
 // Control modes, as Triton's --model-control-mode: kNone loads every model at start and refuses
-// LoadModel/UnloadModel; kExplicit loads the models named at start and then whatever LoadModel asks.
+// LoadModel/UnloadModel; kExplicit loads the models named at start and then whatever LoadModel asks;
+// kPoll loads every model at start, then reads the repository again every poll interval: a new
+// folder is loaded, a changed one (any file or version folder added, removed or rewritten) reloaded,
+// a removed one unloaded and forgotten; LoadModel/UnloadModel are refused. A model that fails to load
+// at start stops Start when exit_on_error is set, after every start-up model has been tried, naming
+// each failure; without it the others serve and the failed ones are UNAVAILABLE with their reason.
 // Loads and unloads run one at a time on the repository's control thread while the other models
 // serve. A reload warms the new version up beside the old one, then swaps them: requests already
 // holding the old version finish on it, later ones go to the new one, so none fails. An unload stops
@@ -36,9 +41,19 @@
 
 namespace graphserve {
 
-enum class ModelControlMode { kNone, kExplicit };
+enum class ModelControlMode { kNone, kExplicit, kPoll };
 
-// Parses "none" or "explicit" (Triton's names; Triton's "poll" is not offered).
+// Triton's name of a mode: "none", "explicit" or "poll".
+inline const char* ModelControlModeName(ModelControlMode mode) {
+  switch (mode) {
+    case ModelControlMode::kExplicit: return "explicit";
+    case ModelControlMode::kPoll: return "poll";
+    case ModelControlMode::kNone: break;
+  }
+  return "none";
+}
+
+// Parses "none", "explicit" or "poll" (Triton's names).
 Status ParseModelControlMode(const std::string& text, ModelControlMode* mode);
 
 struct RepositoryOptions {
@@ -49,6 +64,11 @@ struct RepositoryOptions {
   ModelControlMode control_mode = ModelControlMode::kNone;
   // kExplicit only: the models loaded at start ("*": all of them).
   std::vector<std::string> startup_models;
+  // Whether a model failing to load at start fails Start (Triton's --exit-on-error); without it the
+  // others serve.
+  bool exit_on_error = true;
+  // kPoll only: how often the repository is read for changes.
+  std::chrono::seconds poll_interval{15};
   // SchedulerOptions::busy_poll_us of every model loaded (ServerOptions::busy_poll sets it).
   std::chrono::microseconds scheduler_busy_poll{0};
   // The gRPC port's largest message, fixed at start-up from the models then in the repository: a
@@ -80,9 +100,12 @@ class ModelRepository {
   // Told about every model version that starts serving (before any request can reach it) and every
   // one that stops (after its last request was answered, before it is destroyed); e.g. to export its
   // metrics. Called on the thread that loads or unloads.
+  // `states_changed` is told after any model's state changed (EveryModelServes may answer
+  // differently), on the thread that changed it, without the repository's lock held.
   struct Listener {
     std::function<void(const LoadedModel&)> serving;
     std::function<void(const LoadedModel&)> retired;
+    std::function<void()> states_changed;
   };
 
   ModelRepository(const Clock* clock, Listener listener);
@@ -91,8 +114,9 @@ class ModelRepository {
   ModelRepository(const ModelRepository&) = delete;
   ModelRepository& operator=(const ModelRepository&) = delete;
 
-  // Loads the start-up models (all of them, or kExplicit's list) and starts the control thread;
-  // fails on the first model that cannot be served, naming it.
+  // Loads the start-up models (all of them, or kExplicit's list) and starts the control thread. With
+  // exit_on_error, fails when any of them cannot be served, after trying each, naming every failure
+  // (the status code is the first failure's).
   Status Start(const RepositoryOptions& options) EXCLUDES(mutex_);
   // Finishes the control operation under way and answers the queued ones UNAVAILABLE; later ones are
   // refused. The models keep serving.
@@ -113,10 +137,15 @@ class ModelRepository {
   std::vector<std::shared_ptr<LoadedModel>> Serving() const EXCLUDES(mutex_);
   // Every model folder of the repository and every model known to it, ordered by name.
   std::vector<ModelIndexEntry> Index(bool ready_only) const EXCLUDES(mutex_);
+  // Triton's strict readiness: true when every model the repository has loaded or tried to load
+  // serves, but for those unloaded on request. False while one loads for the first time or after
+  // one failed to load (until it loads, or is unloaded or leaves the repository).
+  bool EveryModelServes() const EXCLUDES(mutex_);
 
   // Queue a load (or reload) / an unload of `name` on the control thread; `done` runs there with the
   // outcome once the model serves / once it has been drained and released. Refused at once
-  // (FAILED_PRECONDITION) unless the mode is kExplicit and a repository folder is served.
+  // (FAILED_PRECONDITION, naming the mode) unless the mode is kExplicit and a repository folder is
+  // served.
   void LoadAsync(const std::string& name, std::function<void(const Status&)> done) EXCLUDES(mutex_);
   void UnloadAsync(const std::string& name, std::function<void(const Status&)> done) EXCLUDES(mutex_);
 
@@ -133,10 +162,17 @@ class ModelRepository {
   };
 
   Status CheckControllable() const;
+  // Start's loads: each of `names` in turn; with exit_on_error, fails naming every failure.
+  Status LoadAtStart(const std::vector<std::string>& names) EXCLUDES(mutex_);
   void Enqueue(Operation operation) EXCLUDES(mutex_);
   void ControlLoop() EXCLUDES(mutex_);
+  // kPoll: loads what appeared or changed since the last look, unloads and forgets what left.
+  void PollRepository() EXCLUDES(mutex_);
   Status LoadNamed(const std::string& name) EXCLUDES(mutex_);
   Status UnloadNamed(const std::string& name) EXCLUDES(mutex_);
+  // Drops a model that is not serving from the repository's records (its folder is gone).
+  void Forget(const std::string& name) EXCLUDES(mutex_);
+  void NotifyStatesChanged() const;
   // Waits until nothing but `model` itself refers to the version, then stops and releases it.
   void Retire(std::shared_ptr<LoadedModel> model);
   void SetState(const std::string& name, const std::string& state, const std::string& reason)
@@ -155,6 +191,9 @@ class ModelRepository {
   bool stopping_ GUARDED_BY(mutex_) = false;
   std::condition_variable operations_changed_;
   std::thread control_thread_;
+  // kPoll: each model folder's contents (FolderFingerprint) when it was last loaded or tried. Read
+  // and written by Start, then by the control thread alone.
+  std::map<std::string, std::string> fingerprints_;
 };
 
 // Resolves "auto" to "cuda:0" when a CUDA device is present, else "cpu"; checks the others.
