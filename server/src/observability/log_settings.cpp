@@ -109,20 +109,27 @@ TritonLogLevels TritonLevelsOf(spdlog::level::level_enum level) {
   return levels;
 }
 
-Status SpdlogLevelFor(const TritonLogLevels& levels, spdlog::level::level_enum* level) {
+Status SpdlogLevelFor(const TritonLogLevels& levels, spdlog::level::level_enum* level, LogSwitchNames names) {
   const char* threshold = ": graphserve's log level is one threshold, so a level cannot be off "
                           "while a less severe one is on";
+  const bool flags = names == LogSwitchNames::kFlags;
+  // `key` as the subject of a message, and as its object.
+  auto subject = [flags](const char* key, const char* flag) {
+    return flags ? std::string(flag) : "settings['" + std::string(key) + "']";
+  };
+  auto object = [flags](const char* key, const char* flag) { return std::string(flags ? flag : key); };
   if (levels.verbose_level > 0 && !levels.info) {
-    return InvalidArgument("settings['log_info']: false while log_verbose_level is " +
+    return InvalidArgument(subject("log_info", "--log-info") + ": false while " +
+                           object("log_verbose_level", "--log-verbose") + " is " +
                            std::to_string(levels.verbose_level) + threshold);
   }
   if (levels.info && !levels.warning) {
-    return InvalidArgument(std::string("settings['log_warning']: false while log_info is true") +
-                           threshold);
+    return InvalidArgument(subject("log_warning", "--log-warning") + ": false while " +
+                           object("log_info", "--log-info") + " is true" + threshold);
   }
   if (levels.warning && !levels.error) {
-    return InvalidArgument(std::string("settings['log_error']: false while log_warning is true") +
-                           threshold);
+    return InvalidArgument(subject("log_error", "--log-error") + ": false while " +
+                           object("log_warning", "--log-warning") + " is true" + threshold);
   }
   *level = levels.verbose_level >= 2 ? spdlog::level::trace
            : levels.verbose_level == 1 ? spdlog::level::debug

@@ -301,16 +301,6 @@ Status BuildModel(inference::ModelConfig config, const std::string& version, con
 
 }  // namespace
 
-Status ParseModelControlMode(const std::string& text, ModelControlMode* mode) {
-  for (ModelControlMode candidate : {ModelControlMode::kNone, ModelControlMode::kExplicit, ModelControlMode::kPoll}) {
-    if (text == ModelControlModeName(candidate)) {
-      *mode = candidate;
-      return Status::Ok();
-    }
-  }
-  return InvalidArgument("--model-control-mode: '" + text + "' is not one of none, explicit, poll");
-}
-
 Status ResolveDevice(const std::string& requested, std::string* resolved) {
   const EngineInfo engine = GetEngineInfo();
   if (requested == "auto") {

@@ -28,11 +28,16 @@ struct TritonLogLevels {
   }
 };
 
+// How SpdlogLevelFor's errors name a switch: as the LogSettings RPC's setting
+// (settings['log_info']) or as tritonserver's flag (--log-info).
+enum class LogSwitchNames { kSettings, kFlags };
+
 // The switches that describe `level` (critical and off: all false).
 TritonLogLevels TritonLevelsOf(spdlog::level::level_enum level);
-// The threshold that logs exactly what `levels` asks for. INVALID_ARGUMENT naming the setting when
+// The threshold that logs exactly what `levels` asks for. INVALID_ARGUMENT naming the switch when
 // no threshold does: a level switched off while a less severe one is on.
-Status SpdlogLevelFor(const TritonLogLevels& levels, spdlog::level::level_enum* level);
+Status SpdlogLevelFor(const TritonLogLevels& levels, spdlog::level::level_enum* level,
+                      LogSwitchNames names = LogSwitchNames::kSettings);
 
 // Applies the settings `request` names (none: a read) and answers every setting's effective value.
 // All or nothing: INVALID_ARGUMENT naming the setting for an unknown key, a value of the wrong type

@@ -53,9 +53,6 @@ inline const char* ModelControlModeName(ModelControlMode mode) {
   return "none";
 }
 
-// Parses "none", "explicit" or "poll" (Triton's names).
-Status ParseModelControlMode(const std::string& text, ModelControlMode* mode);
-
 struct RepositoryOptions {
   // Folder with one sub-folder per model; empty: serve the built-in encoder.
   std::string model_repository;

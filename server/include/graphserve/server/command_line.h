@@ -1,0 +1,47 @@
+#pragma once
+// graphserve's command line: its own flags and tritonserver's, read into what the process needs to
+// start. A tritonserver flag means what it means to Triton where graphserve can honour it: one with
+// the meaning of a graphserve flag is an alias (both given with different values is an error), and
+// one graphserve cannot honour is refused naming it, never ignored. docs/running.md has the table
+// ("tritonserver flags").
+// Stateless functions; thread-compatible. Reads the environment (GRAPHSERVE_AUTH_TOKEN) and the
+// token file, nothing else.
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "graphserve/engine/status.h"
+#include "graphserve/server/logging.h"
+#include "graphserve/server/model_repository.h"
+#include "graphserve/server/server.h"
+
+namespace graphserve {
+
+// What the command line asks of the process.
+struct CommandLine {
+  ServerOptions server;
+  // For SetupLogging.
+  std::string log_level = "info";
+  LogFormat log_format = LogFormat::kPlain;
+  LogLimit client_log_limit;
+  bool grpc_executor_offload = false;
+  // Lines for the log once it is set up: what an accepted tritonserver flag amounts to in graphserve.
+  std::vector<std::string> notes;
+};
+
+// The exit status for flags graphserve refuses, values it cannot use, and flags that contradict each
+// other. A command line CLI11 cannot read (an unknown flag, a value of the wrong type or outside its
+// range) keeps CLI11's status (109 for an unknown flag).
+inline constexpr int kBadFlagsExitStatus = 2;
+
+// Reads `argv` into `line`. nullopt: go on and serve. Otherwise the process should exit now with the
+// status returned: 0 after --help or --version (written to `out`), else an error (its message
+// written to `err`): CLI11's status or kBadFlagsExitStatus.
+std::optional<int> ParseCommandLine(int argc, const char* const* argv, CommandLine* line, std::ostream& out,
+                                    std::ostream& err);
+
+// "none", "explicit" or "poll" (Triton's names). INVALID_ARGUMENT naming the flag otherwise.
+Status ParseModelControlMode(const std::string& text, ModelControlMode* mode);
+
+}  // namespace graphserve

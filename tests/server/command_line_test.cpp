@@ -1,0 +1,209 @@
+// graphserve's command line: tritonserver's flags read with Triton's meanings onto graphserve's
+// options, aliases that disagree with graphserve's own flags refused, Triton flags graphserve cannot
+// honour refused naming them, and the exit statuses of each kind of mistake.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "graphserve/server/command_line.h"
+
+namespace graphserve {
+namespace {
+
+struct Parsed {
+  std::optional<int> exit_status;
+  CommandLine line;
+  std::string out;
+  std::string err;
+};
+
+Parsed Parse(std::vector<std::string> arguments) {
+  arguments.insert(arguments.begin(), "graphserve");
+  std::vector<const char*> argv;
+  for (const std::string& argument : arguments) argv.push_back(argument.c_str());
+  Parsed parsed;
+  std::ostringstream out, err;
+  parsed.exit_status = ParseCommandLine(static_cast<int>(argv.size()), argv.data(), &parsed.line, out, err);
+  parsed.out = out.str();
+  parsed.err = err.str();
+  return parsed;
+}
+
+// Parses a command line that must be accepted.
+CommandLine Accepted(const std::vector<std::string>& arguments) {
+  Parsed parsed = Parse(arguments);
+  EXPECT_FALSE(parsed.exit_status.has_value()) << parsed.err;
+  return parsed.line;
+}
+
+// Parses a command line that must be refused as bad flags, with every fragment in its message.
+void ExpectRefused(const std::vector<std::string>& arguments, const std::vector<std::string>& fragments) {
+  const Parsed parsed = Parse(arguments);
+  std::string command;
+  for (const std::string& argument : arguments) command += " " + argument;
+  ASSERT_TRUE(parsed.exit_status.has_value()) << command;
+  EXPECT_EQ(*parsed.exit_status, kBadFlagsExitStatus) << command << ": " << parsed.err;
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(parsed.err.find(fragment), std::string::npos) << command << ": " << parsed.err;
+  }
+}
+
+TEST(CommandLineTest, WithoutFlagsTheDefaultsAreTritons) {
+  const CommandLine line = Accepted({});
+  EXPECT_EQ(line.server.grpc_address, "0.0.0.0:8001");
+  EXPECT_EQ(line.server.http_address, "0.0.0.0:8000");
+  EXPECT_EQ(line.server.metrics_address, "0.0.0.0:8002");
+  EXPECT_EQ(line.log_level, "info");
+  EXPECT_TRUE(line.server.repository.exit_on_error);
+  EXPECT_TRUE(line.server.strict_readiness);
+  EXPECT_EQ(line.server.repository.control_mode, ModelControlMode::kNone);
+  EXPECT_EQ(line.server.drain_timeout.count(), 30000);
+  EXPECT_TRUE(line.notes.empty());
+}
+
+TEST(CommandLineTest, TritonsPortsSetThePortsOfGraphservesAddresses) {
+  CommandLine line = Accepted({"--grpc-port", "9001", "--http-port", "9000", "--metrics-port", "9002"});
+  EXPECT_EQ(line.server.grpc_address, "0.0.0.0:9001");
+  EXPECT_EQ(line.server.http_address, "0.0.0.0:9000");
+  EXPECT_EQ(line.server.metrics_address, "0.0.0.0:9002");
+  // Triton's addresses are bare hosts: they take the port flag, or the endpoint's default port.
+  line = Accepted({"--grpc-address", "127.0.0.1", "--grpc-port", "7001", "--http-address", "[::1]",
+                   "--metrics-address", "localhost"});
+  EXPECT_EQ(line.server.grpc_address, "127.0.0.1:7001");
+  EXPECT_EQ(line.server.http_address, "[::1]:8000");
+  EXPECT_EQ(line.server.metrics_address, "localhost:8002");
+  // The same port given both ways is no contradiction.
+  EXPECT_EQ(Accepted({"--grpc-address", "127.0.0.1:9001", "--grpc-port", "9001"}).server.grpc_address,
+            "127.0.0.1:9001");
+  ExpectRefused({"--grpc-address", "127.0.0.1:8001", "--grpc-port", "9001"},
+                {"--grpc-address 127.0.0.1:8001 and --grpc-port 9001 disagree"});
+  ExpectRefused({"--http-address", "", "--http-port", "9000"}, {"--http-port", "endpoint is off"});
+}
+
+TEST(CommandLineTest, AllowFalseTurnsAnEndpointOff) {
+  CommandLine line = Accepted({"--allow-http", "false", "--allow-metrics=OFF"});
+  EXPECT_EQ(line.server.http_address, "");
+  EXPECT_EQ(line.server.metrics_address, "");
+  EXPECT_EQ(line.server.grpc_address, "0.0.0.0:8001");
+  line = Accepted({"--allow-grpc", "0", "--allow-http", "true", "--http-port", "0"});
+  EXPECT_EQ(line.server.grpc_address, "");
+  EXPECT_EQ(line.server.http_address, "0.0.0.0:0");
+  ExpectRefused({"--allow-grpc", "false", "--grpc-port", "9001"}, {"--allow-grpc false", "--grpc-port"});
+  ExpectRefused({"--allow-grpc", "false", "--allow-http", "false"}, {"both off"});
+  ExpectRefused({"--allow-http", "true", "--http-address", ""}, {"--allow-http true and --http-address ''"});
+  ExpectRefused({"--allow-http", "maybe"}, {"--allow-http: 'maybe' is not a boolean"});
+  ExpectRefused({"--allow-metrics", "false", "--metrics-auth"}, {"--metrics-auth: the metrics endpoint is off"});
+}
+
+TEST(CommandLineTest, ModelStoreIsModelRepository) {
+  EXPECT_EQ(Accepted({"--model-store", "/models"}).server.repository.model_repository, "/models");
+  EXPECT_EQ(Accepted({"--model-store", "/models", "--model-repository", "/models"}).server.repository.model_repository,
+            "/models");
+  ExpectRefused({"--model-store", "/a", "--model-repository", "/b"},
+                {"--model-store /a and --model-repository /b disagree"});
+}
+
+TEST(CommandLineTest, TritonsLogSwitchesSetTheLogLevel) {
+  EXPECT_EQ(Accepted({"--log-verbose", "1"}).log_level, "debug");
+  EXPECT_EQ(Accepted({"--log-verbose", "2"}).log_level, "trace");
+  EXPECT_EQ(Accepted({"--log-verbose", "true"}).log_level, "debug");
+  EXPECT_EQ(Accepted({"--log-verbose", "0"}).log_level, "info");
+  EXPECT_EQ(Accepted({"--log-info", "false"}).log_level, "warning");
+  EXPECT_EQ(Accepted({"--log-info", "false", "--log-warning", "false"}).log_level, "error");
+  EXPECT_EQ(Accepted({"--log-verbose", "1", "--log-level", "debug"}).log_level, "debug");
+  ExpectRefused({"--log-verbose", "1", "--log-level", "info"}, {"--log-level info", "(--log-level debug)", "disagree"});
+  ExpectRefused({"--log-warning", "false"}, {"--log-warning: false while --log-info is true"});
+  ExpectRefused({"--log-verbose", "loud"}, {"--log-verbose: 'loud' is not a level"});
+}
+
+TEST(CommandLineTest, TritonsLogFormatsAreAccepted) {
+  EXPECT_EQ(Accepted({"--log-format", "ISO8601"}).log_format, LogFormat::kPlain);
+  EXPECT_EQ(Accepted({"--log-format", "default"}).log_format, LogFormat::kGlog);
+  EXPECT_EQ(Accepted({"--log-format", "json"}).log_format, LogFormat::kJson);
+  ExpectRefused({"--log-format", "xml"}, {"--log-format: unknown format 'xml'"});
+}
+
+TEST(CommandLineTest, ExitOnErrorStrictReadinessAndStrictModelConfig) {
+  CommandLine line = Accepted({"--exit-on-error=false", "--strict-readiness", "off"});
+  EXPECT_FALSE(line.server.repository.exit_on_error);
+  EXPECT_FALSE(line.server.strict_readiness);
+  EXPECT_TRUE(Accepted({"--exit-on-error", "TRUE"}).server.repository.exit_on_error);
+  // Triton takes true/on/1 and false/off/0 only; CLI11 alone would have read "yes".
+  ExpectRefused({"--exit-on-error", "yes"}, {"--exit-on-error: 'yes' is not a boolean"});
+  // graphserve never completes a config: false is accepted, and the log says what it amounts to.
+  EXPECT_TRUE(Accepted({"--strict-model-config", "true"}).notes.empty());
+  EXPECT_TRUE(Accepted({"--disable-auto-complete-config"}).notes.empty());
+  line = Accepted({"--strict-model-config=false"});
+  ASSERT_EQ(line.notes.size(), 1u);
+  EXPECT_NE(line.notes[0].find("completes no config"), std::string::npos) << line.notes[0];
+}
+
+TEST(CommandLineTest, PollModeAndItsInterval) {
+  CommandLine line = Accepted({"--model-control-mode", "poll", "--repository-poll-secs", "3"});
+  EXPECT_EQ(line.server.repository.control_mode, ModelControlMode::kPoll);
+  EXPECT_EQ(line.server.repository.poll_interval.count(), 3);
+  EXPECT_EQ(Accepted({"--model-control-mode", "poll"}).server.repository.poll_interval.count(), 15);
+  EXPECT_EQ(Accepted({"--model-control-mode", "explicit"}).server.repository.control_mode,
+            ModelControlMode::kExplicit);
+  ExpectRefused({"--repository-poll-secs", "3"}, {"--repository-poll-secs: only with --model-control-mode poll"});
+  ExpectRefused({"--model-control-mode", "poll", "--repository-poll-secs", "0"}, {"would never poll"});
+  ExpectRefused({"--model-control-mode", "sometimes"}, {"'sometimes' is not one of none, explicit, poll"});
+}
+
+TEST(CommandLineTest, ExitTimeoutSecsIsTheDrainTimeout) {
+  EXPECT_EQ(Accepted({"--exit-timeout-secs", "5"}).server.drain_timeout.count(), 5000);
+  EXPECT_EQ(Accepted({"--exit-timeout-secs", "5", "--drain-timeout-s", "5"}).server.drain_timeout.count(), 5000);
+  ExpectRefused({"--exit-timeout-secs", "5", "--drain-timeout-s", "7"},
+                {"--exit-timeout-secs 5 and --drain-timeout-s 7 disagree"});
+}
+
+TEST(CommandLineTest, TritonFlagsGraphserveCannotHonourAreRefusedNamingThem) {
+  ExpectRefused({"--rate-limit", "execution_count"},
+                {"--rate-limit execution_count: tritonserver's flag is not supported", "no rate limiter"});
+  ExpectRefused({"--grpc-use-ssl=true"}, {"--grpc-use-ssl true", "--tls-cert-file"});
+  ExpectRefused({"--pinned-memory-pool-byte-size", "268435456"}, {"--pinned-memory-pool-byte-size"});
+  ExpectRefused({"--log-file", "/tmp/triton.log"}, {"--log-file /tmp/triton.log", "stdout"});
+  ExpectRefused({"--allow-gpu-metrics", "true"}, {"--allow-gpu-metrics true", "nv_gpu_"});
+  ExpectRefused({"--id", "mine"}, {"--id mine", "'graphserve'"});
+  // A value that asks for what graphserve does anyway is accepted.
+  Accepted({"--rate-limit", "off", "--allow-sagemaker", "false", "--reuse-grpc-port=0", "--log-file", "",
+            "--trace-level", "OFF", "--grpc-infer-response-compression-level", "none"});
+}
+
+TEST(CommandLineTest, MalformedCommandLinesKeepCli11sStatuses) {
+  Parsed parsed = Parse({"--frobnicate"});
+  ASSERT_TRUE(parsed.exit_status.has_value());
+  EXPECT_EQ(*parsed.exit_status, 109);  // CLI11's ExtrasError, as before
+  EXPECT_NE(parsed.err.find("--frobnicate"), std::string::npos) << parsed.err;
+  parsed = Parse({"--grpc-port", "70000"});
+  ASSERT_TRUE(parsed.exit_status.has_value());
+  EXPECT_NE(*parsed.exit_status, 0);
+  EXPECT_NE(parsed.err.find("--grpc-port"), std::string::npos) << parsed.err;
+  // Triton takes several repositories; graphserve serves one.
+  parsed = Parse({"--model-repository", "/a", "--model-repository", "/b"});
+  ASSERT_TRUE(parsed.exit_status.has_value());
+  EXPECT_NE(*parsed.exit_status, 0);
+  EXPECT_NE(parsed.err.find("--model-repository"), std::string::npos) << parsed.err;
+}
+
+TEST(CommandLineTest, HelpListsTritonsHonouredFlagsButNotTheRefusedOnes) {
+  const Parsed parsed = Parse({"--help"});
+  ASSERT_TRUE(parsed.exit_status.has_value());
+  EXPECT_EQ(*parsed.exit_status, 0);
+  for (const char* flag : {"--grpc-address", "--grpc-port", "--model-store", "--exit-on-error", "--strict-readiness",
+                           "--repository-poll-secs", "tritonserver flags"}) {
+    EXPECT_NE(parsed.out.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_EQ(parsed.out.find("--rate-limit"), std::string::npos);
+}
+
+TEST(CommandLineTest, SecurityFlagsAreCheckedTogether) {
+  ExpectRefused({"--metrics-plaintext"}, {"--metrics-plaintext needs --tls-cert-file"});
+  ExpectRefused({"--auth-health"}, {"--auth-health and --metrics-auth need tokens"});
+  ExpectRefused({"--auth-token-file", "/nonexistent/tokens"}, {"/nonexistent/tokens"});
+}
+
+}  // namespace
+}  // namespace graphserve
