@@ -55,6 +55,20 @@ def token_inputs(ids, mask, datatype="INT64"):
     return infer_inputs((("input_ids", ids), ("attention_mask", mask)), datatype)
 
 
+def status_of(call):
+    """("OK", "") when call() succeeds, else the gRPC status and message it raised."""
+    try:
+        call()
+    except InferenceServerException as error:
+        return error.status(), error.message()
+    return "OK", ""
+
+
+def index_of(client):
+    """RepositoryIndex as {model name: entry}."""
+    return {model["name"]: model for model in client.get_model_repository_index(as_json=True).get("models", [])}
+
+
 def scratch_dir(name):
     """An empty folder under the test output, for a repository a test writes."""
     path = OUTPUT / name
@@ -84,14 +98,20 @@ def copy_model(name, destination, version=None):
 
 class Server:
     """graphserve on free ports (it binds port 0 and logs the ports it got). A context manager:
-    started and ready on entry, stopped with SIGTERM on exit."""
+    started and ready on entry, stopped with SIGTERM on exit.
 
-    def __init__(self, *args, log_name="graphserve", ready_timeout_s=600, wait_ready=True):
+    default_addresses=False leaves the endpoints' addresses to `args` (tritonserver's --grpc-port,
+    ...); `endpoints` names those the server is expected to log as listening (readiness is waited for
+    over gRPC, so without "grpc" pass wait_ready=False)."""
+
+    def __init__(self, *args, log_name="graphserve", ready_timeout_s=600, wait_ready=True,
+                 default_addresses=True, endpoints=("grpc", "metrics", "http")):
         if not BINARY:
             raise RuntimeError("GRAPHSERVE_BINARY is not set (run through ctest)")
-        self.args = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-                     "--http-address", "127.0.0.1:0",
-                     "--device", DEVICE, *args]
+        addresses = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                     "--http-address", "127.0.0.1:0"] if default_addresses else []
+        self.args = [*addresses, "--device", DEVICE, *args]
+        self.endpoints = tuple(endpoints)
         self.log_path = OUTPUT / f"{log_name}.log"
         self.ready_timeout_s = ready_timeout_s
         self.wait_ready = wait_ready
@@ -156,11 +176,10 @@ class Server:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             text = self.log()
-            ports = {key: pattern.search(text) for key, pattern in _PORT_LINE.items()}
+            ports = {key: _PORT_LINE[key].search(text) for key in self.endpoints}
             if all(ports.values()):
-                self.grpc_port = int(ports["grpc"].group(1))
-                self.metrics_port = int(ports["metrics"].group(1))
-                self.http_port = int(ports["http"].group(1))
+                for key, found in ports.items():
+                    setattr(self, f"{key}_port", int(found.group(1)))
                 return
             if self.process.poll() is not None:
                 self._fail(f"graphserve exited with {self.process.returncode} before listening")

@@ -18,7 +18,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 import server_fixture
-from server_fixture import InferenceServerException
+from server_fixture import InferenceServerException, index_of, status_of
 
 SCRIPTED = "tiny_scripted"  # Triton layout, versions 1 and 2
 TRACED = "tiny_traced"      # flat layout: version "1"
@@ -28,18 +28,6 @@ ENCODER = "encoder"         # slow enough to load that its LOADING state is seen
 def request_for(model, rows=1, length=6, seed=0):
     ids = np.random.default_rng(seed).integers(1, 999, size=(rows, length), dtype=np.int64)
     return server_fixture.token_inputs(ids, np.ones_like(ids))
-
-
-def status_of(call):
-    try:
-        call()
-    except InferenceServerException as error:
-        return error.status(), error.message()
-    return "OK", ""
-
-
-def index_of(client):
-    return {model["name"]: model for model in client.get_model_repository_index(as_json=True).get("models", [])}
 
 
 class VersionedRepositoryTest(server_fixture.ServerTestCase):
