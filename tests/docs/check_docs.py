@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Keeps the user guide true to the graphserve it documents, without starting a server:
 
-  FlagsTest     every flag `graphserve --help` prints is on docs/running.md, and the page's usage
-                block names no flag the binary lacks;
+  FlagsTest     every flag `graphserve --help` prints is on docs/running.md, the page's usage
+                block names no flag the binary lacks, and every tritonserver flag graphserve
+                refuses (hidden from --help) is in the page's "tritonserver flags" table;
   MetricsTest   every metric family the server exports (the graphserve_* and nv_* names in
                 server/'s sources) is on docs/metrics.md;
   CommandsTest  the README's two commands name scripts that exist, run, and pass their arguments
@@ -106,6 +107,17 @@ class FlagsTest(unittest.TestCase):
         unknown = flags_in(usage.group(1)) - help_flags()
         self.assertFalse(unknown, f"{RUNNING_PAGE}'s usage block names {sorted(unknown)}, "
                                   "which graphserve --help does not list")
+
+
+    def test_every_refused_tritonserver_flag_is_in_the_table(self):
+        table = re.search(r"(?s)kRefusedTritonFlags\[\] = \{(.*?)\n\};", read("server/src/command_line.cpp"))
+        self.assertIsNotNone(table, "no kRefusedTritonFlags table in server/src/command_line.cpp")
+        refused = set(re.findall(r'\{"(--[a-z0-9-]+)"', table.group(1)))
+        self.assertIn("--rate-limit", refused, "no flags read from the table: has its layout changed?")
+        section = re.search(r"(?ms)^### tritonserver flags\n(.*?)(?=^#)", read(RUNNING_PAGE))
+        self.assertIsNotNone(section, f"no '### tritonserver flags' section in {RUNNING_PAGE}")
+        missing = refused - flags_in(section.group(1))
+        self.assertFalse(missing, f"{RUNNING_PAGE}'s tritonserver flags table does not name {sorted(missing)}")
 
 
 class MetricsTest(unittest.TestCase):
