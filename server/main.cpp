@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "graphserve/grpc_process.h"
-#include "graphserve/server/command_line.h"
-#include "graphserve/server/logging.h"
-#include "graphserve/server/server.h"
+#include "graphserve/server/observability/logging.h"
+#include "graphserve/server/process/command_line.h"
+#include "graphserve/server/process/server.h"
 
 namespace {
 

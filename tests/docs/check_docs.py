@@ -110,8 +110,8 @@ class FlagsTest(unittest.TestCase):
 
 
     def test_every_refused_tritonserver_flag_is_in_the_table(self):
-        table = re.search(r"(?s)kRefusedTritonFlags\[\] = \{(.*?)\n\};", read("server/src/command_line.cpp"))
-        self.assertIsNotNone(table, "no kRefusedTritonFlags table in server/src/command_line.cpp")
+        table = re.search(r"(?s)kRefusedTritonFlags\[\] = \{(.*?)\n\};", read("server/src/process/command_line.cpp"))
+        self.assertIsNotNone(table, "no kRefusedTritonFlags table in server/src/process/command_line.cpp")
         refused = set(re.findall(r'\{"(--[a-z0-9-]+)"', table.group(1)))
         self.assertIn("--rate-limit", refused, "no flags read from the table: has its layout changed?")
         section = re.search(r"(?ms)^### tritonserver flags\n(.*?)(?=^#)", read(RUNNING_PAGE))

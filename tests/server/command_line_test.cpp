@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/command_line.h"
+#include "graphserve/server/process/command_line.h"
 
 namespace graphserve {
 namespace {

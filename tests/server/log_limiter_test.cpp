@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fake_clock.h"
-#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 namespace graphserve {
 namespace {

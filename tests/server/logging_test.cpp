@@ -11,10 +11,8 @@
 #include <sstream>
 
 #include "graphserve/server/observability/json_log_formatter.h"
+#include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/observability/logging.h"
-#include "graphserve/server/json_log_formatter.h"
-#include "graphserve/server/log_limiter.h"
-#include "graphserve/server/logging.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {

@@ -20,8 +20,7 @@
 
 #include "graphserve/server/observability/metrics_endpoint.h"
 #include "fake_clock.h"
-#include "graphserve/server/log_limiter.h"
-#include "graphserve/server/metrics_endpoint.h"
+#include "graphserve/server/observability/log_limiter.h"
 #include "http_get.h"
 #include "prometheus_text.h"
 #include "scheduler_test_support.h"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "fake_clock.h"
-#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/observability/log_limiter.h"
 #include "scheduler_test_support.h"
 
 namespace graphserve {

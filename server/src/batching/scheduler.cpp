@@ -16,9 +16,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "graphserve/server/observability/log_limiter.h"
 #include "common/thread_name.h"
-#include "graphserve/server/log_limiter.h"
-#include "graphserve/server/thread_name.h"
 
 namespace graphserve {
 namespace {

@@ -14,9 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "graphserve/server/observability/log_limiter.h"
 #include "common/listen_socket.h"
-#include "graphserve/server/log_limiter.h"
-#include "listen_socket.h"
 
 namespace graphserve {
 namespace {

@@ -13,14 +13,10 @@
 #include <netinet/in.h>
 
 #include "graphserve/server/http/rest_codec.h"
+#include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/security/auth.h"
 #include "common/listen_socket.h"
 #include "security/http_tls.h"
-#include "graphserve/server/auth.h"
-#include "graphserve/server/http_tls.h"
-#include "graphserve/server/log_limiter.h"
-#include "graphserve/server/rest_codec.h"
-#include "listen_socket.h"
 
 namespace graphserve {
 namespace http_internal {

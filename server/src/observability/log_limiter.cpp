@@ -1,4 +1,4 @@
-#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 #include <algorithm>
 

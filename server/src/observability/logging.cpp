@@ -12,8 +12,7 @@
 
 #include "graphserve/engine/executor.h"
 #include "graphserve/server/observability/json_log_formatter.h"
-#include "graphserve/server/json_log_formatter.h"
-#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 namespace graphserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphserve/server/command_line.h"
+#include "graphserve/server/process/command_line.h"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/common.h>
@@ -13,9 +13,9 @@
 #include <string_view>
 #include <utility>
 
-#include "graphserve/server/auth.h"
-#include "graphserve/server/log_settings.h"
-#include "graphserve/server/batch_planner.h"
+#include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/observability/log_settings.h"
+#include "graphserve/server/security/auth.h"
 
 namespace graphserve {
 namespace {

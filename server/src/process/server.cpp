@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "graphserve/server/common/usable_cores.h"
+#include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/observability/metrics.h"
 #include "graphserve/server/observability/metrics_endpoint.h"
 #include "common/thread_name.h"
@@ -21,18 +22,6 @@
 #include "http/rest_endpoint.h"
 #include "security/grpc_security.h"
 #include "security/http_tls.h"
-#include "graphserve/server/grpc_security.h"
-#include "graphserve/server/http_tls.h"
-#include "graphserve/server/inference_service.h"
-#include "graphserve/server/log_limiter.h"
-#include "graphserve/server/metrics.h"
-#include "graphserve/server/metrics_endpoint.h"
-#include "graphserve/server/rest_endpoint.h"
-#include "graphserve/server/thread_name.h"
-#include "graphserve/server/usable_cores.h"
-#include "grpc_acceptor.h"
-#include "infer_path.h"
-#include "unary_infer_queues.h"
 
 namespace graphserve {
 namespace {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 namespace graphserve {
 namespace {

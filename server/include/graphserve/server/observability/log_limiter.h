@@ -20,8 +20,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "graphserve/server/clock.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/clock.h"
+#include "graphserve/server/common/thread_annotations.h"
 
 namespace graphserve {
 

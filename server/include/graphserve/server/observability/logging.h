@@ -9,7 +9,7 @@
 #include <string>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/log_limiter.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 namespace graphserve {
 

@@ -24,9 +24,7 @@
 #include "graphserve/engine/status.h"
 #include "graphserve/server/batching/scheduler.h"
 #include "graphserve/server/common/thread_annotations.h"
-#include "graphserve/server/log_limiter.h"
-#include "graphserve/server/scheduler.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 namespace prometheus {
 class Counter;

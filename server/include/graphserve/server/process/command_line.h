@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/logging.h"
-#include "graphserve/server/model_repository.h"
-#include "graphserve/server/server.h"
+#include "graphserve/server/observability/logging.h"
+#include "graphserve/server/process/server.h"
+#include "graphserve/server/repository/model_repository.h"
 
 namespace graphserve {
 
