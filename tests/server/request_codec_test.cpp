@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "fixed_shape_config.h"
 #include "graphserve/server/config/config.h"
+#include "graphserve/server/config.h"
+#include "shm_object.h"
 
 namespace graphserve {
 namespace {
@@ -344,6 +347,213 @@ TEST(RequestCodecTest, TensorParametersAreStillRefused) {
   EXPECT_NE(status.message().find("inputs[0] 'input_ids': parameters['timeout']"), std::string::npos)
       << status.message();
 }
+
+// Triton's shared-memory extension
+
+// Puts a tensor in region `region` at `offset`, `byte_size` bytes (the parameters Triton's clients set).
+template <typename Tensor>
+void InRegion(Tensor* tensor, const std::string& region, int64_t byte_size, int64_t offset = -1) {
+  auto& parameters = *tensor->mutable_parameters();
+  parameters["shared_memory_region"].set_string_param(region);
+  parameters["shared_memory_byte_size"].set_int64_param(byte_size);
+  if (offset >= 0) parameters["shared_memory_offset"].set_int64_param(offset);
+}
+
+// A 1 × 4 token request whose input_ids are in region "ids" at offset 64 (the ShmObject's bytes are
+// replaced by the ids), and whose attention_mask stays raw.
+struct SharedMemoryRequest {
+  ShmObject object{4096};
+  SharedMemoryRegistry registry;
+  inference::ModelInferRequest request = TokenRequest(1, 4, true);
+  std::string ids = request.raw_input_contents(0);
+
+  SharedMemoryRequest() {
+    object.Write(64, ids);
+    EXPECT_TRUE(registry.Register("ids", object.key(), 0, 1024).ok());
+    EXPECT_TRUE(registry.Register("outputs", object.key(), 2048, 2048).ok());
+    InRegion(request.mutable_inputs(0), "ids", 32, 64);
+    request.mutable_raw_input_contents()->DeleteSubrange(0, 1);
+  }
+
+  Status Decode(PendingRequest* pending, SharedMemoryTensors* tensors) {
+    tensors->registry = &registry;
+    return DecodeInferRequest(EncoderSpec(), &request, pending, nullptr, tensors);
+  }
+
+  // Asks for pooler_output in the first `byte_size` bytes of region "outputs", decodes, and answers
+  // with 1024 bytes of 'p'; `meanwhile` runs between the two.
+  Status AnswerPooledInRegion(int64_t byte_size, const std::function<void()>& meanwhile = [] {}) {
+    auto* output = request.add_outputs();
+    output->set_name("pooler_output");
+    InRegion(output, "outputs", byte_size);
+    PendingRequest pending;
+    SharedMemoryTensors tensors;
+    const Status status = Decode(&pending, &tensors);
+    if (!status.ok()) return status;
+    meanwhile();
+    std::vector<HostTensor> outputs(2);
+    outputs[1] = HostTensor{DataType::kFp32, {1, 256}, std::string(1024, 'p')};
+    inference::ModelInferResponse response;
+    return EncodeInferResponse(EncoderSpec(), "1", request, std::move(outputs), &response, &tensors);
+  }
+};
+
+TEST(RequestCodecTest, AnInputInSharedMemoryDecodesToTheBytesOfItsRegion) {
+  SharedMemoryRequest shm;
+  PendingRequest pending;
+  SharedMemoryTensors tensors;
+  ASSERT_TRUE(shm.Decode(&pending, &tensors).ok());
+  EXPECT_EQ(pending.item.inputs[0].bytes, shm.ids);
+  EXPECT_EQ(pending.item.inputs[1].bytes, Int64Bytes({1, 1, 1, 1}));
+  EXPECT_EQ(pending.item.rows, 1);
+  EXPECT_EQ(pending.item.length, 4);
+  EXPECT_TRUE(tensors.outputs.empty());
+
+  // Both inputs in shared memory: no raw_input_contents at all.
+  shm.object.Write(512, Int64Bytes({1, 1, 1, 1}));
+  InRegion(shm.request.mutable_inputs(1), "ids", 32, 512);
+  shm.request.clear_raw_input_contents();
+  PendingRequest both;
+  ASSERT_TRUE(shm.Decode(&both, &tensors).ok());
+  EXPECT_EQ(both.item.inputs[1].bytes, Int64Bytes({1, 1, 1, 1}));
+}
+
+TEST(RequestCodecTest, OutputsInSharedMemoryAreWrittenThereAndAnsweredWithoutData) {
+  SharedMemoryRequest shm;
+  InRegion(shm.request.add_outputs(), "outputs", 1024, 1024);  // the region's second half
+  shm.request.mutable_outputs(0)->set_name("last_hidden_state");
+  shm.request.add_outputs()->set_name("pooler_output");
+  PendingRequest pending;
+  SharedMemoryTensors tensors;
+  ASSERT_TRUE(shm.Decode(&pending, &tensors).ok());
+  ASSERT_EQ(tensors.outputs.size(), 1u);
+  EXPECT_EQ(tensors.outputs[0].output, 0u);
+  EXPECT_EQ(tensors.outputs[0].requested, 0);
+  EXPECT_EQ(tensors.outputs[0].span.size(), 1024u);
+
+  std::vector<HostTensor> outputs(2);
+  outputs[0] = HostTensor{DataType::kFp32, {1, 1, 256}, std::string(1024, 'h')};
+  outputs[1] = HostTensor{DataType::kFp32, {1, 256}, std::string(1024, 'p')};
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(EncodeInferResponse(EncoderSpec(), "1", shm.request, std::move(outputs), &response, &tensors).ok());
+  EXPECT_EQ(shm.object.Read(2048 + 1024, 1024), std::string(1024, 'h'));
+  ASSERT_EQ(response.outputs_size(), 2);
+  ASSERT_EQ(response.raw_output_contents_size(), 2);
+  EXPECT_EQ(response.raw_output_contents(0), "");
+  EXPECT_EQ(response.outputs(0).parameters().at("shared_memory_region").string_param(), "outputs");
+  EXPECT_EQ(response.outputs(0).parameters().at("shared_memory_byte_size").int64_param(), 1024);
+  EXPECT_EQ(response.outputs(0).parameters().at("shared_memory_offset").int64_param(), 1024);
+  EXPECT_EQ(std::vector<int64_t>(response.outputs(0).shape().begin(), response.outputs(0).shape().end()),
+            (std::vector<int64_t>{1, 1, 256}));
+  EXPECT_EQ(response.raw_output_contents(1), std::string(1024, 'p'));
+  EXPECT_TRUE(response.outputs(1).parameters().empty());
+}
+
+TEST(RequestCodecTest, AnOutputLargerThanItsRegionIsRefusedAndWritesNothing) {
+  SharedMemoryRequest shm;
+  const Status status = shm.AnswerPooledInRegion(1000);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("outputs[0] 'pooler_output': the output is 1024 bytes (shape [1, 256] FP32), more "
+                                  "than the 1000 of parameters['shared_memory_byte_size'] in region 'outputs'"),
+            std::string::npos)
+      << status.message();
+  EXPECT_EQ(shm.object.Read(2048, 1000), ShmPattern(2048, 1000));
+}
+
+TEST(RequestCodecTest, AnOutputRegionUnregisteredMeanwhileIsStillWritten) {
+  SharedMemoryRequest shm;
+  ASSERT_TRUE(shm.AnswerPooledInRegion(1024, [&] { shm.registry.Unregister(""); }).ok());
+  EXPECT_EQ(shm.object.Read(2048, 1024), std::string(1024, 'p'));
+}
+
+struct SharedMemoryRefusal {
+  std::string name;
+  std::function<void(inference::ModelInferRequest*)> change;
+  StatusCode code;
+  std::string expected;
+};
+
+class SharedMemoryRefusalTest : public testing::TestWithParam<SharedMemoryRefusal> {};
+
+TEST_P(SharedMemoryRefusalTest, NamesTheParameter) {
+  SharedMemoryRequest shm;
+  GetParam().change(&shm.request);
+  PendingRequest pending;
+  SharedMemoryTensors tensors;
+  const Status status = shm.Decode(&pending, &tensors);
+  EXPECT_EQ(status.code(), GetParam().code) << status.ToString();
+  EXPECT_NE(status.message().find(GetParam().expected), std::string::npos) << status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RequestCodecTest, SharedMemoryRefusalTest,
+    testing::Values(
+        SharedMemoryRefusal{"UnknownRegion", [](auto* r) { InRegion(r->mutable_inputs(0), "nowhere", 32); },
+                            StatusCode::kNotFound,
+                            "inputs[0] 'input_ids': parameters['shared_memory_region']: no system shared-memory "
+                            "region 'nowhere' is registered"},
+        SharedMemoryRefusal{"ByteSizeOtherThanTheTensors",
+                            [](auto* r) { InRegion(r->mutable_inputs(0), "ids", 40, 64); },
+                            StatusCode::kInvalidArgument,
+                            "inputs[0] 'input_ids': parameters['shared_memory_byte_size']: 40 bytes, expected 32 for "
+                            "shape [1, 4] INT64"},
+        SharedMemoryRefusal{"PastTheRegionsEnd", [](auto* r) { InRegion(r->mutable_inputs(0), "ids", 32, 1000); },
+                            StatusCode::kInvalidArgument,
+                            "parameters['shared_memory_region']: offset 1000 + byte_size 32 pass the end of region "
+                            "'ids' (1024 bytes)"},
+        SharedMemoryRefusal{"RegionWithoutByteSize",
+                            [](auto* r) { r->mutable_inputs(0)->mutable_parameters()->erase("shared_memory_byte_size"); },
+                            StatusCode::kInvalidArgument,
+                            "parameters['shared_memory_byte_size']: required with parameters['shared_memory_region']"},
+        SharedMemoryRefusal{"OffsetWithoutRegion",
+                            [](auto* r) {
+                              (*r->mutable_inputs(1)->mutable_parameters())["shared_memory_offset"].set_int64_param(8);
+                            },
+                            StatusCode::kInvalidArgument,
+                            "inputs[1] 'attention_mask': parameters['shared_memory_offset']: given without "
+                            "parameters['shared_memory_region']"},
+        SharedMemoryRefusal{"RegionNotAString",
+                            [](auto* r) {
+                              (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_int64_param(1);
+                            },
+                            StatusCode::kInvalidArgument, "parameters['shared_memory_region']: expected a string_param"},
+        SharedMemoryRefusal{"NegativeOffset",
+                            [](auto* r) {
+                              (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_offset"].set_int64_param(-8);
+                            },
+                            StatusCode::kInvalidArgument,
+                            "parameters['shared_memory_offset']: expected an int64_param of at least 0"},
+        SharedMemoryRefusal{"ByteSizeNotAnInt64",
+                            [](auto* r) {
+                              (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_byte_size"]
+                                  .set_uint64_param(32);
+                            },
+                            StatusCode::kInvalidArgument,
+                            "parameters['shared_memory_byte_size']: expected an int64_param of at least 0"},
+        SharedMemoryRefusal{"ContentsAsWell",
+                            [](auto* r) { r->mutable_inputs(0)->mutable_contents()->add_int64_contents(1); },
+                            StatusCode::kInvalidArgument,
+                            "inputs[0] 'input_ids': data given both in contents and in shared memory"},
+        SharedMemoryRefusal{"RawEntryForTheInputInSharedMemory",
+                            [](auto* r) { r->add_raw_input_contents(Int64Bytes({7, 8, 9, 10})); },
+                            StatusCode::kInvalidArgument,
+                            "raw_input_contents: 2 entries for 1 inputs outside shared memory"},
+        SharedMemoryRefusal{"OutputInAnUnknownRegion",
+                            [](auto* r) {
+                              auto* output = r->add_outputs();
+                              output->set_name("pooler_output");
+                              InRegion(output, "nowhere", 1024);
+                            },
+                            StatusCode::kNotFound, "outputs[0] 'pooler_output': parameters['shared_memory_region']"},
+        SharedMemoryRefusal{"OtherOutputParameters",
+                            [](auto* r) {
+                              auto* output = r->add_outputs();
+                              output->set_name("pooler_output");
+                              InRegion(output, "outputs", 1024);
+                              (*output->mutable_parameters())["classification"].set_int64_param(3);
+                            },
+                            StatusCode::kInvalidArgument, "outputs[0] 'pooler_output': parameters['classification']"}),
+    [](const testing::TestParamInfo<SharedMemoryRefusal>& info) { return info.param.name; });
 
 TEST(RequestCodecTest, TypedContentsCountMismatch) {
   inference::ModelInferRequest request = TokenRequest(2, 4, false);

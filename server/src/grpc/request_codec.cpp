@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace graphserve {
@@ -181,9 +182,10 @@ Status AgreeOnRowsAndLength(const std::string& model, const std::string& field,
   return Status::Ok();
 }
 
-// The input's data into `host` (whose dtype and shape are set): raw bytes taken over without a copy,
-// or typed contents packed; either must hold exactly the shape's element count.
-Status TakeInputData(const std::string& model, const std::string& field, int index, bool raw,
+// The input's data into `host` (whose dtype and shape are set): raw bytes (raw_input_contents[`raw_index`])
+// taken over without a copy, or typed contents packed; either must hold exactly the shape's element
+// count.
+Status TakeInputData(const std::string& model, const std::string& field, int index, int raw_index, bool raw,
                      inference::ModelInferRequest* request, HostTensor* host) {
   const inference::ModelInferRequest::InferInputTensor& input = request->inputs(index);
   const int64_t expected_count = host->element_count();
@@ -202,9 +204,9 @@ Status TakeInputData(const std::string& model, const std::string& field, int ind
     return InvalidArgument(model + field + ": data given both in contents and raw_input_contents");
   }
   const size_t expected_bytes = expected_count * ElementSize(host->dtype);
-  std::string* bytes = request->mutable_raw_input_contents(index);
+  std::string* bytes = request->mutable_raw_input_contents(raw_index);
   if (bytes->size() != expected_bytes) {
-    return InvalidArgument(model + "raw_input_contents[" + std::to_string(index) + "] ('" +
+    return InvalidArgument(model + "raw_input_contents[" + std::to_string(raw_index) + "] ('" +
                            input.name() + "'): " + std::to_string(bytes->size()) +
                            " bytes, expected " + std::to_string(expected_bytes) + " for shape " +
                            ShapeToString(host->shape) + " " + DataTypeName(host->dtype));
@@ -253,9 +255,88 @@ Status CheckValueRange(const std::string& model, const std::string& field, const
   return InvalidArgument(message.str());
 }
 
+constexpr const char* kRegionParameter = "shared_memory_region";
+constexpr const char* kByteSizeParameter = "shared_memory_byte_size";
+constexpr const char* kOffsetParameter = "shared_memory_offset";
+
+bool IsSharedMemoryParameter(const std::string& key) {
+  return key == kRegionParameter || key == kByteSizeParameter || key == kOffsetParameter;
+}
+
+// A tensor's place in shared memory, from Triton's parameters; `name` empty: not in shared memory.
+struct TensorRegion {
+  std::string name;
+  int64_t offset = 0;
+  int64_t byte_size = 0;
+};
+
+// Reads Triton's shared-memory parameters of an input or output (`field` ends with ": "): the region
+// (a string) and its byte size (an int64) go together, the offset (an int64) is optional.
+template <typename Tensor>
+Status ParseTensorRegion(const std::string& field, const Tensor& tensor, TensorRegion* region) {
+  const auto find = [&](const char* key) -> const inference::InferParameter* {
+    const auto it = tensor.parameters().find(key);
+    return it == tensor.parameters().end() ? nullptr : &it->second;
+  };
+  const auto quoted = [&](const char* key) { return field + "parameters['" + key + "']"; };
+  const inference::InferParameter* name = find(kRegionParameter);
+  const inference::InferParameter* byte_size = find(kByteSizeParameter);
+  const inference::InferParameter* offset = find(kOffsetParameter);
+  if (name == nullptr) {
+    if (byte_size == nullptr && offset == nullptr) return Status::Ok();
+    return InvalidArgument(quoted(byte_size != nullptr ? kByteSizeParameter : kOffsetParameter) +
+                           ": given without parameters['" + kRegionParameter + "']");
+  }
+  if (name->parameter_choice_case() != inference::InferParameter::kStringParam || name->string_param().empty()) {
+    return InvalidArgument(quoted(kRegionParameter) + ": expected a string_param naming a registered region");
+  }
+  if (byte_size == nullptr) {
+    return InvalidArgument(quoted(kByteSizeParameter) + ": required with parameters['" + kRegionParameter + "']");
+  }
+  for (const auto& [key, value] : {std::make_pair(kByteSizeParameter, byte_size), std::make_pair(kOffsetParameter, offset)}) {
+    if (value != nullptr && (value->parameter_choice_case() != inference::InferParameter::kInt64Param ||
+                             value->int64_param() < 0)) {
+      return InvalidArgument(quoted(key) + ": expected an int64_param of at least 0");
+    }
+  }
+  region->name = name->string_param();
+  region->byte_size = byte_size->int64_param();
+  region->offset = offset == nullptr ? 0 : offset->int64_param();
+  return Status::Ok();
+}
+
+// The span of a tensor's region; a refusal names the parameter and keeps the registry's code
+// (NOT_FOUND for a region not registered).
+Status FindRegion(const std::string& field, const TensorRegion& region, const SharedMemoryRegistry& registry,
+                  SharedMemorySpan* span) {
+  const Status status = registry.Span(region.name, static_cast<uint64_t>(region.offset),
+                                      static_cast<uint64_t>(region.byte_size), span);
+  if (status.ok()) return status;
+  return Status(status.code(), field + "parameters['" + kRegionParameter + "']: " + status.message());
+}
+
+// An input's bytes, copied out of its region into `host` (whose dtype and shape are set): the span
+// must be exactly the tensor's size.
+Status ReadInputRegion(const std::string& field, const TensorRegion& region, const SharedMemoryRegistry& registry,
+                       HostTensor* host) {
+  const int64_t expected_bytes = host->element_count() * static_cast<int64_t>(ElementSize(host->dtype));
+  if (region.byte_size != expected_bytes) {
+    return InvalidArgument(field + "parameters['" + kByteSizeParameter + "']: " + std::to_string(region.byte_size) +
+                           " bytes, expected " + std::to_string(expected_bytes) + " for shape " +
+                           ShapeToString(host->shape) + " " + DataTypeName(host->dtype));
+  }
+  SharedMemorySpan span;
+  Status status = FindRegion(field, region, registry, &span);
+  if (!status.ok()) return status;
+  status = span.ReadInto(&host->bytes);
+  if (!status.ok()) return InvalidArgument(field + status.message());
+  return Status::Ok();
+}
+
 // Which outputs the request names (all when it names none); INVALID_ARGUMENT for an unknown one.
+// With `shared_memory`, those the request puts in a region are added to its outputs.
 Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInferRequest& request,
-                              InferenceItem* item) {
+                              InferenceItem* item, SharedMemoryTensors* shared_memory) {
   item->outputs_wanted.assign(spec.outputs.size(), request.outputs_size() == 0);
   for (int i = 0; i < request.outputs_size(); ++i) {
     const std::string& name = request.outputs(i).name();
@@ -270,33 +351,47 @@ Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInfer
                              "': asked for twice");
     }
     item->outputs_wanted[index] = true;
+    if (shared_memory == nullptr) continue;
+    const std::string field = "model '" + spec.name + "': outputs[" + std::to_string(i) + "] '" + name + "': ";
+    TensorRegion region;
+    Status status = ParseTensorRegion(field, request.outputs(i), &region);
+    if (!status.ok()) return status;
+    if (region.name.empty()) continue;
+    SharedMemoryOutput target{index, i, {}};
+    status = FindRegion(field, region, *shared_memory->registry, &target.span);
+    if (!status.ok()) return status;
+    shared_memory->outputs.push_back(std::move(target));
   }
   return Status::Ok();
 }
 
-// graphserve honours no input or output parameter (Triton's shared_memory_region, classification,
-// ...): answering OK without doing what one asks would be a different answer than the client
-// requested, so each is refused by name.
+// graphserve honours no input or output parameter but Triton's shared-memory ones, where the caller
+// serves shared memory (classification, ...): answering OK without doing what one asks would be a
+// different answer than the client requested, so each is refused by name.
 Status RefuseParameters(const std::string& model, const std::string& field,
-                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters) {
+                        const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+                        bool shared_memory_served) {
   std::vector<std::string> names;
-  for (const auto& entry : parameters) names.push_back(entry.first);
+  for (const auto& entry : parameters) {
+    if (!shared_memory_served || !IsSharedMemoryParameter(entry.first)) names.push_back(entry.first);
+  }
   if (names.empty()) return Status::Ok();
   std::sort(names.begin(), names.end());  // a map's order is unspecified: name the same one always
   return InvalidArgument(model + field + "parameters['" + names.front() +
                          "']: not supported by graphserve");
 }
 
-Status RefuseTensorParameters(const std::string& model, const inference::ModelInferRequest& request) {
+Status RefuseTensorParameters(const std::string& model, const inference::ModelInferRequest& request,
+                              bool shared_memory_served) {
   Status status;
   for (int i = 0; status.ok() && i < request.inputs_size(); ++i) {
     status = RefuseParameters(model, InputField(i, request.inputs(i).name()) + ": ",
-                              request.inputs(i).parameters());
+                              request.inputs(i).parameters(), shared_memory_served);
   }
   for (int i = 0; status.ok() && i < request.outputs_size(); ++i) {
     status = RefuseParameters(
         model, "outputs[" + std::to_string(i) + "] '" + request.outputs(i).name() + "': ",
-        request.outputs(i).parameters());
+        request.outputs(i).parameters(), shared_memory_served);
   }
   return status;
 }
@@ -356,18 +451,29 @@ Status DecodeRequestParameters(const std::string& model, const inference::ModelI
 }  // namespace
 
 Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* request, PendingRequest* pending,
-                          std::vector<std::string>* custom_parameters) {
+                          std::vector<std::string>* custom_parameters, SharedMemoryTensors* shared_memory) {
+  if (shared_memory != nullptr && shared_memory->registry == nullptr) shared_memory = nullptr;
   const std::string model = "model '" + spec.name + "': ";
   Status parameters = DecodeRequestParameters(model, *request, pending, custom_parameters);
-  if (parameters.ok()) parameters = RefuseTensorParameters(model, *request);
+  if (parameters.ok()) parameters = RefuseTensorParameters(model, *request, shared_memory != nullptr);
   if (!parameters.ok()) return parameters;
   InferenceItem* item = &pending->item;
   const int input_count = request->inputs_size();
+  // As in Triton, raw_input_contents holds the inputs outside shared memory, in order.
+  std::vector<TensorRegion> input_regions(input_count);
+  int shared_inputs = 0;
+  for (int i = 0; shared_memory != nullptr && i < input_count; ++i) {
+    const Status status =
+        ParseTensorRegion(model + InputField(i, request->inputs(i).name()) + ": ", request->inputs(i), &input_regions[i]);
+    if (!status.ok()) return status;
+    if (!input_regions[i].name.empty()) ++shared_inputs;
+  }
   const bool raw = request->raw_input_contents_size() > 0;
-  if (raw && request->raw_input_contents_size() != input_count) {
+  if (raw && request->raw_input_contents_size() != input_count - shared_inputs) {
     return InvalidArgument(model + "raw_input_contents: " +
                            std::to_string(request->raw_input_contents_size()) + " entries for " +
-                           std::to_string(input_count) + " inputs");
+                           std::to_string(input_count - shared_inputs) + " inputs" +
+                           (shared_inputs > 0 ? " outside shared memory" : ""));
   }
 
   item->inputs.assign(spec.inputs.size(), HostTensor{});
@@ -375,6 +481,7 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
   std::string reference_input;
   item->rows = -1;
   item->length = -1;
+  int raw_index = 0;
   for (int i = 0; i < input_count; ++i) {
     const inference::ModelInferRequest::InferInputTensor& input = request->inputs(i);
     const std::string field = InputField(i, input.name());
@@ -395,7 +502,13 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
     HostTensor& host = item->inputs[index];
     host.dtype = tensor.dtype;
     host.shape = std::move(shape);
-    status = TakeInputData(model, field, i, raw, request, &host);
+    if (input_regions[i].name.empty()) {
+      status = TakeInputData(model, field, i, raw_index++, raw, request, &host);
+    } else if (HasTypedContents(input)) {
+      status = InvalidArgument(model + field + ": data given both in contents and in shared memory");
+    } else {
+      status = ReadInputRegion(model + field + ": ", input_regions[i], *shared_memory->registry, &host);
+    }
     if (!status.ok()) return status;
     if (index < spec.input_ranges.size()) {
       status = CheckValueRange(model, field, spec.input_ranges[index], host);
@@ -409,26 +522,55 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
   }
   // A fixed-shape model's requests all have the grid's one length.
   if (!spec.has_sequence_length()) item->length = kFixedShapeLength;
-  return DecodeRequestedOutputs(spec, *request, item);
+  return DecodeRequestedOutputs(spec, *request, item, shared_memory);
 }
 
-void EncodeInferResponse(const ModelSpec& spec, const std::string& version,
-                         const inference::ModelInferRequest& request, std::vector<HostTensor>&& outputs,
-                         inference::ModelInferResponse* response) {
+Status EncodeInferResponse(const ModelSpec& spec, const std::string& version,
+                           const inference::ModelInferRequest& request, std::vector<HostTensor>&& outputs,
+                           inference::ModelInferResponse* response, const SharedMemoryTensors* shared_memory) {
+  static const std::vector<SharedMemoryOutput> kNoRegions;
+  const std::vector<SharedMemoryOutput>& in_regions = shared_memory != nullptr ? shared_memory->outputs : kNoRegions;
+  const auto output_field = [&](const SharedMemoryOutput& target) {
+    return "model '" + spec.name + "': outputs[" + std::to_string(target.requested) + "] '" +
+           spec.outputs[target.output].name + "': ";
+  };
+  // Before anything is written: an answer refused leaves every region as it was.
+  for (const SharedMemoryOutput& target : in_regions) {
+    const HostTensor& tensor = outputs[target.output];
+    if (tensor.bytes.size() > target.span.size()) {
+      return InvalidArgument(output_field(target) + "the output is " + std::to_string(tensor.bytes.size()) +
+                             " bytes (shape " + ShapeToString(tensor.shape) + " " + DataTypeName(tensor.dtype) +
+                             "), more than the " + std::to_string(target.span.size()) + " of parameters['" +
+                             kByteSizeParameter + "'] in region '" + target.span.region() + "'");
+    }
+  }
   response->set_model_name(spec.name);
   response->set_model_version(version);
   response->set_id(request.id());
-  auto add_output = [&](size_t index) {
+  auto add_output = [&](size_t index) -> Status {
     HostTensor& tensor = outputs[index];
     inference::ModelInferResponse::InferOutputTensor* output = response->add_outputs();
     output->set_name(spec.outputs[index].name);
     output->set_datatype(DataTypeName(tensor.dtype));
     for (int64_t dim : tensor.shape) output->add_shape(dim);
-    response->add_raw_output_contents(std::move(tensor.bytes));
+    const auto target = std::find_if(in_regions.begin(), in_regions.end(),
+                                     [&](const SharedMemoryOutput& region) { return region.output == index; });
+    if (target == in_regions.end()) {
+      response->add_raw_output_contents(std::move(tensor.bytes));
+      return Status::Ok();
+    }
+    // As Triton: the output's entry is there, empty, and its parameters say where its bytes went.
+    response->add_raw_output_contents();
+    *output->mutable_parameters() = request.outputs(target->requested).parameters();
+    const Status status = target->span.Write(tensor.bytes);
+    return status.ok() ? status : InvalidArgument(output_field(*target) + status.message());
   };
   if (request.outputs_size() == 0) {
-    for (size_t index = 0; index < spec.outputs.size(); ++index) add_output(index);
-    return;
+    for (size_t index = 0; index < spec.outputs.size(); ++index) {
+      const Status status = add_output(index);
+      if (!status.ok()) return status;
+    }
+    return Status::Ok();
   }
   // In the order the client asked for (DecodeRequestedOutputs refuses a name asked twice).
   std::vector<bool> added(spec.outputs.size(), false);
@@ -436,10 +578,12 @@ void EncodeInferResponse(const ModelSpec& spec, const std::string& version,
     for (size_t index = 0; index < spec.outputs.size(); ++index) {
       if (spec.outputs[index].name == requested.name() && !added[index]) {
         added[index] = true;
-        add_output(index);
+        const Status status = add_output(index);
+        if (!status.ok()) return status;
       }
     }
   }
+  return Status::Ok();
 }
 
 void FillModelMetadata(const ModelSpec& spec, const std::string& version,
