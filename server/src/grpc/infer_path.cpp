@@ -74,7 +74,9 @@ Status InferPath::Prepare(const grpc::ServerContextBase& context,
     prepared->metrics->ArrivedWithDeadline(prepared->pending->deadline_us - prepared->arrival_us);
   }
   std::vector<std::string> custom_parameters;
-  status = DecodeInferRequest(prepared->scheduler->spec(), request, prepared->pending.get(), &custom_parameters);
+  prepared->shared_memory.registry = shared_memory_;
+  status = DecodeInferRequest(prepared->scheduler->spec(), request, prepared->pending.get(), &custom_parameters,
+                              &prepared->shared_memory);
   if (!status.ok()) {
     prepared->metrics->Refused(status.code());
     return status;
@@ -110,15 +112,19 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
   // `done` is the request's own member: it reaches the request through a plain pointer, since a
   // shared one would keep the request alive forever.
   const PendingRequest* self = prepared.pending.get();
+  // Read by `done` only, before Answered: `prepared` is alive until then.
+  const SharedMemoryTensors* shared_memory = &prepared.shared_memory;
   // Counted before the receiver answers, so that a client that has its answer finds it in the next
   // scrape.
   prepared.pending->done = [receiver, &request, response, model, model_metrics, statistics, clock,
-                            arrival_us, rows, self](const Status& outcome, std::vector<HostTensor>&& outputs,
-                                                    const RequestTiming& timing) {
+                            arrival_us, rows, self, shared_memory](const Status& outcome,
+                                                                  std::vector<HostTensor>&& outputs,
+                                                                  const RequestTiming& timing) {
     const int64_t now_us = clock->NowMicros();
-    const Status answer = SettleWithClient(outcome, *self, now_us);
+    Status answer = SettleWithClient(outcome, *self, now_us);
     if (answer.ok()) {
-      EncodeInferResponse(model->scheduler->spec(), model->version, request, std::move(outputs), response);
+      answer = EncodeInferResponse(model->scheduler->spec(), model->version, request, std::move(outputs),
+                                   response, shared_memory);
     }
     CountFinished(model_metrics, statistics, answer, rows, now_us - arrival_us, timing);
     receiver->Answered(answer);

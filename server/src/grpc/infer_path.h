@@ -20,6 +20,10 @@
 #include "graphserve/engine/status.h"
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/repository/model_repository.h"
+#include "graphserve/server/clock.h"
+#include "graphserve/server/model_repository.h"
+#include "graphserve/server/request_codec.h"
+#include "graphserve/server/shared_memory_registry.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {
@@ -49,6 +53,8 @@ struct PreparedInference {
   ModelScheduler* scheduler = nullptr;
   ModelRequestMetrics* metrics = nullptr;
   std::shared_ptr<PendingRequest> pending;
+  // The regions its shared-memory outputs go to: their mappings are held as long as this is.
+  SharedMemoryTensors shared_memory;
   int64_t arrival_us = 0;
   // The call's gRPC deadline (time_point::max() when none), to tell an expired call from a cancelled
   // one when its client cancels it.
@@ -62,14 +68,16 @@ struct PreparedInference {
 class InferPath {
  public:
   // `ready`: false while the models load and once the server drains; requests are then refused.
+  // `shared_memory`: the regions requests may name for their tensors (null: none may).
   InferPath(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
-            const std::atomic<bool>* ready)
-      : repository_(repository), clock_(clock), metrics_(metrics), ready_(ready) {}
+            const std::atomic<bool>* ready, const SharedMemoryRegistry* shared_memory)
+      : repository_(repository), clock_(clock), metrics_(metrics), ready_(ready), shared_memory_(shared_memory) {}
 
   // Finds the model `request` names and decodes `request` into `prepared`, consuming its raw
-  // contents; the request's deadline is the call's. A refusal (UNAVAILABLE when not ready or while
-  // the model loads, NOT_FOUND for an unknown model or a version not served, INVALID_ARGUMENT naming
-  // the field) is counted and returned, and nothing is queued.
+  // contents and copying its inputs in shared memory; the request's deadline is the call's. A refusal
+  // (UNAVAILABLE when not ready or while the model loads, NOT_FOUND for an unknown model, a version
+  // not served or a shared-memory region not registered, INVALID_ARGUMENT naming the field) is
+  // counted and returned, and nothing is queued.
   Status Prepare(const grpc::ServerContextBase& context, inference::ModelInferRequest* request,
                  PreparedInference* prepared) const;
 
@@ -84,6 +92,7 @@ class InferPath {
   const Clock* clock_;
   ServerMetrics* metrics_;
   const std::atomic<bool>* ready_;
+  const SharedMemoryRegistry* shared_memory_;
 };
 
 }  // namespace graphserve

@@ -45,7 +45,9 @@ grpc::Status ToGrpcStatus(const Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
-InferPath InferenceService::infer_path() const { return InferPath(repository_, clock_, metrics_, &ready_); }
+InferPath InferenceService::infer_path() const {
+  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_);
+}
 
 Status InferenceService::FindServedModel(const std::string& name, const std::string& version,
                                          std::shared_ptr<LoadedModel>* model) const {
@@ -100,7 +102,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
   // The KServe v2 / Triton extensions graphserve serves (on both bindings; binary_tensor_data is the
   // REST binding's).
   for (const char* extension : {"model_repository", "model_repository(unload_dependents)", "model_configuration",
-                                "statistics", "logging", "binary_tensor_data"}) {
+                                "statistics", "logging", "binary_tensor_data", "system_shared_memory"}) {
     response->add_extensions(extension);
   }
   return FinishNow(context, grpc::Status::OK);

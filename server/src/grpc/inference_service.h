@@ -9,13 +9,17 @@
 // Triton's other RPCs (statistics, log and trace settings, shared memory) are answered at once, from
 // inference_service_admin.cpp.
 // Thread safety: all methods are called by gRPC from any thread; the readiness flag is atomic.
-// Lifetime: the repository, clock and metrics must outlive the service and every request it queued.
+// Lifetime: the repository, clock, metrics and shared-memory registry must outlive the service and
+// every request it queued.
 #include <atomic>
 
 #include <grpcpp/grpcpp.h>
 
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/repository/model_repository.h"
+#include "graphserve/server/clock.h"
+#include "graphserve/server/model_repository.h"
+#include "graphserve/server/shared_memory_registry.h"
 #include "grpc_service.grpc.pb.h"
 
 namespace graphserve {
@@ -56,8 +60,10 @@ using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod
 
 class InferenceService final : public InferenceServiceBase {
  public:
-  InferenceService(ModelRepository* repository, const Clock* clock, ServerMetrics* metrics)
-      : repository_(repository), clock_(clock), metrics_(metrics) {}
+  // `shared_memory`: the system shared-memory regions clients register and their requests name.
+  InferenceService(ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
+                   SharedMemoryRegistry* shared_memory)
+      : repository_(repository), clock_(clock), metrics_(metrics), shared_memory_(shared_memory) {}
 
   // Ready: models loaded and warmed up, and not draining: requests are served. Every model of the
   // repository must have been added to the metrics (ServerMetrics::AddModel) before the service
@@ -146,6 +152,7 @@ class InferenceService final : public InferenceServiceBase {
   ModelRepository* const repository_;
   const Clock* const clock_;
   ServerMetrics* const metrics_;
+  SharedMemoryRegistry* const shared_memory_;
   std::atomic<bool> ready_{false};
   bool strict_readiness_ = true;
   std::atomic<bool> live_{true};

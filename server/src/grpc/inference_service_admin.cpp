@@ -1,6 +1,6 @@
 // InferenceService's answers to Triton's RPCs beyond inference: model statistics, log and trace
-// settings, and the shared-memory extensions graphserve does not support. Each is answered on the
-// calling thread; the work is in model_statistics.h, log_settings.h and trace_settings.h.
+// settings, and the shared-memory extensions. Each is answered on the calling thread; the work is in
+// model_statistics.h, log_settings.h, trace_settings.h and shared_memory_registry.h.
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,19 +13,13 @@
 namespace graphserve {
 namespace {
 
-// Tensors travel in the request and the response; Triton's regions are never read or written.
-Status SharedMemoryUnsupported() {
-  return Status(StatusCode::kUnimplemented,
-                "graphserve does not support shared-memory tensors: send tensor data in the request "
-                "(raw_input_contents or contents); outputs come back in raw_output_contents");
-}
-
-// Truthfully nothing is registered: the whole list (an empty name) is empty, and a named region is
-// not there.
-Status RegionStatus(const char* kind, const std::string& name) {
-  if (name.empty()) return Status::Ok();
-  return NotFound("name: no " + std::string(kind) + " shared-memory region '" + name +
-                  "' is registered (graphserve does not support shared-memory tensors)");
+// What a GPU build would need to serve CUDA shared memory: opening the client's cudaIPC handle on
+// the model's device, and copies between it and the batch's tensors; neither exists yet, so no CUDA
+// region is ever registered, and the status and unregister calls Triton's clients make first answer
+// truthfully that there are none.
+Status CudaSharedMemoryRefused() {
+  return InvalidArgument("graphserve does not serve CUDA shared memory (cudaIPC handles): register the tensors "
+                         "in system shared memory (SystemSharedMemoryRegister), or send them in the request");
 }
 
 }  // namespace
@@ -69,38 +63,60 @@ grpc::ServerUnaryReactor* InferenceService::TraceSetting(
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
-    inference::SystemSharedMemoryStatusResponse*) {
-  return FinishNow(context, ToGrpcStatus(RegionStatus("system", request->name())));
+    inference::SystemSharedMemoryStatusResponse* response) {
+  std::vector<SharedMemoryRegionStatus> regions;
+  const Status status = shared_memory_->GetStatus(request->name(), &regions);
+  for (const SharedMemoryRegionStatus& region : regions) {
+    inference::SystemSharedMemoryStatusResponse::RegionStatus& entry = (*response->mutable_regions())[region.name];
+    entry.set_name(region.name);
+    entry.set_key(region.key);
+    entry.set_offset(region.offset);
+    entry.set_byte_size(region.byte_size);
+  }
+  return FinishNow(context, ToGrpcStatus(status));
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryRegisterRequest*,
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse*) {
-  return FinishNow(context, ToGrpcStatus(SharedMemoryUnsupported()));
+  return FinishNow(context, ToGrpcStatus(shared_memory_->Register(request->name(), request->key(),
+                                                                  request->offset(), request->byte_size())));
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryUnregisterRequest*,
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
-  return FinishNow(context, ToGrpcStatus(SharedMemoryUnsupported()));
+  shared_memory_->Unregister(request->name());
+  return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse*) {
-  return FinishNow(context, ToGrpcStatus(RegionStatus("CUDA", request->name())));
+  // No CUDA region exists: every list is empty, and a name is not found (Triton's words for a system
+  // region asked for as CUDA one).
+  if (request->name().empty()) return FinishNow(context, grpc::Status::OK);
+  const std::string& name = request->name();
+  return FinishNow(context, ToGrpcStatus(NotFound(
+                                shared_memory_->Contains(name)
+                                    ? "name: region '" + name + "' is registered as system shared memory, not CUDA "
+                                                                "shared memory"
+                                    : "name: no CUDA shared-memory region '" + name +
+                                          "' is registered (graphserve serves no CUDA shared memory)")));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest*,
     inference::CudaSharedMemoryRegisterResponse*) {
-  return FinishNow(context, ToGrpcStatus(SharedMemoryUnsupported()));
+  return FinishNow(context, ToGrpcStatus(CudaSharedMemoryRefused()));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryUnregisterRequest*,
     inference::CudaSharedMemoryUnregisterResponse*) {
-  return FinishNow(context, ToGrpcStatus(SharedMemoryUnsupported()));
+  // As Triton's: unregistering what is not registered (all of nothing, or a name that is no CUDA
+  // region) succeeds.
+  return FinishNow(context, grpc::Status::OK);
 }
 
 }  // namespace graphserve

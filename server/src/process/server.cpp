@@ -148,7 +148,8 @@ void GraphServer::CreateRepositoryAndService() {
   listener.retired = [metrics](const LoadedModel& model) { metrics->RemoveModel(model.scheduler.get()); };
   listener.states_changed = [this] { PublishReadiness(); };
   repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
-  service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get());
+  shared_memory_ = std::make_unique<SharedMemoryRegistry>(options_.shared_memory);
+  service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get(), shared_memory_.get());
   service_->set_strict_readiness(options_.strict_readiness);
 }
 
@@ -363,6 +364,8 @@ void GraphServer::Shutdown() {
   grpc_acceptor_.reset();
   repository_.reset();
   service_.reset();
+  // Every request is answered: the mappings left are the registry's own.
+  shared_memory_.reset();
   if (trimmer_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(trimmer_mutex_);

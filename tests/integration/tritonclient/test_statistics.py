@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
-"""Triton's statistics, log, trace and shared-memory RPCs through Triton's own client: statistics
-count known traffic exactly, log settings change what the server writes, tracing stays off, shared
-memory is refused as docs/protocol.md says, and a request whose client deadline passes while it
-waits behind slow work is DEADLINE_EXCEEDED on the client and counted as deadline_exceeded in
-/metrics."""
+"""Triton's statistics, log and trace RPCs through Triton's own client: statistics count known
+traffic exactly, log settings change what the server writes, tracing stays off, and a request whose
+client deadline passes while it waits behind slow work is DEADLINE_EXCEEDED on the client and counted
+as deadline_exceeded in /metrics. (Shared memory: test_shared_memory.py.)"""
 import queue
 import re
 import time
@@ -216,17 +215,6 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
         self.assert_status(lambda: self.client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
                            "UNIMPLEMENTED", "does not trace requests", "ModelStatistics", "/metrics")
         self.assert_status(lambda: self.client.get_trace_settings("no_such_model"), "NOT_FOUND", "no_such_model")
-
-    def test_shared_memory_is_not_supported(self):
-        self.assertEqual(self.client.get_system_shared_memory_status(as_json=True), {})
-        self.assertEqual(self.client.get_cuda_shared_memory_status(as_json=True), {})
-        self.assert_status(lambda: self.client.get_system_shared_memory_status("region0"), "NOT_FOUND", "region0")
-        for call in (lambda: self.client.register_system_shared_memory("region0", "/graphserve_test", 64),
-                     lambda: self.client.unregister_system_shared_memory(),
-                     lambda: self.client.register_cuda_shared_memory("region0", b"\0" * 64, 0, 64),
-                     lambda: self.client.unregister_cuda_shared_memory("region0")):
-            self.assert_status(call, "UNIMPLEMENTED", "does not support shared-memory tensors",
-                               "send tensor data in the request")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/repository/model_repository.h"
 #include "graphserve/server/security/auth.h"
+#include "graphserve/server/auth.h"
+#include "graphserve/server/clock.h"
+#include "graphserve/server/model_repository.h"
+#include "graphserve/server/shared_memory_registry.h"
 
 namespace grpc {
 class Server;
@@ -67,6 +71,8 @@ struct ServerOptions {
   // loaded or tried to load serves (ModelRepository::EveryModelServes); false: once start-up is over,
   // whatever the models' states. Requests are served either way.
   bool strict_readiness = true;
+  // Bounds on the system shared-memory regions clients register (Triton's shared-memory extension).
+  SharedMemoryLimits shared_memory;
 };
 
 class GraphServer {
@@ -124,6 +130,8 @@ class GraphServer {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<ModelRepository> repository_;
+  // Before service_, which registers regions in it and whose requests read and write them.
+  std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<grpc::Server> grpc_server_;
