@@ -138,17 +138,21 @@ TEST(RestCodecTest, EveryMalformedRequestIsRefusedNamingTheField) {
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1048576, 1048576, 4], "data": []}]})"),
             "inputs[0].shape: [1048576,1048576,4] has too many elements");
   EXPECT_EQ(Refusal(R"({"inputs": [{"datatype": "INT64", "shape": [1], "data": [1]}]})"), "inputs[0].name: required");
-  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1],
+  EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [1],
                                     "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}]})"),
-            "inputs[0].parameters['shared_memory_region']: not supported by graphserve (shared memory); send the "
-            "tensor in the body");
+            "inputs[0]: give one of data, parameters['binary_data_size'] and parameters['shared_memory_region']");
+  EXPECT_EQ(Refusal(R"({"outputs": [{"name": "o", "parameters": {"binary_data": true, "shared_memory_region": "r",
+                                                                  "shared_memory_byte_size": 8}}]})"),
+            "outputs[0].parameters['binary_data']: an output in shared memory (parameters['shared_memory_region']) "
+            "has no data in the response");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "data": [1]}]})"), "inputs[0].shape: required");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "BYTES", "shape": [1], "data": ["x"]}]})"),
             "inputs[0].datatype: 'BYTES' is not a datatype graphserve serves");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "FP16", "shape": [1], "data": [1.0]}]})"),
             "inputs[0].data: FP16 tensors have no JSON form; send them as binary data");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1]}]})"),
-            "inputs[0].data: required (or parameters['binary_data_size'] with the binary data extension)");
+            "inputs[0].data: required (or parameters['binary_data_size'] with the binary data extension, or "
+            "parameters['shared_memory_region'] with the shared-memory one)");
   EXPECT_EQ(Refusal(R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "dims": [1]}]})"),
             "inputs[0].dims: not a field of the KServe v2 REST request");
   EXPECT_EQ(Refusal(R"({"parameters": {"binary_data_output": 1}})"),
@@ -175,7 +179,84 @@ TEST(RestCodecTest, EveryMalformedRequestIsRefusedNamingTheField) {
   const std::string both =
       R"({"inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [1], "parameters": {"binary_data_size": 8}}]})";
   EXPECT_EQ(Refusal(both + std::string(8, '\0'), both.size()),
-            "inputs[0]: has both data and parameters['binary_data_size']; send one");
+            "inputs[0]: give one of data, parameters['binary_data_size'] and parameters['shared_memory_region']");
+}
+
+// Triton's shared-memory extension: the parameters go on to gRPC, which reads the region; the inputs in
+// shared memory have no raw_input_contents entry.
+TEST(RestCodecTest, SharedMemoryTensorsPassTheirParametersOnWithoutData) {
+  inference::ModelInferRequest request;
+  RestOutputFormat format;
+  ASSERT_TRUE(Parse(R"({"inputs": [
+      {"name": "a", "datatype": "INT64", "shape": [2],
+       "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 16, "shared_memory_offset": 8}},
+      {"name": "b", "datatype": "INT64", "shape": [1], "data": [5]}],
+    "outputs": [{"name": "o", "parameters": {"shared_memory_region": "out", "shared_memory_byte_size": 64}}]})",
+                    &request, &format)
+                  .ok());
+  ASSERT_EQ(request.inputs_size(), 2);
+  const auto& a = request.inputs(0).parameters();
+  EXPECT_EQ(a.at("shared_memory_region").string_param(), "in");
+  EXPECT_EQ(a.at("shared_memory_byte_size").int64_param(), 16);
+  EXPECT_EQ(a.at("shared_memory_offset").int64_param(), 8);
+  ASSERT_EQ(request.raw_input_contents_size(), 1);
+  EXPECT_EQ(request.raw_input_contents(0), Raw<int64_t>({5}));
+  EXPECT_EQ(request.outputs(0).parameters().at("shared_memory_region").string_param(), "out");
+  EXPECT_EQ(request.outputs(0).parameters().at("shared_memory_byte_size").int64_param(), 64);
+
+  // The answer: an output in shared memory has neither data nor parameters (Triton's C++ client reads
+  // any as binary data's), even where the request asks for binary outputs.
+  inference::ModelInferResponse response;
+  response.set_model_name("m");
+  auto* output = response.add_outputs();
+  output->set_name("o");
+  output->set_datatype("FP32");
+  output->add_shape(4);
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("out");
+  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(64);
+  response.add_raw_output_contents();
+  format.binary_by_default = true;
+  const RestInferBody encoded = EncodeRestInferResponse(response, format);
+  EXPECT_FALSE(encoded.json_length.has_value());
+  const json body = json::parse(encoded.body);
+  EXPECT_EQ(body["outputs"][0], json({{"name", "o"}, {"datatype", "FP32"}, {"shape", {4}}}));
+  EXPECT_EQ(body["outputs"][0]["shape"], json::array({4}));
+}
+
+TEST(RestCodecTest, SharedMemoryRegistrationsAndStatusesTravelAsTritonsRestBindingHasThem) {
+  inference::SystemSharedMemoryRegisterRequest request;
+  ASSERT_TRUE(ParseSystemSharedMemoryRegister(R"({"key": "/k", "offset": 8, "byte_size": 64})", &request).ok());
+  EXPECT_EQ(request.key(), "/k");
+  EXPECT_EQ(request.offset(), 8u);
+  EXPECT_EQ(request.byte_size(), 64u);
+  request.Clear();
+  ASSERT_TRUE(ParseSystemSharedMemoryRegister(R"({"key": "/k", "byte_size": 64})", &request).ok());
+  EXPECT_EQ(request.offset(), 0u);
+  for (const auto& [body, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"", "key: required"},
+           {R"({"key": "/k"})", "byte_size: required"},
+           {R"({"key": 3, "byte_size": 64})", "key: expected a string"},
+           {R"({"key": "/k", "byte_size": -1})", "byte_size: expected a byte count"},
+           {R"({"key": "/k", "byte_size": 64, "offset": 1.5})", "offset: expected a byte count"},
+           {R"({"key": "/k", "byte_size": 64, "device_id": 0})", "body.device_id: not a field"}}) {
+    const Status status = ParseSystemSharedMemoryRegister(body, &request);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
+  }
+
+  inference::SystemSharedMemoryStatusResponse system;
+  EXPECT_EQ(json::parse(SystemSharedMemoryStatusJson(system)), json::array());
+  for (const char* name : {"b", "a"}) {
+    auto& region = (*system.mutable_regions())[name];
+    region.set_name(name);
+    region.set_key(std::string("/") + name);
+    region.set_offset(4);
+    region.set_byte_size(uint64_t{1} << 40);
+  }
+  EXPECT_EQ(json::parse(SystemSharedMemoryStatusJson(system)),
+            json::parse(R"([{"name": "a", "key": "/a", "offset": 4, "byte_size": 1099511627776},
+                            {"name": "b", "key": "/b", "offset": 4, "byte_size": 1099511627776}])"));
+  EXPECT_EQ(json::parse(CudaSharedMemoryStatusJson(inference::CudaSharedMemoryStatusResponse())), json::array());
 }
 
 // JSON allows 1e400, but the parser throws on it (out_of_range, not parse_error); uncaught, that

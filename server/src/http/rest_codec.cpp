@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <type_traits>
 
 #include "graphserve/engine/tensor.h"
@@ -20,6 +21,9 @@ using nlohmann::json;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
+
+// The shared-memory extension's input and output parameter naming a registered region.
+constexpr const char* kSharedMemoryRegion = "shared_memory_region";
 
 // Bodies come from clients: a string that is not UTF-8 must not make the answer fail.
 std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -273,11 +277,16 @@ Status ParseInput(const json& input, const std::string& field, std::string_view 
   if (!dtype) {
     return InvalidArgument(field + ".datatype: '" + tensor->datatype() + "' is not a datatype graphserve serves");
   }
+  // As Triton: the data comes from exactly one of these.
+  const bool in_shared_memory = tensor->parameters().count(kSharedMemoryRegion) > 0;
+  if ((data != nullptr) + binary_size.has_value() + in_shared_memory > 1) {
+    return InvalidArgument(field + ": give one of data, parameters['binary_data_size'] and parameters['" +
+                           kSharedMemoryRegion + "']");
+  }
+  // The gRPC handler reads it from its region: raw_input_contents holds the other inputs only.
+  if (in_shared_memory) return Status::Ok();
   std::string* raw = request->add_raw_input_contents();
   if (binary_size) {
-    if (data != nullptr) {
-      return InvalidArgument(field + ": has both data and parameters['binary_data_size']; send one");
-    }
     const int64_t expected = elements * static_cast<int64_t>(ElementSize(*dtype));
     if (*binary_size != expected) {
       return InvalidArgument(field + ".parameters['binary_data_size']: " + std::to_string(*binary_size) +
@@ -294,15 +303,9 @@ Status ParseInput(const json& input, const std::string& field, std::string_view 
     return Status::Ok();
   }
   if (data == nullptr) {
-    // A shared-memory input has no data by design: name what is not supported, as gRPC does.
-    for (const char* region : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
-      if (tensor->parameters().count(region) > 0) {
-        return InvalidArgument(field + ".parameters" + Quoted(region) + ": not supported by graphserve "
-                               "(shared memory); send the tensor in the body");
-      }
-    }
     return InvalidArgument(field + ".data: required (or parameters['binary_data_size'] with the binary "
-                           "data extension)");
+                           "data extension, or parameters['" + std::string(kSharedMemoryRegion) +
+                           "'] with the shared-memory one)");
   }
   if (*dtype == DataType::kFp16 || *dtype == DataType::kBf16) {
     return InvalidArgument(field + ".data: " + tensor->datatype() +
@@ -341,9 +344,14 @@ Status ParseOutput(const json& requested, const std::string& field, inference::M
         }
         return Status::Ok();
       });
+  if (!status.ok()) return status;
+  if (binary.value_or(false) && output->parameters().count(kSharedMemoryRegion) > 0) {
+    return InvalidArgument(field + ".parameters['binary_data']: an output in shared memory (parameters['" +
+                           kSharedMemoryRegion + "']) has no data in the response");
+  }
   // After the loop: the object's name may come after its parameters.
   if (binary) format->binary_by_output.emplace_back(output->name(), *binary);
-  return status;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -577,7 +585,10 @@ RestInferBody EncodeRestInferResponse(const inference::ModelInferResponse& respo
     const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : kNone;
     json output = {{"name", tensor.name()}, {"datatype", tensor.datatype()}, {"shape", tensor.shape()}};
     const std::optional<DataType> dtype = DataTypeFromName(tensor.datatype());
-    if (format.IsBinary(tensor.name()) || !dtype) {
+    if (tensor.parameters().count(kSharedMemoryRegion) > 0) {
+      // Written into its region: name, datatype and shape alone, as Triton answers. Its C++ client
+      // reads any output `parameters` as binary data's, and failed on the shared-memory ones.
+    } else if (format.IsBinary(tensor.name()) || !dtype) {
       output["parameters"] = {{"binary_data_size", raw.size()}};
       binary.push_back(&raw);
       binary_size += raw.size();
@@ -695,6 +706,52 @@ std::string TraceSettingJson(const inference::TraceSettingResponse& response) {
     }
   }
   return Dump(settings);
+}
+
+Status ParseSystemSharedMemoryRegister(std::string_view body, inference::SystemSharedMemoryRegisterRequest* request) {
+  json document;
+  Status status = ParseBodyObject(body, {"key", "offset", "byte_size"}, &document);
+  if (!status.ok()) return status;
+  if (!document.contains("key")) return InvalidArgument("key: required");
+  if (!document.contains("byte_size")) return InvalidArgument("byte_size: required");
+  const auto byte_count = [&](const char* field, uint64_t* value) {
+    if (!document[field].is_number_unsigned()) return InvalidArgument(std::string(field) + ": expected a byte count");
+    *value = document[field].get<uint64_t>();
+    return Status::Ok();
+  };
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+  status = ExpectString(document["key"], "key", request->mutable_key());
+  if (status.ok() && document.contains("offset")) status = byte_count("offset", &offset);
+  if (status.ok()) status = byte_count("byte_size", &byte_size);
+  request->set_offset(offset);
+  request->set_byte_size(byte_size);
+  return status;
+}
+
+std::string SystemSharedMemoryStatusJson(const inference::SystemSharedMemoryStatusResponse& response) {
+  json regions = json::array();
+  // By name: a protobuf map's order is unspecified.
+  std::map<std::string, const inference::SystemSharedMemoryStatusResponse::RegionStatus*> sorted;
+  for (const auto& [name, region] : response.regions()) sorted.emplace(name, &region);
+  for (const auto& [name, region] : sorted) {
+    regions.push_back({{"name", region->name()},
+                       {"key", region->key()},
+                       {"offset", region->offset()},
+                       {"byte_size", region->byte_size()}});
+  }
+  return Dump(regions);
+}
+
+std::string CudaSharedMemoryStatusJson(const inference::CudaSharedMemoryStatusResponse& response) {
+  json regions = json::array();
+  std::map<std::string, const inference::CudaSharedMemoryStatusResponse::RegionStatus*> sorted;
+  for (const auto& [name, region] : response.regions()) sorted.emplace(name, &region);
+  for (const auto& [name, region] : sorted) {
+    regions.push_back(
+        {{"name", region->name()}, {"device_id", region->device_id()}, {"byte_size", region->byte_size()}});
+  }
+  return Dump(regions);
 }
 
 Status ParseRepositoryParameters(

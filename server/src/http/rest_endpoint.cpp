@@ -35,6 +35,13 @@ HttpResponse Error(int http_status, const std::string& message) {
 
 HttpResponse Error(const Status& status) { return Error(HttpStatusFor(status.code()), status.message()); }
 
+// A success with nothing to say: 200 and no body.
+HttpResponse NoBody() {
+  HttpResponse response;
+  response.content_type.clear();
+  return response;
+}
+
 // Health answers carry no body: 200 when true, 400 otherwise (as Triton).
 HttpResponse Health(bool healthy) {
   HttpResponse response;
@@ -164,8 +171,7 @@ struct RestApi {
     if (path[1] == "repository") return RepositoryRoute(method, http, path, std::move(reply));
     if (path[1] == "logging" && path.size() == 2) return LogSettings(method, http, std::move(reply));
     if (path[1] == "systemsharedmemory" || path[1] == "cudasharedmemory") {
-      reply.Send(Error(501, "graphserve does not support shared-memory tensors; send tensors in the request"));
-      return;
+      return SharedMemoryRoute(method, http, path, std::move(reply));
     }
     reply.Send(Error(404, "unknown path '" + http.path + "'"));
   }
@@ -404,11 +410,82 @@ struct RestApi {
     request.set_model_name(name);
     const Status status = ParseRepositoryParameters(http.body, request.mutable_parameters());
     if (!status.ok()) return reply.Send(Error(status));
-    Call<Request, Response>(std::move(reply), std::move(request), invoke, [](const Response&) {
-      HttpResponse response;
-      response.content_type.clear();
-      return response;
-    });
+    Call<Request, Response>(std::move(reply), std::move(request), invoke, [](const Response&) { return NoBody(); });
+  }
+
+  // ------------------------------------------------------------------------------------------------
+  // Triton's shared-memory extension: /v2/{system,cuda}sharedmemory[/region/NAME]/ACTION, where
+  // status is a GET and register (which needs a region) and unregister are POSTs.
+
+  void SharedMemoryRoute(const std::string& method, const HttpRequest& http,
+                         const std::vector<std::string_view>& path, HttpReply reply) {
+    std::string region;
+    std::string_view action;
+    if (path.size() == 3) {
+      action = path[2];
+    } else if (path.size() == 5 && path[2] == "region") {
+      region = std::string(path[3]);
+      action = path[4];
+    }
+    if (action != "status" && action != "unregister" && (action != "register" || region.empty())) {
+      return reply.Send(Error(404, "unknown path '" + http.path + "'"));
+    }
+    const char* allowed = action == "status" ? "GET" : "POST";
+    if (method != allowed) return MethodNotAllowed(allowed, std::move(reply));
+    if (path[1] == "cudasharedmemory") return CudaSharedMemory(region, action, std::move(reply));
+    SystemSharedMemory(http, region, action, std::move(reply));
+  }
+
+  // A shared-memory call naming region `region` (empty: every region), answered with no body unless
+  // `encode` says otherwise.
+  template <typename Response, typename Request, typename Invoke>
+  void RegionCall(HttpReply reply, Request request, const std::string& region, Invoke invoke,
+                  std::function<HttpResponse(const Response&)> encode = [](const Response&) { return NoBody(); }) {
+    request.set_name(region);
+    Call<Request, Response>(std::move(reply), std::move(request), invoke, std::move(encode));
+  }
+
+  void SystemSharedMemory(const HttpRequest& http, const std::string& region, std::string_view action,
+                          HttpReply reply) {
+    if (action == "status") {
+      return RegionCall<inference::SystemSharedMemoryStatusResponse>(
+          std::move(reply), inference::SystemSharedMemoryStatusRequest(), region,
+          [](auto* async, auto... args) { async->SystemSharedMemoryStatus(args...); },
+          [](const inference::SystemSharedMemoryStatusResponse& response) {
+            return Json(SystemSharedMemoryStatusJson(response));
+          });
+    }
+    if (action == "register") {
+      inference::SystemSharedMemoryRegisterRequest request;
+      const Status status = ParseSystemSharedMemoryRegister(http.body, &request);
+      if (!status.ok()) return reply.Send(Error(status));
+      return RegionCall<inference::SystemSharedMemoryRegisterResponse>(
+          std::move(reply), std::move(request), region,
+          [](auto* async, auto... args) { async->SystemSharedMemoryRegister(args...); });
+    }
+    RegionCall<inference::SystemSharedMemoryUnregisterResponse>(
+        std::move(reply), inference::SystemSharedMemoryUnregisterRequest(), region,
+        [](auto* async, auto... args) { async->SystemSharedMemoryUnregister(args...); });
+  }
+
+  // The gRPC service refuses every registration: the body (a cudaIPC handle) is not read.
+  void CudaSharedMemory(const std::string& region, std::string_view action, HttpReply reply) {
+    if (action == "status") {
+      return RegionCall<inference::CudaSharedMemoryStatusResponse>(
+          std::move(reply), inference::CudaSharedMemoryStatusRequest(), region,
+          [](auto* async, auto... args) { async->CudaSharedMemoryStatus(args...); },
+          [](const inference::CudaSharedMemoryStatusResponse& response) {
+            return Json(CudaSharedMemoryStatusJson(response));
+          });
+    }
+    if (action == "register") {
+      return RegionCall<inference::CudaSharedMemoryRegisterResponse>(
+          std::move(reply), inference::CudaSharedMemoryRegisterRequest(), region,
+          [](auto* async, auto... args) { async->CudaSharedMemoryRegister(args...); });
+    }
+    RegionCall<inference::CudaSharedMemoryUnregisterResponse>(
+        std::move(reply), inference::CudaSharedMemoryUnregisterRequest(), region,
+        [](auto* async, auto... args) { async->CudaSharedMemoryUnregister(args...); });
   }
 };
 

@@ -1,12 +1,13 @@
 #pragma once
-// The KServe v2 HTTP/REST endpoint (Triton's port-8000 API: health, metadata, config, infer with JSON
-// or binary tensors, statistics, repository index/load/unload, log settings). Each call is translated
+// The KServe v2 HTTP/REST endpoint (Triton's port-8000 API: health, metadata, config, infer with JSON,
+// binary or shared-memory tensors, statistics, repository index/load/unload, log settings, system
+// shared-memory regions). Each call is translated
 // (rest_codec.h) into the gRPC binding's request and handed to graphserve's own gRPC service through
 // an in-process channel, so both bindings share every handler, the batcher, metrics and statistics,
 // and gRPC's status codes map to HTTP ones in one place.
 //
-// Refused with 501 and the reason: request tracing and shared-memory tensors (graphserve has
-// neither). A client that disconnects while its request waits for
+// Refused with 501 and the reason: request tracing (graphserve has none); CUDA shared-memory
+// registration is refused with 400. A client that disconnects while its request waits for
 // its batch is not noticed (libmicrohttpd does not watch suspended connections); the request runs
 // and its answer is dropped.
 // Thread safety: requests run on the HTTP server's threads and answer from gRPC's. Lifetime: create

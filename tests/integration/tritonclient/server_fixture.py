@@ -243,3 +243,13 @@ class ServerTestCase(unittest.TestCase):
         for fragment in fragments:
             self.assertIn(fragment, raised.exception.message())
         return raised.exception.message()
+
+    def assert_http_error(self, call, status, *fragments):
+        """call() through tritonclient.http raises InferenceServerException with HTTP `status` and a
+        message holding every fragment; returns the message."""
+        with self.assertRaises(InferenceServerException) as raised:
+            call()
+        self.assertEqual(raised.exception.status(), str(status), raised.exception.message())
+        for fragment in fragments:
+            self.assertIn(fragment, raised.exception.message())
+        return raised.exception.message()

@@ -49,13 +49,6 @@ class HttpTest(server_fixture.ServerTestCase):
         cls.http = cls.server.http_client(concurrency=4)
         cls.addClassCleanup(cls.http.close)
 
-    def assert_http_error(self, call, status, *fragments):
-        with self.assertRaises(InferenceServerException) as raised:
-            call()
-        self.assertEqual(raised.exception.status(), str(status), raised.exception.message())
-        for fragment in fragments:
-            self.assertIn(fragment, raised.exception.message())
-
     def test_health_metadata_and_config(self):
         self.assertTrue(self.http.is_server_live())
         self.assertTrue(self.http.is_server_ready())
@@ -144,7 +137,6 @@ class HttpTest(server_fixture.ServerTestCase):
                                501, "does not trace requests")
         self.assert_http_error(lambda: self.http.get_trace_settings("no_such_model"), 404, "no_such_model")
         self.assert_http_error(lambda: self.http.update_log_settings({"log_file": "/tmp/x"}), 501, "log_file")
-        self.assert_http_error(lambda: self.http.get_system_shared_memory_status(), 501, "shared-memory")
         # The server keeps serving after each refusal.
         self.http.infer(MODEL, http_inputs(ids, mask))
 

@@ -4,7 +4,9 @@
 // for batching, validation, metrics and errors). Covers the JSON tensor form and Triton's binary
 // tensor data extension: a JSON header of Inference-Header-Content-Length bytes followed by the
 // tensors' raw bytes (input parameter `binary_data_size`, output parameter `binary_data`, request
-// parameter `binary_data_output`).
+// parameter `binary_data_output`). Triton's shared-memory parameters pass through to the gRPC request,
+// which reads and writes the regions; an output in shared memory comes back with its name, datatype
+// and shape alone, as from Triton.
 // Stateless functions; thread-safe. Errors are INVALID_ARGUMENT naming the JSON field
 // (`inputs[1].shape`), the form gRPC's refusals take.
 #include <cstddef>
@@ -40,7 +42,8 @@ struct RestOutputFormat {
 // Parses an infer request body. `json_length` is the Inference-Header-Content-Length header (nullopt
 // when absent: the whole body is JSON); the bytes after it are the binary tensors, in the order of the
 // inputs that declare `binary_data_size`. Fills `request` for `model`/`version` (from the URL), with
-// every input's data as raw_input_contents; parameters graphserve's REST layer does not consume are
+// the data of every input outside shared memory as raw_input_contents; parameters graphserve's REST
+// layer does not consume are
 // passed on, so that the gRPC handler refuses or honours them exactly as it does over gRPC.
 Status ParseRestInferRequest(std::string_view body, std::optional<size_t> json_length,
                              const std::string& model, const std::string& version,
@@ -72,6 +75,13 @@ std::string LogSettingsJson(const inference::LogSettingsResponse& response);
 // and every other setting its one string.
 Status ParseTraceSettingRequest(std::string_view body, inference::TraceSettingRequest* request);
 std::string TraceSettingJson(const inference::TraceSettingResponse& response);
+// Triton's system shared-memory register body ({"key": string, "offset": byte count, optional,
+// "byte_size": byte count}), for the region the URL names.
+Status ParseSystemSharedMemoryRegister(std::string_view body, inference::SystemSharedMemoryRegisterRequest* request);
+// The status answers as Triton's REST binding has them: a JSON array of the regions, by name, each
+// {"name", "key", "offset", "byte_size"} (system) or {"name", "device_id", "byte_size"} (CUDA).
+std::string SystemSharedMemoryStatusJson(const inference::SystemSharedMemoryStatusResponse& response);
+std::string CudaSharedMemoryStatusJson(const inference::CudaSharedMemoryStatusResponse& response);
 // The parameters of a repository load/unload body ({"parameters": {...}}), into the gRPC request's
 // map, so that the gRPC handler refuses the ones graphserve does not support by name.
 Status ParseRepositoryParameters(
