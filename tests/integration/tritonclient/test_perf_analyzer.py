@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Triton's own perf_analyzer against graphserve, as a Triton user measures a server: gRPC in sync,
-async and streaming modes, and HTTP. Each run must end cleanly (exit 0, a throughput line, no
+async and streaming modes, and HTTP, each binding also with its tensors in system shared memory. Each run must end cleanly (exit 0, a throughput line, no
 error), and the server must have answered every request it counted. perf_analyzer comes from
 deploy/install-deps.sh (toolchain.env says which); where it is missing, as on the CUDA host, the test
 is skipped (77)."""
@@ -62,6 +62,15 @@ class PerfAnalyzerTest(server_fixture.ServerTestCase):
 
     def test_http(self):
         self.run_perf_analyzer("http")
+
+    # Triton's shared-memory extension: perf_analyzer creates and registers a region per input and
+    # output, and every request names them instead of carrying its tensors.
+    def test_grpc_system_shared_memory(self):
+        self.run_perf_analyzer("--shared-memory", "system")
+        self.assertEqual(self.client.get_system_shared_memory_status(as_json=True), {})  # it unregistered
+
+    def test_http_system_shared_memory(self):
+        self.run_perf_analyzer("http", "--shared-memory", "system")
 
 
 if __name__ == "__main__":
