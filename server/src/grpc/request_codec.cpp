@@ -365,8 +365,8 @@ Status DecodeRequestedOutputs(const ModelSpec& spec, const inference::ModelInfer
   return Status::Ok();
 }
 
-// graphserve honours no input or output parameter but Triton's shared-memory ones, where the caller
-// serves shared memory (classification, ...): answering OK without doing what one asks would be a
+// graphserve honours no input or output parameter (classification, ...) but Triton's shared-memory
+// ones, where the caller serves shared memory: answering OK without doing what one asks would be a
 // different answer than the client requested, so each is refused by name.
 Status RefuseParameters(const std::string& model, const std::string& field,
                         const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
