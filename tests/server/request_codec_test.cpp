@@ -10,7 +10,6 @@
 
 #include "fixed_shape_config.h"
 #include "graphserve/server/config/config.h"
-#include "graphserve/server/config.h"
 #include "shm_object.h"
 
 namespace graphserve {

@@ -1,7 +1,7 @@
 // The system shared-memory registry against real POSIX shared-memory objects: what a region reads
 // and writes, its bounds, the caps on regions and mapped bytes, the keys it refuses, duplicate names,
 // unregistering while a span is in use, and an object truncated under a registered region.
-#include "graphserve/server/shared_memory_registry.h"
+#include "graphserve/server/grpc/shared_memory_registry.h"
 
 #include <gtest/gtest.h>
 

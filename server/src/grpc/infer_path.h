@@ -19,11 +19,9 @@
 
 #include "graphserve/engine/status.h"
 #include "graphserve/server/common/clock.h"
+#include "graphserve/server/grpc/request_codec.h"
+#include "graphserve/server/grpc/shared_memory_registry.h"
 #include "graphserve/server/repository/model_repository.h"
-#include "graphserve/server/clock.h"
-#include "graphserve/server/model_repository.h"
-#include "graphserve/server/request_codec.h"
-#include "graphserve/server/shared_memory_registry.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {

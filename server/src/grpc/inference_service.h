@@ -16,10 +16,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "graphserve/server/common/clock.h"
+#include "graphserve/server/grpc/shared_memory_registry.h"
 #include "graphserve/server/repository/model_repository.h"
-#include "graphserve/server/clock.h"
-#include "graphserve/server/model_repository.h"
-#include "graphserve/server/shared_memory_registry.h"
 #include "grpc_service.grpc.pb.h"
 
 namespace graphserve {

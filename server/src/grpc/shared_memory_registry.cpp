@@ -1,4 +1,4 @@
-#include "graphserve/server/shared_memory_registry.h"
+#include "graphserve/server/grpc/shared_memory_registry.h"
 
 #include <fcntl.h>
 #include <setjmp.h>

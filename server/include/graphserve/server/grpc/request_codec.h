@@ -7,9 +7,9 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
+#include "graphserve/server/batching/batch_planner.h"
 #include "graphserve/server/batching/pending_request.h"
-#include "graphserve/server/batch_planner.h"
-#include "graphserve/server/shared_memory_registry.h"
+#include "graphserve/server/grpc/shared_memory_registry.h"
 #include "grpc_service.pb.h"
 
 namespace graphserve {

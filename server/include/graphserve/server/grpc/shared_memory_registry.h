@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "graphserve/engine/status.h"
-#include "graphserve/server/thread_annotations.h"
+#include "graphserve/server/common/thread_annotations.h"
 
 namespace graphserve {
 
