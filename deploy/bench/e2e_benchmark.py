@@ -110,7 +110,7 @@ def mode_config(base, mode, grid=""):
 def builtin_encoder_config():
     """The built-in model's config, read from the server's source (kBuiltinEncoderConfig) so that the
     repositories here serve exactly the model graphserve serves without one."""
-    path = os.path.join(REPO, "server", "src", "config.cpp")
+    path = os.path.join(REPO, "server", "src", "config", "config.cpp")
     with open(path) as f:
         found = re.search(r'kBuiltinEncoderConfig = R"pb\((.*?)\)pb"', f.read(), re.S)
     if not found:
