@@ -282,7 +282,8 @@ def one_model_server(args):
     args.out = os.path.abspath(args.out)
     args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
     build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(getattr(args, "server_binary", None) or os.path.join(build, "server", "graphserve"))
+    args.graphserve = os.path.abspath(getattr(args, "server_binary", None)
+                                      or os.path.join(build, "server", "graphserve"))
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
     for sub in ("raw", "logs"):
         os.makedirs(os.path.join(args.out, sub), exist_ok=True)
@@ -512,9 +513,10 @@ def open_loop_run(args, server, model, mode, fraction, capacity, replay_us):
 def measure_overhead(args, server, model, ceiling):
     """At concurrency 1, one-row requests of 64 tokens (the 1x64 bucket) from one connection and one
     polling thread, as one caller sends them: what the server adds to the bucket's bare replay. The
-    addition splits exactly into scheduling (mean queue time), the rest of the batch's execution (mean compute − replay: padding, copies in and out, the stream
-    synchronisation) and the front end (p50 − mean queue − mean compute: gRPC, decoding, encoding,
-    callbacks). At concurrency 1 the spread is small, so mixing the p50 with means is fair."""
+    addition splits exactly into scheduling (mean queue time), the rest of the batch's execution (mean
+    compute − replay: padding, copies in and out, the stream synchronisation) and the front end (p50 −
+    mean queue − mean compute: gRPC, decoding, encoding, callbacks). At concurrency 1 the spread is
+    small, so mixing the p50 with means is fair."""
     before = server.scrape(stats=True)
     report = run_loadgen(args, server, 1, os.path.join(args.out, "raw", f"loadgen_{model}_overhead.json"),
                          lengths="fixed:64", lone_client=True)
@@ -648,7 +650,8 @@ def markdown(args, results):
                             for mode, runs in result["open_loop"].items() for run in runs])
         ceiling = result["ceiling"]
         lines += [f"Ceiling (`graphserve-bucket-bench --traffic-requests {ceiling['requests']}`, mode a's grid, "
-                  f"full batches, Launch/Complete back to back in one process): {num(ceiling['tokens_per_s'])} real tok/s, "
+                  f"full batches, Launch/Complete back to back in one process): "
+                  f"{num(ceiling['tokens_per_s'])} real tok/s, "
                   f"{num(ceiling['requests_per_s'])} req/s, padding {ceiling['padding_ratio']:.3f}"
                   + (f"; bare replays alone {num(ceiling['replay_tokens_per_s'])} tok/s"
                      if ceiling.get("replay_tokens_per_s") else "") + ".", ""]
@@ -784,7 +787,8 @@ def main():
     args.out = os.path.abspath(args.out)
     args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
     build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(getattr(args, "server_binary", None) or os.path.join(build, "server", "graphserve"))
+    args.graphserve = os.path.abspath(getattr(args, "server_binary", None)
+                                      or os.path.join(build, "server", "graphserve"))
     args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
     args.bucket_bench = os.path.join(build, "tools", "graphserve-bucket-bench")
     for binary in (args.graphserve, args.loadgen, args.bucket_bench):

@@ -92,7 +92,8 @@ def check(args):
     for fmt in ("torchscript", "pt2"):
         started = time.time()
         subprocess.run([sys.executable, str(REPO / "deploy" / "models" / "export_minilm.py"), str(repository),
-                        "--format", fmt, "--device", "cuda" if args.device.startswith("cuda") else "cpu", "--weights", str(pathlib.Path(args.bundle) / "weights")],
+                        "--format", fmt, "--device", "cuda" if args.device.startswith("cuda") else "cpu",
+                        "--weights", str(pathlib.Path(args.bundle) / "weights")],
                        check=True)
         print(f"export {fmt} on {args.device}: {time.time() - started:.0f} s", flush=True)
     grpc_port, metrics_port = free_port(), free_port()

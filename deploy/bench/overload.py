@@ -56,11 +56,11 @@ def open_loop(args, server, rate, json_path):
         for code, count in r["errors"].items():
             merged["errors"][code] = merged["errors"].get(code, 0) + count
     latencies = [r["latency_ms"] for r in reports if r["latency_ms"]["count"]]
-    merged["latency_ms"] = {"count": sum(l["count"] for l in latencies)}
+    merged["latency_ms"] = {"count": sum(latency["count"] for latency in latencies)}
     for key in ("p50", "p90", "p99", "max"):
-        merged["latency_ms"][key] = max((l[key] for l in latencies), default=None)
+        merged["latency_ms"][key] = max((latency[key] for latency in latencies), default=None)
     lags = [r["send_lag_ms"] for r in reports if r.get("send_lag_ms")]
-    merged["send_lag_ms"] = {key: max(l[key] for l in lags) for key in ("p50", "p99", "max")} if lags else None
+    merged["send_lag_ms"] = {key: max(lag[key] for lag in lags) for key in ("p50", "p99", "max")} if lags else None
     with open(json_path, "w") as f:
         json.dump({"merged": merged, "clients": reports}, f, indent=1)
     return merged
@@ -227,7 +227,8 @@ class Sampler(threading.Thread):
         window = max((self.ended or time.monotonic()) - self.started, 1e-9)
 
         def deltas(before, after):
-            return {tid: (name, cpu - before.get(tid, (name, 0.0, 0.0))[1], waited - before.get(tid, (name, 0.0, 0.0))[2])
+            return {tid: (name, cpu - before.get(tid, (name, 0.0, 0.0))[1],
+                          waited - before.get(tid, (name, 0.0, 0.0))[2])
                     for tid, (name, cpu, waited) in after.items()}
 
         server = deltas(self.first["server"], last["server"])
@@ -247,12 +248,15 @@ class Sampler(threading.Thread):
         columns = list(zip(*self.queues)) or [[0]] * 4
         names = ("server_recv_q", "server_send_q", "client_recv_q", "client_send_q")
         queues = {name: {"max": max(col), "mean": round(sum(col) / len(col))} for name, col in zip(names, columns)}
-        return {"server_cpu_s_by_thread": {k: round(v, 1) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05},
+        return {"server_cpu_s_by_thread": {k: round(v, 1) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])
+                                           if v >= 0.05},
                 # Ready to run but waiting for a core: a host with too few cores for server and loadgens.
-                "server_runqueue_s_by_thread": {k: round(v, 2) for k, v in sorted(waited_by_name.items(), key=lambda kv: -kv[1])
+                "server_runqueue_s_by_thread": {k: round(v, 2)
+                                                for k, v in sorted(waited_by_name.items(), key=lambda kv: -kv[1])
                                                 if v >= 0.01},
                 "server_runqueue_s": round(sum(waited_by_name.values()), 2),
-                "server_busiest_thread_share": round(max((cpu for _, cpu, _ in server.values()), default=0.0) / window, 2),
+                "server_busiest_thread_share":
+                    round(max((cpu for _, cpu, _ in server.values()), default=0.0) / window, 2),
                 "loadgen_cpu_s": round(loadgen_cpu, 1),
                 "loadgen_runqueue_s": round(loadgen_waited, 2),
                 "host_cpu_busy_share": round(busy / total, 3) if total > 0 else None,

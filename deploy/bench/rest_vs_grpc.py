@@ -47,7 +47,8 @@ def main():
                 runs.append({"protocol": protocol, "concurrency": concurrency, "loadgen": report, "metrics": delta})
                 lat = report["latency_ms"]
                 e2e.log(f"{protocol:<4} c={concurrency:<4} {report['requests_per_s']:>9,.0f} req/s "
-                        f"{report['tokens_per_s']:>11,.0f} tok/s  p50 {e2e.fmt(lat['p50'])} p99 {e2e.fmt(lat['p99'])} ms  "
+                        f"{report['tokens_per_s']:>11,.0f} tok/s  "
+                        f"p50 {e2e.fmt(lat['p50'])} p99 {e2e.fmt(lat['p99'])} ms  "
                         f"rows/batch {e2e.fmt(delta['rows_per_batch'], 1)}  errors {report['error_count']}")
     finally:
         server.stop()
@@ -64,14 +65,15 @@ def main():
     for run in runs:
         r, m = run["loadgen"], run["metrics"]
         lines.append(f"| {run['concurrency']} | {run['protocol']} | {r['requests_per_s']:,.0f} | "
-                     f"{r['tokens_per_s']:,.0f} | {e2e.fmt(r['latency_ms']['p50'])} | {e2e.fmt(r['latency_ms']['p99'])} | "
+                     f"{r['tokens_per_s']:,.0f} | "
+                     f"{e2e.fmt(r['latency_ms']['p50'])} | {e2e.fmt(r['latency_ms']['p99'])} | "
                      f"{e2e.fmt(m['rows_per_batch'], 1)} | {r['error_count']} |")
     lines.append("")
     for concurrency in args.concurrency:
         by = {run["protocol"]: run["loadgen"] for run in runs if run["concurrency"] == concurrency}
         if by["grpc"]["requests_per_s"] > 0:
-            lines.append(f"- c = {concurrency}: REST at {by['http']['requests_per_s'] / by['grpc']['requests_per_s']:.2f}× "
-                         "gRPC's requests/s")
+            ratio = by["http"]["requests_per_s"] / by["grpc"]["requests_per_s"]
+            lines.append(f"- c = {concurrency}: REST at {ratio:.2f}× gRPC's requests/s")
     with open(os.path.join(args.out, "rest_vs_grpc.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     e2e.log("\n".join(lines))

@@ -48,7 +48,8 @@ def main():
     for mode, name in (("a", "graphs + batcher"), ("b", "eager + batcher"),
                        ("c", "one max-size graph"), ("d", "eager, no batching")):
         runs = result["modes"].get(mode, [])
-        check([r["concurrency"] for r in runs] == [1, 4], f"mode {mode}: runs {runs and [r['concurrency'] for r in runs]}")
+        check([r["concurrency"] for r in runs] == [1, 4],
+              f"mode {mode}: runs {runs and [r['concurrency'] for r in runs]}")
         for run in runs:
             where = f"mode {mode} c={run['concurrency']}"
             report, metrics = run["loadgen"], run["metrics"]
@@ -127,8 +128,8 @@ def check_open_loop_and_grid(source, build, out, check):
             check(abs(run["rate"] - 0.5 * fifo_rps) < 1e-6, f"mode {mode}: rate {run['rate']}")
             check(run["loadgen"]["ok"] > 0 and run["loadgen"]["error_count"] == 0,
                   f"mode {mode} open loop: ok {run['loadgen']['ok']}, errors {run['loadgen']['error_count']}")
-            check(f"| {mode} {'graphs + FIFO batcher' if mode == 'e' else 'graphs + batcher on the --grid given'} | 50% |"
-                  in md, f"mode {mode}: no open-loop row in e2e.md")
+            label = "graphs + FIFO batcher" if mode == "e" else "graphs + batcher on the --grid given"
+            check(f"| {mode} {label} | 50% |" in md, f"mode {mode}: no open-loop row in e2e.md")
     with open(os.path.join(out, "repositories", "encoder_g", "encoder", "config.pbtxt")) as f:
         check(f"buckets {{ {grid} }}" in f.read(), "mode g's config lacks the --grid block")
     with open(os.path.join(out, "logs", "server_encoder_g.log")) as f:

@@ -3,8 +3,8 @@
 twice its measured capacity for one second, with deadlines a CPU can meet. Checks that the reports
 hold the run and the figures the bench exists to show (what the server answered, the deadline left
 when calls arrived, the loadgens' send lag, the server's thread states, how busy the host's cores
-were and how long threads waited for one, the timeline and the TCP queues), and that the /proc/net/tcp reader, the fallback where `ss` is missing, sees a live
-connection.
+were and how long threads waited for one, the timeline and the TCP queues), and that the
+/proc/net/tcp reader, the fallback where `ss` is missing, sees a live connection.
 
   overload_smoke_test.py SOURCE_DIR BUILD_DIR OUT_DIR
 """
@@ -71,7 +71,8 @@ def main():
         check(busy is not None and 0 < busy <= 1, f"host CPU busy share {busy}")
         check(metrics["server_runqueue_s"] >= 0 and metrics["loadgen_runqueue_s"] >= 0,
               f"run-queue waits: server {metrics['server_runqueue_s']}, loadgens {metrics['loadgen_runqueue_s']}")
-        check(metrics["server_cpu_s_by_thread"].get("gs-batch", 0) > 0, f"CPU by thread: {metrics['server_cpu_s_by_thread']}")
+        check(metrics["server_cpu_s_by_thread"].get("gs-batch", 0) > 0,
+              f"CPU by thread: {metrics['server_cpu_s_by_thread']}")
         check("| 2.0× |" in md and "host CPU busy" in md, "no 2.0× row or no host CPU column in overload.md")
 
     # The /proc/net/tcp reader counts a connection with bytes waiting in its receive queue.

@@ -57,7 +57,8 @@ class WrongShapeModel(TokenFeatures):
 
 
 class ExtraOutputModel(TokenFeatures):
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         per_token, pooled = self.features(input_ids, attention_mask)
         return per_token, pooled, pooled
 

@@ -11,10 +11,11 @@ deploy/models/export_minilm.py; the second serves DIR with graphserve and tests.
 deploy/install-deps.sh installs them everywhere else). The client code is
 deploy/examples/embed_minilm.py, the snippet docs/models.md quotes (checked to be the same text):
 it tokenises with the packaged tokenizer, calls graphserve and pools (mean over the mask, L2
-normalisation). Every embedding must have cosine >= 0.9999 with `SentenceTransformer.encode(..., normalize_embeddings=True)`,
-with the sentences sent one by one, all at once (the server must batch several together, as its
-/metrics counters show) and as client-padded multi-row requests; the example's command line is run
-too. Prints the minimum cosine of each way.
+normalisation). Every embedding must have cosine >= 0.9999 with
+`SentenceTransformer.encode(..., normalize_embeddings=True)`, with the sentences sent one by one, all
+at once (the server must batch several together, as its /metrics counters show) and as
+client-padded multi-row requests; the example's command line is run too. Prints the minimum cosine
+of each way.
 """
 import argparse
 import importlib.util

@@ -3,7 +3,6 @@
 body and with the binary tensor data extension, the JSON error body and HTTP status of each mistake,
 and keep-alive (several requests on one connection)."""
 import json
-import pathlib
 import shutil
 import subprocess
 import unittest

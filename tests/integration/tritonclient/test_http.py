@@ -124,8 +124,9 @@ class HttpTest(server_fixture.ServerTestCase):
         self.assert_http_error(lambda: self.http.infer(
             MODEL, http_inputs(ids, mask), outputs=[httpclient.InferRequestedOutput("pooled", class_count=2)]),
             400, "classification")
-        self.assert_http_error(lambda: self.http.infer(MODEL, http_inputs(ids, mask), request_compression_algorithm="gzip"),
-                               415, "Content-Encoding")
+        self.assert_http_error(
+            lambda: self.http.infer(MODEL, http_inputs(ids, mask), request_compression_algorithm="gzip"),
+            415, "Content-Encoding")
         # Trace settings are answered as on gRPC: tracing off, and refused on.
         settings = self.http.get_trace_settings()
         self.assertEqual(settings["trace_level"], ["OFF"])

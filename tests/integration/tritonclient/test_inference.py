@@ -3,7 +3,6 @@
 raw tensors as the client sends them, typed tensor contents through its generated stub, answers
 checked against the TorchScript model run by torch itself, and the error cases a client must be able
 to tell apart (status codes and the field named)."""
-import pathlib
 import unittest
 
 import numpy as np
@@ -84,8 +83,8 @@ class InferenceTest(server_fixture.ServerTestCase):
 
     def test_unknown_model_is_not_found(self):
         ids, mask = token_batch(1, 4, 6)
-        self.assert_status(lambda: self.client.infer("no_such_model", server_fixture.token_inputs(ids, mask)), "NOT_FOUND",
-                           "no_such_model")
+        self.assert_status(lambda: self.client.infer("no_such_model", server_fixture.token_inputs(ids, mask)),
+                           "NOT_FOUND", "no_such_model")
         self.assert_status(lambda: self.client.get_model_metadata("no_such_model"), "NOT_FOUND")
 
     def test_bad_inputs_name_the_field(self):
@@ -95,10 +94,10 @@ class InferenceTest(server_fixture.ServerTestCase):
         wrong_type[0].set_data_from_numpy(ids.astype(np.int32))
         self.assert_status(lambda: self.client.infer(MODEL, wrong_type), "INVALID_ARGUMENT", "input_ids")
         too_long = token_batch(1, 33, 8)
-        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(*too_long)), "INVALID_ARGUMENT",
-                           "max_sequence_length")
-        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)[:1]), "INVALID_ARGUMENT",
-                           "attention_mask")
+        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(*too_long)),
+                           "INVALID_ARGUMENT", "max_sequence_length")
+        self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)[:1]),
+                           "INVALID_ARGUMENT", "attention_mask")
 
     def test_tritons_request_parameters_are_served_with_their_meaning(self):
         ids, mask = token_batch(2, 6, 10)
@@ -130,7 +129,8 @@ class InferenceTest(server_fixture.ServerTestCase):
         self.assert_status(lambda: self.client.infer(MODEL, server_fixture.token_inputs(ids, mask), sequence_id=7),
                            "INVALID_ARGUMENT", "parameters['sequence_")
         self.assert_status(lambda: self.client.infer(
-            MODEL, server_fixture.token_inputs(ids, mask), outputs=[grpcclient.InferRequestedOutput("pooled", class_count=3)]),
+            MODEL, server_fixture.token_inputs(ids, mask),
+            outputs=[grpcclient.InferRequestedOutput("pooled", class_count=3)]),
             "INVALID_ARGUMENT", "classification")
         # The server keeps serving after each refusal.
         self.client.infer(MODEL, server_fixture.token_inputs(ids, mask))

@@ -10,7 +10,7 @@ import unittest
 import numpy as np
 
 import server_fixture
-from server_fixture import InferenceServerException, grpcclient
+from server_fixture import InferenceServerException
 
 MODEL = "tiny_scripted"
 MIB = 1024 * 1024

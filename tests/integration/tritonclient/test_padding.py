@@ -5,13 +5,11 @@ alone, however the requests are batched. Padding its length would change them: a
 sequence of [1, 2, 3, 4, 5] padded to 8 with zeros is 1.875, not 3; a softmax row would sum to less
 than 1; a max over negative values would become 0."""
 import concurrent.futures
-import pathlib
 import unittest
 
 import numpy as np
 
 import server_fixture
-from server_fixture import grpcclient
 
 MODEL = "unmasked"
 

@@ -5,7 +5,6 @@ per-version readiness, a load that warms up in the background while another mode
 that swaps versions under continuous traffic without failing a request, an unload that answers what
 reached the model first, and the refusals (mode none, unknown folders, unsupported parameters, a
 broken config) with their status codes."""
-import pathlib
 import re
 import shutil
 import subprocess

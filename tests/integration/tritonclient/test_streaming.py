@@ -32,7 +32,8 @@ class StreamingTest(server_fixture.ServerTestCase):
         ids = np.arange(1, 5, dtype=np.int64).reshape(1, 4)
         too_long = np.ones((1, 33), dtype=np.int64)
         return [
-            (MODEL, server_fixture.token_inputs(ids.astype(np.int32), np.ones_like(ids, dtype=np.int32), "INT32"), "input_ids"),
+            (MODEL, server_fixture.token_inputs(ids.astype(np.int32), np.ones_like(ids, dtype=np.int32), "INT32"),
+             "input_ids"),
             ("no_such_model", server_fixture.token_inputs(ids, np.ones_like(ids)), "no_such_model"),
             (MODEL, server_fixture.token_inputs(too_long, too_long), "max_sequence_length"),
             (MODEL, server_fixture.token_inputs(ids, np.ones_like(ids))[:1], "attention_mask"),
@@ -90,7 +91,8 @@ class StreamingTest(server_fixture.ServerTestCase):
         self.client.stop_stream(cancel_requests=True)
         self.assertTrue(self.client.is_server_ready())
         ids, mask = np.full((1, 3), 7, dtype=np.int64), np.ones((1, 3), dtype=np.int64)
-        self.assertEqual(self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)).as_numpy("pooled").shape, (1, 16))
+        pooled = self.client.infer(MODEL, server_fixture.token_inputs(ids, mask)).as_numpy("pooled")
+        self.assertEqual(pooled.shape, (1, 16))
 
     def test_answers_say_they_are_final_when_the_client_asks_for_it(self):
         # What perf_analyzer's and Triton's streaming clients send; graphserve's models answer once,

@@ -12,7 +12,6 @@ Needs PROTOC and PROTO_DIR in the environment (ctest sets them).
 import os
 import pathlib
 import subprocess
-import sys
 import tempfile
 import unittest
 
