@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the image scripts (build-image-daemonless.sh, docker-cpu-image.sh): a minbase Debian 12
 # tree made with debootstrap, the local stand-in for the Dockerfile's CPU bases, since no image
 # registry may be reachable. Its apt uses this machine's own Debian sources.
