@@ -10,7 +10,6 @@ import urllib.request
 import numpy as np
 
 import server_fixture
-from server_fixture import InferenceServerException
 
 try:
     import tritonclient.http as httpclient

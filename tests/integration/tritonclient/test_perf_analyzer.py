@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Triton's own perf_analyzer against graphserve, as a Triton user measures a server: gRPC in sync,
-async and streaming modes, and HTTP, each binding also with its tensors in system shared memory. Each run must end cleanly (exit 0, a throughput line, no
-error), and the server must have answered every request it counted. perf_analyzer comes from
+async and streaming modes, and HTTP, each binding also with its tensors in system shared memory. Each
+run must end cleanly (exit 0, a throughput line, no error), and the server must have answered every
+request it counted. perf_analyzer comes from
 deploy/install-deps.sh (toolchain.env says which); where it is missing, as on the CUDA host, the test
 is skipped (77)."""
 import os
