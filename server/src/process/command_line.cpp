@@ -224,9 +224,10 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_flag("--grpc-executor-offload", line->grpc_executor_offload,
-               "let gRPC move a busy connection's transport work to its executor thread, as gRPC does by "
-               "default; without it the polling thread that picked the work up finishes it (under "
-               "overload the executor's few threads became the server's intake)");
+               "let gRPC move a busy connection's transport work to its executor thread, as gRPC does; "
+               "=false keeps it on the polling thread that picked it up, but then a message of a few MiB "
+               "can wait 10 s for a timer")
+      ->capture_default_str();
   values->idle_timeout_s = options.connection_idle_timeout.count() / 1000.0;
   app.add_option("--connection-idle-timeout-s", values->idle_timeout_s,
                  "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Memory bounds a hostile but well-formed client meets, through Triton's own clients: request size
 limits derived from the served models (gRPC and REST), a gzip-compressed request that inflates far
-past the limit, and a spike of large requests whose memory the server hands back afterwards."""
+past the limit, a spike of large requests whose memory the server hands back afterwards, and large
+messages that must not wait on gRPC's timers."""
 import concurrent.futures
 import socket
 import time
@@ -128,6 +129,42 @@ class LimitsTest(server_fixture.ServerTestCase):
         self.assertLess(first - before, 48 * MIB, figures)
         self.assertLess(second - before, 48 * MIB, figures)
         self.assertLess(second - before, peak - before, figures)
+
+
+class LargeMessageTest(unittest.TestCase):
+    """A 16 MiB tensor each way over gRPC, with the server's default flags: with gRPC's executor off
+    (graphserve's old default) such a request waited 10 to 20 s for a gRPC timer on a 2-core host."""
+
+    def test_a_16_mib_request_and_answer_do_not_wait_for_a_timer(self):
+        import torch
+
+        class Offset(torch.nn.Module):
+            def forward(self, x):
+                return x + 1.0
+
+        elements = 4 * MIB  # 16 MiB of FP32
+        model_dir = server_fixture.scratch_dir("large_message_repository") / "offset"
+        model_dir.mkdir()
+        torch.jit.script(Offset().eval()).save(str(model_dir / "model.pt"))
+        (model_dir / "config.pbtxt").write_text(
+            'platform: "pytorch_libtorch"\nmax_batch_size: 1\n'
+            f"max_sequence_length: {elements}\n"
+            'input { name: "x" data_type: TYPE_FP32 dims: [ -1 ] }\n'
+            'output { name: "y" data_type: TYPE_FP32 dims: [ -1 ] }\n'
+            f"buckets {{ batch_sizes: [ 1 ] sequence_lengths: [ {elements} ] }}\n")
+        x = np.arange(elements, dtype=np.float32).reshape(1, elements)
+        with server_fixture.Server("--model-repository", str(model_dir.parent),
+                                   log_name="large_message") as server:
+            client = server.client()
+            self.addCleanup(client.close)
+            for _ in range(3):  # the stall struck one request in two or three
+                inputs = [server_fixture.grpcclient.InferInput("x", list(x.shape), "FP32")]
+                inputs[0].set_data_from_numpy(x)
+                started = time.monotonic()
+                # Generous for a 2-core host under CI load, far below one 10 s timer.
+                answer = client.infer("offset", inputs, client_timeout=8.0)
+                np.testing.assert_array_equal(answer.as_numpy("y"), x + 1.0)
+                self.assertLess(time.monotonic() - started, 8.0)
 
 
 if __name__ == "__main__":
