@@ -2,9 +2,9 @@
 # Installs everything graphserve needs. The README's commands, .ci/run and both Dockerfile variants
 # call this one script, so a newcomer, CI and the images get the same set:
 #   - from the distribution's packages: the compiler, CMake, gRPC, protobuf, spdlog, prometheus-cpp,
-#     CLI11, nlohmann-json, libmicrohttpd (with GnuTLS's headers, for its HTTPS), GoogleTest, clang
-#     with its fuzzer runtime (the fuzz build), and the tools the tests run, the style checks' among
-#     them (Debian 12 and Ubuntu 24.04);
+#     CLI11, nlohmann-json, libmicrohttpd (with GnuTLS's headers, for its HTTPS), zlib, GoogleTest,
+#     clang with its fuzzer runtime (the fuzz build), and the tools the tests run, the style checks'
+#     among them (Debian 12 and Ubuntu 24.04);
 #   - from PyPI, into the project's virtual environment (deploy/toolchain.env): the pinned PyTorch
 #     wheel, whose CUDA-enabled libtorch every build links, the Python packages the tests use, and ruff;
 #   - where no CUDA toolkit is installed: the toolkit's compiler and headers from PyPI, into the same
@@ -27,7 +27,7 @@ build_packages=(
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev
-  libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev
+  libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev zlib1g-dev
   python3 python3-venv
   # The style checks (deploy/check-style.sh): shell scripts' lint. clang-format is added below, at the
   # release toolchain.env pins.
