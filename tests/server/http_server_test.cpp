@@ -1,6 +1,6 @@
 // HttpServer over real loopback sockets: answers sent later from another thread while the connection
-// waits without holding a thread, keep-alive, chunked bodies, the body limit, a reply dropped
-// unsent, and a drain that waits for the replies owed.
+// waits without holding a thread, keep-alive, chunked bodies, the body limit, compressed bodies and
+// answers, a reply dropped unsent, and a drain that waits for the replies owed.
 #include "graphserve/server/http/http_server.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "graphserve/server/http/content_coding.h"
 #include "http_get.h"
 
 namespace graphserve {
@@ -43,7 +45,7 @@ class Connection {
     while (true) {
       const size_t end = buffer_.find("\r\n\r\n");
       if (end != std::string::npos) {
-        const std::string head = buffer_.substr(0, end);
+        const std::string head = head_ = buffer_.substr(0, end);
         size_t length = 0;
         const size_t at = head.find("Content-Length: ");
         if (at != std::string::npos) length = std::stoul(head.substr(at + 16));
@@ -60,11 +62,20 @@ class Connection {
     }
   }
 
+  // The status line and headers of the answer Read returned last.
+  const std::string& head() const { return head_; }
+
  private:
   int fd_;
   bool connected_ = false;
   std::string buffer_;
+  std::string head_;
 };
+
+std::string Post(const std::string& headers, const std::string& body) {
+  return "POST /p HTTP/1.1\r\nHost: x\r\n" + headers + "Content-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
 
 HttpServerOptions Options(int threads = 1) {
   HttpServerOptions options;
@@ -169,6 +180,96 @@ TEST(HttpServerTest, ABodyOverTheLimitIsAnswered413WithoutReachingTheHandler) {
   const auto stopping = std::chrono::steady_clock::now();
   server.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - stopping, HttpServer::kFlushTimeout / 2);
+}
+
+TEST(HttpServerTest, CompressedBodiesReachTheHandlerInflatedWithinTheBodyLimit) {
+  std::atomic<int> handled{0};
+  HttpServerOptions options = Options();  // 1024 bytes of body
+  options.content_codings = true;
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  options,
+                  [&](const HttpRequest& request, HttpReply reply) {
+                    ++handled;
+                    reply.Send(Text(request.body));
+                  },
+                  &server)
+                  .ok());
+  const std::string limit(1024, 'x');  // inflated, exactly the limit
+  for (ContentCoding coding : {ContentCoding::kGzip, ContentCoding::kDeflate}) {
+    Connection connection(server->port());
+    connection.Send(Post(std::string("Content-Encoding: ") + ContentCodingName(coding) + "\r\n",
+                         CompressBody(limit, coding)));
+    EXPECT_EQ(connection.Read(), std::make_pair(std::string("HTTP/1.1 200 OK"), limit));
+  }
+
+  // Within the limit on the wire, far beyond it inflated: refused, the rest never inflated.
+  const std::string bomb = CompressBody(std::string(128 << 10, '\0'), ContentCoding::kGzip);
+  ASSERT_LT(bomb.size(), 1024u);
+  Connection bombed(server->port());
+  bombed.Send(Post("Content-Encoding: gzip\r\n", bomb));
+  EXPECT_EQ(bombed.Read(), std::make_pair(std::string("HTTP/1.1 413 Content Too Large"),
+                                          std::string("{\"error\":\"the request body inflates (Content-Encoding: gzip) "
+                                                      "to more than the 1024 bytes graphserve accepts\"}")));
+
+  const std::string whole = CompressBody("{}", ContentCoding::kDeflate);
+  Connection truncated(server->port());
+  truncated.Send(Post("Content-Encoding: deflate\r\n", whole.substr(0, whole.size() - 2)));
+  EXPECT_EQ(truncated.Read(),
+            std::make_pair(std::string("HTTP/1.1 400 Bad Request"),
+                           std::string("{\"error\":\"body: not one complete deflate stream, as its Content-Encoding "
+                                       "says\"}")));
+
+  // Another coding is refused before its body is read, naming those served.
+  Connection brotli(server->port());
+  brotli.Send(Post("Content-Encoding: br\r\n", "...."));
+  EXPECT_EQ(brotli.Read(), std::make_pair(std::string("HTTP/1.1 415 Unsupported Media Type"),
+                                          std::string("{\"error\":\"Content-Encoding: 'br' is not served (gzip, "
+                                                      "deflate or identity)\"}")));
+  EXPECT_NE(brotli.head().find("\r\nAccept-Encoding: gzip, deflate"), std::string::npos) << brotli.head();
+  EXPECT_EQ(handled.load(), 2);
+}
+
+TEST(HttpServerTest, AnswersAreCompressedOnlyForAClientThatAcceptsIt) {
+  const std::string answer(4000, 'a');
+  const auto handler = [&](const HttpRequest&, HttpReply reply) { reply.Send(Text(answer)); };
+  HttpServerOptions options = Options();
+  options.content_codings = true;
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(options, handler, &server).ok());
+  const auto inflated = [](const std::string& body, ContentCoding coding) {
+    BodyInflater inflater(coding, 1 << 20);
+    std::string text;
+    EXPECT_EQ(inflater.Add(body, &text), BodyInflater::Result::kMore);
+    EXPECT_TRUE(inflater.Complete());
+    return text;
+  };
+  Connection connection(server->port());
+  connection.Send("GET /a HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n");
+  std::string body = connection.Read().second;
+  EXPECT_NE(connection.head().find("\r\nContent-Encoding: gzip"), std::string::npos) << connection.head();
+  EXPECT_NE(connection.head().find("\r\nVary: Accept-Encoding"), std::string::npos) << connection.head();
+  EXPECT_LT(body.size(), answer.size() / 10);
+  EXPECT_EQ(inflated(body, ContentCoding::kGzip), answer);
+
+  connection.Send("GET /a HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip;q=0.1, deflate;q=0.5\r\n\r\n");
+  body = connection.Read().second;
+  EXPECT_NE(connection.head().find("\r\nContent-Encoding: deflate"), std::string::npos) << connection.head();
+  EXPECT_EQ(inflated(body, ContentCoding::kDeflate), answer);
+
+  connection.Send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(connection.Read().second, answer);
+  EXPECT_EQ(connection.head().find("Content-Encoding"), std::string::npos) << connection.head();
+
+  // Without content codings (the /metrics port) neither header is read: the body passes as sent.
+  std::unique_ptr<HttpServer> plain;
+  ASSERT_TRUE(HttpServer::Start(
+                  Options(), [](const HttpRequest& request, HttpReply reply) { reply.Send(Text(request.body)); },
+                  &plain)
+                  .ok());
+  Connection unread(plain->port());
+  unread.Send(Post("Content-Encoding: br\r\nAccept-Encoding: gzip\r\n", "as sent"));
+  EXPECT_EQ(unread.Read(), std::make_pair(std::string("HTTP/1.1 200 OK"), std::string("as sent")));
 }
 
 TEST(HttpServerTest, AReplyDroppedUnsentAnswers500) {

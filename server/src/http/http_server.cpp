@@ -8,10 +8,13 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "graphserve/server/http/content_coding.h"
 #include "graphserve/server/http/rest_codec.h"
 #include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/security/auth.h"
@@ -27,10 +30,17 @@ struct Exchange {
 
   Exchange(HttpServer* owner, MHD_Connection* on) : server(owner), connection(on) {}
 
+  // Why a body that arrived whole is refused instead of handed on.
+  enum class BodyProblem { kNone, kTooLarge, kInflatesTooLarge, kCorrupt };
+
   HttpServer* server;
   MHD_Connection* connection;
   HttpRequest request;
-  bool body_too_large = false;
+  size_t received_bytes = 0;  // of the body as sent, before any inflating
+  BodyProblem body_problem = BodyProblem::kNone;
+  // A compressed body's (HttpServerOptions::content_codings): inflated into request.body as it arrives.
+  std::unique_ptr<BodyInflater> inflater;
+  ContentCoding coding = ContentCoding::kIdentity;
   bool handed_to_handler = false;  // the libmicrohttpd thread's own
   Mutex mutex;
   State state GUARDED_BY(mutex) = State::kReceiving;
@@ -91,6 +101,7 @@ struct Callbacks {
 
   static MHD_Result Queue(Exchange* exchange) {
     HttpResponse& answer = exchange->response;
+    if (exchange->server->options_.content_codings && !answer.body.empty()) Compress(exchange->request, &answer);
     // The body lives in the exchange, which outlives the response: libmicrohttpd deletes the
     // exchange (OnCompleted) only once the body is sent or the connection is gone.
     MHD_Response* response =
@@ -105,6 +116,81 @@ struct Callbacks {
     const MHD_Result queued = MHD_queue_response(exchange->connection, answer.status, response);
     MHD_destroy_response(response);
     return queued;
+  }
+
+  // On the libmicrohttpd thread that writes the answer, not on the thread that gave it (gRPC's).
+  static void Compress(const HttpRequest& request, HttpResponse* answer) {
+    const ContentCoding coding = ChooseResponseCoding(request.Header(MHD_HTTP_HEADER_ACCEPT_ENCODING));
+    if (coding == ContentCoding::kIdentity) return;
+    answer->body = CompressBody(answer->body, coding);
+    answer->headers.emplace_back(MHD_HTTP_HEADER_CONTENT_ENCODING, ContentCodingName(coding));
+    answer->headers.emplace_back(MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+  }
+
+  // The coding of the body to come, from its Content-Encoding; false (with the answer's message) for
+  // one not served.
+  static bool ReadContentEncoding(Exchange* exchange, std::string* why) {
+    const std::string* header = exchange->request.Header(MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (header == nullptr) return true;
+    const std::optional<ContentCoding> coding = ParseContentEncoding(*header);
+    if (!coding) {
+      *why = "Content-Encoding: '" + header->substr(0, 40) + "' is not served (gzip, deflate or identity)";
+      return false;
+    }
+    exchange->coding = *coding;
+    if (*coding != ContentCoding::kIdentity) {
+      // The inflated body is held to the same bound as a plain one.
+      exchange->inflater = std::make_unique<BodyInflater>(*coding, exchange->server->options_.max_body_bytes);
+    }
+    return true;
+  }
+
+  // A piece of the body: kept, or inflated when compressed, until the body is known to be refused.
+  static void TakeBodyPiece(Exchange* exchange, std::string_view piece) {
+    exchange->received_bytes += piece.size();
+    std::string& body = exchange->request.body;
+    if (exchange->received_bytes > exchange->server->options_.max_body_bytes) {
+      exchange->body_problem = Exchange::BodyProblem::kTooLarge;  // a chunked body: read to its end, then refused
+    }
+    if (exchange->body_problem != Exchange::BodyProblem::kNone) {
+      body.clear();
+      body.shrink_to_fit();
+      return;
+    }
+    if (!exchange->inflater) {
+      body.append(piece);
+      return;
+    }
+    switch (exchange->inflater->Add(piece, &body)) {
+      case BodyInflater::Result::kMore: return;
+      case BodyInflater::Result::kTooLarge: exchange->body_problem = Exchange::BodyProblem::kInflatesTooLarge; break;
+      case BodyInflater::Result::kCorrupt: exchange->body_problem = Exchange::BodyProblem::kCorrupt; break;
+    }
+    body.clear();
+    body.shrink_to_fit();
+  }
+
+  // The whole body is in: answers the refusal it earned, if any.
+  static std::optional<MHD_Result> RefuseBody(Exchange* exchange) {
+    if (exchange->inflater && exchange->body_problem == Exchange::BodyProblem::kNone &&
+        !exchange->inflater->Complete()) {
+      exchange->body_problem = Exchange::BodyProblem::kCorrupt;  // the stream stopped short
+    }
+    exchange->inflater.reset();  // its window's memory, while the request waits for its answer
+    const HttpServer& server = *exchange->server;
+    switch (exchange->body_problem) {
+      case Exchange::BodyProblem::kNone: return std::nullopt;
+      case Exchange::BodyProblem::kTooLarge: return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(server));
+      case Exchange::BodyProblem::kInflatesTooLarge:
+        return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE,
+                      std::string("the request body inflates (Content-Encoding: ") +
+                          ContentCodingName(exchange->coding) + ") to more than the " +
+                          std::to_string(server.options_.max_body_bytes) + " bytes graphserve accepts");
+      case Exchange::BodyProblem::kCorrupt: break;
+    }
+    return Answer(exchange, MHD_HTTP_BAD_REQUEST,
+                  std::string("body: not one complete ") + ContentCodingName(exchange->coding) +
+                      " stream, as its Content-Encoding says");
   }
 
   static MHD_Result Answer(Exchange* exchange, int status, const std::string& message) {
@@ -150,21 +236,23 @@ struct Callbacks {
         // Answered before the body is read; libmicrohttpd then closes the connection.
         return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));
       }
-      if (length != nullptr) exchange->request.body.reserve(std::strtoull(length, nullptr, 10));
+      std::string coding_error;
+      if (server->options_.content_codings && !ReadContentEncoding(exchange, &coding_error)) {
+        exchange->response.headers = {{MHD_HTTP_HEADER_ACCEPT_ENCODING, "gzip, deflate"}};  // RFC 9110 15.5.16
+        return Answer(exchange, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, coding_error);
+      }
+      if (length != nullptr && !exchange->inflater) {
+        exchange->request.body.reserve(std::strtoull(length, nullptr, 10));
+      }
       return MHD_YES;
     }
     if (*upload_data_size > 0) {  // a piece of the body
-      if (exchange->request.body.size() + *upload_data_size > server->options_.max_body_bytes) {
-        exchange->body_too_large = true;  // a chunked body: read to its end, then refused
-        exchange->request.body.clear();
-      } else if (!exchange->body_too_large) {
-        exchange->request.body.append(upload_data, *upload_data_size);
-      }
+      TakeBodyPiece(exchange, std::string_view(upload_data, *upload_data_size));
       *upload_data_size = 0;
       return MHD_YES;
     }
     if (StateOf(exchange) == Exchange::State::kReceiving) {  // the whole request is in
-      if (exchange->body_too_large) return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));
+      if (const std::optional<MHD_Result> refused = RefuseBody(exchange)) return *refused;
       {
         MutexLock lock(&exchange->mutex);
         exchange->state = Exchange::State::kHandling;

@@ -317,12 +317,6 @@ struct RestApi {
       }
       reply.Send(Error(http_status, status.message()));
     };
-    const std::string* encoding = http.Header("Content-Encoding");
-    if (encoding != nullptr && *encoding != "identity") {
-      return refuse(InvalidArgument("Content-Encoding: '" + *encoding +
-                                    "' is not supported by graphserve; send the body uncompressed"),
-                    415);
-    }
     inference::ModelInferRequest request;
     RestOutputFormat format;
     std::optional<size_t> json_length;
@@ -500,6 +494,7 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   http.flag = "--http-address";
   http.thread_count = options.thread_count;
   http.max_body_bytes = options.max_body_bytes;
+  http.content_codings = true;
   http.tls = options.tls;
   http.auth = options.auth;
   if (options.auth != nullptr && !options.auth->options().protect_health) {

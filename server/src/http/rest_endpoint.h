@@ -6,10 +6,11 @@
 // an in-process channel, so both bindings share every handler, the batcher, metrics and statistics,
 // and gRPC's status codes map to HTTP ones in one place.
 //
-// Refused with 501 and the reason: request tracing (graphserve has none); CUDA shared-memory
-// registration is refused with 400. A client that disconnects while its request waits for
-// its batch is not noticed (libmicrohttpd does not watch suspended connections); the request runs
-// and its answer is dropped.
+// Bodies may come in gzip or deflate and answers go back in either where the client accepts it
+// (HttpServerOptions::content_codings). Refused with 501 and the reason: request tracing (graphserve
+// has none); CUDA shared-memory registration is refused with 400. A client that disconnects while
+// its request waits for its batch is not noticed (libmicrohttpd does not watch suspended
+// connections); the request runs and its answer is dropped.
 // Thread safety: requests run on the HTTP server's threads and answer from gRPC's. Lifetime: create
 // and destroy from one controlling thread; destroy it before the gRPC server it calls is gone, or
 // after every call through the channel has finished (the destructor waits for answers owed).
@@ -36,8 +37,9 @@ struct RestEndpointOptions {
   std::string address = "0.0.0.0:8000";
   // Threads that parse and encode JSON and run the event loops.
   int thread_count = 8;
-  // The largest request body, and the largest request it may decode to: the gRPC port's largest
-  // message, since each request goes on through the gRPC service.
+  // The largest request body (sent, and inflated when it comes in gzip or deflate), and the largest
+  // request it may decode to: the gRPC port's largest message, since each request goes on through the
+  // gRPC service.
   size_t max_body_bytes = 256u << 20;
   size_t max_request_bytes = 256u << 20;
   // HTTPS with these credentials; null: plaintext.

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The KServe v2 HTTP/REST endpoint through Triton's own HTTP client (tritonclient[http], unmodified):
 health, metadata, config, inference with binary and JSON tensors (answers equal torch's and the gRPC
-port's), the HTTP status and field named for each mistake, statistics, the repository API, and the
-request counts in /metrics, which both bindings share."""
+port's), gzip and deflate bodies and answers, the HTTP status and field named for each mistake,
+statistics, the repository API, and the request counts in /metrics, which both bindings share."""
+import gzip
+import json
 import re
 import unittest
 import urllib.request
+import zlib
 
 import numpy as np
 
@@ -124,8 +127,8 @@ class HttpTest(server_fixture.ServerTestCase):
             MODEL, http_inputs(ids, mask), outputs=[httpclient.InferRequestedOutput("pooled", class_count=2)]),
             400, "classification")
         self.assert_http_error(
-            lambda: self.http.infer(MODEL, http_inputs(ids, mask), request_compression_algorithm="gzip"),
-            415, "Content-Encoding")
+            lambda: self.http.infer(MODEL, http_inputs(ids, mask), headers={"Content-Encoding": "br"}),
+            415, "Content-Encoding: 'br'")
         # Trace settings are answered as on gRPC: tracing off, and refused on.
         settings = self.http.get_trace_settings()
         self.assertEqual(settings["trace_level"], ["OFF"])
@@ -139,6 +142,42 @@ class HttpTest(server_fixture.ServerTestCase):
         self.assert_http_error(lambda: self.http.update_log_settings({"log_file": "/tmp/x"}), 501, "log_file")
         # The server keeps serving after each refusal.
         self.http.infer(MODEL, http_inputs(ids, mask))
+
+    def test_compressed_requests_and_answers(self):
+        # tritonclient's request_compression_algorithm and response_compression_algorithm, every pairing.
+        ids, mask = token_batch(2, 11, 9)
+        hidden, pooled = self.expected(ids, mask)
+        for request_coding in (None, "gzip", "deflate"):
+            for response_coding in (None, "gzip", "deflate"):
+                with self.subTest(request=request_coding, response=response_coding):
+                    result = self.http.infer(MODEL, http_inputs(ids, mask, binary=(True, False)),
+                                             outputs=[httpclient.InferRequestedOutput("hidden", binary_data=True),
+                                                      httpclient.InferRequestedOutput("pooled", binary_data=False)],
+                                             request_compression_algorithm=request_coding,
+                                             response_compression_algorithm=response_coding)
+                    np.testing.assert_allclose(result.as_numpy("hidden"), hidden, rtol=1e-4, atol=1e-5)
+                    np.testing.assert_allclose(result.as_numpy("pooled"), pooled, rtol=1e-4, atol=1e-5)
+        # The answer is compressed on the wire (tritonclient inflates it unseen), and says so.
+        body = json.dumps({"inputs": [{"name": name, "datatype": "INT64", "shape": list(array.shape),
+                                       "data": array.flatten().tolist()}
+                                      for name, array in (("input_ids", ids), ("attention_mask", mask))]}).encode()
+        request = urllib.request.Request(f"http://{self.server.http_url}/v2/models/{MODEL}/infer",
+                                         data=gzip.compress(body),
+                                         headers={"Content-Encoding": "gzip", "Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            self.assertEqual(answer.headers["Content-Encoding"], "gzip")
+            self.assertEqual(answer.headers["Vary"], "Accept-Encoding")
+            outputs = {o["name"]: o for o in json.loads(gzip.decompress(answer.read()))["outputs"]}
+        np.testing.assert_allclose(np.array(outputs["pooled"]["data"]).reshape(pooled.shape), pooled,
+                                   rtol=1e-4, atol=1e-5)
+        # Other routes' bodies too: a repository index asked for in deflate.
+        request = urllib.request.Request(f"http://{self.server.http_url}/v2/repository/index",
+                                         data=zlib.compress(b'{"ready": true}'), headers={"Content-Encoding": "deflate"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            self.assertEqual(json.loads(answer.read()), [{"name": MODEL, "version": "1", "state": "READY", "reason": ""}])
+        # A body that is not what its Content-Encoding says is 400.
+        self.assert_http_error(lambda: self.http.infer(MODEL, http_inputs(ids, mask), headers={"Content-Encoding": "gzip"}),
+                               400, "not one complete gzip stream")
 
     def test_log_settings(self):
         settings = self.http.get_log_settings()

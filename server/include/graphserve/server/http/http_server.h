@@ -4,7 +4,8 @@
 // hands each complete request to a handler that may answer later from any thread: the connection is
 // suspended meanwhile, so no thread waits for inference and one thread serves many connections.
 // With HttpServerOptions::tls it serves HTTPS (http_tls.h: reloadable certificates, mutual TLS checked
-// in the handshake); with ::auth it refuses a request without a token from its headers alone.
+// in the handshake); with ::auth it refuses a request without a token from its headers alone; with
+// ::content_codings it inflates compressed bodies before the handler sees them and compresses answers.
 //
 // Why libmicrohttpd: Debian packages it (C ABI, so it unpacks onto the CUDA host like gRPC), its
 // epoll thread pool keeps keep-alive connections cheap, and suspend/resume suits answers that come
@@ -38,7 +39,7 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...; HEAD arrives as "HEAD" and its answer's body is dropped
   std::string path;    // percent-decoded, without the query string
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
+  std::string body;  // inflated, when it came compressed (HttpServerOptions::content_codings)
   std::string peer;  // the client's address, set only where a token is checked (for the log)
 
   // A header's value (names compare case-insensitively); nullptr when absent.
@@ -49,7 +50,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
+  std::string body;  // inflated, when it came compressed (HttpServerOptions::content_codings)
 };
 
 class HttpServer;
@@ -82,6 +83,11 @@ struct HttpServerOptions {
   int thread_count = 4;
   // Larger bodies are answered 413 without being read.
   size_t max_body_bytes = 256u << 20;
+  // Content codings (content_coding.h): a body in gzip or deflate is inflated as it arrives, up to
+  // max_body_bytes inflated (beyond: 413, the rest never inflated; not a whole stream: 400), and one in
+  // any other coding is answered 415 before it is read; an answer is compressed when the request's
+  // Accept-Encoding asks for gzip or deflate. Off: Content-Encoding and Accept-Encoding are not read.
+  bool content_codings = false;
   // Connections open at once; more wait in the listen backlog.
   int max_connections = 1024;
   // An idle keep-alive connection (or a client that stalls mid-request) is closed after this.
