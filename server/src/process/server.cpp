@@ -193,9 +193,11 @@ Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const Reques
                options.max_request_bytes > 0 ? "--max-request-bytes" : "from the models' largest requests");
   builder.SetMaxReceiveMessageSize(static_cast<int>(limits.grpc_bytes));
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  // gRPC 1.51 inflates a compressed message whole before it checks the size: a 1 MB gzip body could
-  // become gigabytes. Compressed requests are refused (UNIMPLEMENTED, naming the algorithm) before
-  // their message is read.
+  // gRPC 1.51's message_decompress filter compares the *compressed* size with the receive limit, then
+  // inflates the whole message with no bound (grpc_msg_decompress); a gzip message of 256 KiB grew
+  // the server's peak memory by 267 MiB under a 4 MiB limit, and one at the limit inflates to ~4 GiB.
+  // No channel argument bounds the inflated size, so compressed requests are refused (UNIMPLEMENTED,
+  // naming the algorithm) before their message is read. REST bodies are inflated within a bound.
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   // One client cannot open unbounded calls on one connection, and connections that never finish

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Memory bounds a hostile but well-formed client meets, through Triton's own clients: request size
-limits derived from the served models (gRPC and REST), a gzip-compressed request that inflates far
-past the limit, a spike of large requests whose memory the server hands back afterwards, and large
-messages that must not wait on gRPC's timers."""
+limits derived from the served models (gRPC and REST), compressed requests that inflate far past the
+limit (refused unread over gRPC, inflated only up to the limit over REST), a spike of large requests
+whose memory the server hands back afterwards, and large messages that must not wait on gRPC's
+timers."""
 import concurrent.futures
+import re
 import socket
 import time
 import unittest
+import zlib
 
 import numpy as np
 
@@ -76,19 +79,46 @@ class LimitsTest(server_fixture.ServerTestCase):
         self.assertIn("body: its tensors come to", refused.exception.message())
         self.assertIn("requests are taken up to 4194304", refused.exception.message())
 
-    def test_a_compressed_request_inflating_past_the_limit_never_reaches_memory(self):
+    def test_a_compressed_grpc_request_is_refused_before_it_is_inflated(self):
+        # gRPC 1.51 inflates a compressed message whole before checking its size: with compression on,
+        # this request grew the server's peak memory by 267 MiB. It is refused unread instead.
         pid = self.server.process.pid
         peak_before = rss_bytes(pid, "VmHWM")
-        # 2 x 128 MiB of zeros: a few hundred KiB once gzipped, below the limit on the wire.
-        with self.assertRaises(InferenceServerException) as refused:
-            self.client.infer(MODEL, zeros_request(16 * MIB), compression_algorithm="gzip")
-        self.assertIn(refused.exception.status(),
-                      ("StatusCode.RESOURCE_EXHAUSTED", "StatusCode.UNIMPLEMENTED"),
-                      refused.exception.message())
+        # 2 x 128 MiB of zeros: a few hundred KiB once compressed, below the limit on the wire.
+        for algorithm in ("gzip", "deflate"):
+            with self.assertRaises(InferenceServerException) as refused:
+                self.client.infer(MODEL, zeros_request(16 * MIB), compression_algorithm=algorithm)
+            self.assertEqual(refused.exception.status(), "StatusCode.UNIMPLEMENTED", refused.exception.message())
+            self.assertIn(algorithm, refused.exception.message())
         grown = rss_bytes(pid, "VmHWM") - peak_before
         self.assertLess(grown, 64 * MIB, f"peak memory grew by {grown / MIB:.0f} MiB")
         ids = np.full((1, 5), 7, dtype=np.int64)
         self.client.infer(MODEL, server_fixture.token_inputs(ids, np.ones_like(ids)))
+
+    def test_a_gzip_bomb_over_rest_is_refused_once_it_inflates_past_the_body_limit(self):
+        pid = self.server.process.pid
+        peak_before = rss_bytes(pid, "VmHWM")
+        # 1 GiB of zeros in about 1 MiB of gzip: within the 16 MiB body limit on the wire.
+        packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        zeros = bytes(MIB)
+        bomb = b"".join(packer.compress(zeros) for _ in range(1024)) + packer.flush()
+        self.assertLess(len(bomb), 2 * MIB)
+        host, port = self.server.http_url.split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as connection:
+            connection.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: {host}\r\n"
+                               f"Content-Encoding: gzip\r\nContent-Length: {len(bomb)}\r\n\r\n".encode() + bomb)
+            answer = connection.makefile("rb")
+            status_line = answer.readline().decode()
+            head = b"".join(iter(answer.readline, b"\r\n")).decode()
+            length = int(re.search(r"Content-Length: (\d+)", head, re.IGNORECASE).group(1))
+            body = answer.read(length).decode()
+        self.assertIn(" 413 ", status_line)
+        self.assertIn("inflates (Content-Encoding: gzip) to more than the 16777216 bytes", body)
+        # At most the limit and one byte more was inflated, never the GiB.
+        grown = rss_bytes(pid, "VmHWM") - peak_before
+        self.assertLess(grown, 64 * MIB, f"peak memory grew by {grown / MIB:.0f} MiB")
+        with self.server.http_client() as http:
+            self.assertTrue(http.is_server_ready())
 
     def test_memory_of_a_spike_is_handed_back(self):
         pid = self.server.process.pid
