@@ -140,6 +140,23 @@ TEST_F(FillModelStatisticsTest, AnEmptyNameSelectsEveryModelAndAVersionFilters) 
   ASSERT_TRUE(Fill("tiny", "1", &version_one).ok());
   ASSERT_EQ(version_one.model_stats_size(), 1);
   EXPECT_EQ(version_one.model_stats(0).name(), "tiny");
+  // A version is a number, as in Triton: "01" is version 1.
+  inference::ModelStatisticsResponse padded;
+  ASSERT_TRUE(Fill("tiny", "01", &padded).ok());
+  EXPECT_EQ(padded.model_stats_size(), 1);
+}
+
+// As Triton: a version that is no number is the client's mistake (400 over REST), not a version
+// that is missing (404).
+TEST_F(FillModelStatisticsTest, AVersionThatIsNoNumberIsInvalidNamingTheField) {
+  for (const char* version : {"latest", "-1", "1.0", " 1", "99999999999999999999"}) {
+    inference::ModelStatisticsResponse response;
+    const Status status = Fill("encoder", version, &response);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << version;
+    EXPECT_EQ(status.message(), "version: '" + std::string(version) +
+                                    "' is not a model version (an integer of at least 0)");
+    EXPECT_EQ(response.model_stats_size(), 0);
+  }
 }
 
 TEST_F(FillModelStatisticsTest, UnknownModelOrVersionIsNotFoundNamingTheField) {

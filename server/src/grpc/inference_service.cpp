@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "graphserve/server/grpc/request_codec.h"
+#include "graphserve/server/repository/model_version.h"
 #include "infer_path.h"
 #include "stream_infer_reactor.h"
 
@@ -82,6 +83,10 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
+  // As Triton: a version that is no version number is refused before anything else.
+  std::string version;
+  const Status well_formed = CanonicalModelVersion(request->version(), "version", &version);
+  if (!well_formed.ok()) return FinishNow(context, ToGrpcStatus(well_formed));
   // Before readiness the repository is still being filled and must not be read.
   if (!ready_.load()) {
     response->set_ready(false);
@@ -89,8 +94,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
   }
   // As Triton: an unknown model, a known one that is not loaded, or a version that is not served is
   // not ready, and the call succeeds (a readiness probe asks a yes/no question).
-  response->set_ready(repository_->Contains(request->name()) &&
-                      repository_->IsReady(request->name(), request->version()));
+  response->set_ready(repository_->Contains(request->name()) && repository_->IsReady(request->name(), version));
   return FinishNow(context, grpc::Status::OK);
 }
 

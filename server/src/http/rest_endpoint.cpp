@@ -286,9 +286,20 @@ struct RestApi {
 
   void ModelReady(const HttpRequest&, const ModelPath& model, HttpReply reply) {
     auto request = ModelRequest<inference::ModelReadyRequest>(model);
+    // Not ready is 400 with a body saying so, as Triton answers it (the server's health has none).
+    const std::string not_ready = ErrorBody("model '" + model.name + "'" +
+                                            (model.version.empty() ? "" : " version " + model.version) +
+                                            " is not ready");
     Call<inference::ModelReadyRequest, inference::ModelReadyResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelReady(args...); },
-        [](const inference::ModelReadyResponse& response) { return Health(response.ready()); });
+        [not_ready](const inference::ModelReadyResponse& response) {
+          HttpResponse answer = Health(response.ready());
+          if (!response.ready()) {
+            answer.content_type = "application/json";
+            answer.body = not_ready;
+          }
+          return answer;
+        });
   }
 
   void ModelConfig(const HttpRequest&, const ModelPath& model, HttpReply reply) {

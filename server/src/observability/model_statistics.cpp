@@ -1,5 +1,7 @@
 #include "graphserve/server/observability/model_statistics.h"
 
+#include "graphserve/server/repository/model_version.h"
+
 namespace graphserve {
 namespace {
 
@@ -37,6 +39,9 @@ void FillEntry(const ServedModelStatistics& model, inference::ModelStatistics* e
 Status FillModelStatistics(const std::vector<ServedModelStatistics>& served,
                            const inference::ModelStatisticsRequest& request,
                            inference::ModelStatisticsResponse* response) {
+  std::string version;
+  const Status well_formed = CanonicalModelVersion(request.version(), "version", &version);
+  if (!well_formed.ok()) return well_formed;
   std::vector<const ServedModelStatistics*> named;
   for (const ServedModelStatistics& model : served) {
     if (request.name().empty() || model.name == request.name()) named.push_back(&model);
@@ -47,7 +52,7 @@ Status FillModelStatistics(const std::vector<ServedModelStatistics>& served,
   std::vector<const ServedModelStatistics*> selected;
   std::string versions;  // those served, for the message when none matches
   for (const ServedModelStatistics* model : named) {
-    if (request.version().empty() || model->version == request.version()) selected.push_back(model);
+    if (version.empty() || model->version == version) selected.push_back(model);
     versions += (versions.empty() ? "'" : ", '") + model->version + "'";
   }
   if (selected.empty() && !request.version().empty()) {

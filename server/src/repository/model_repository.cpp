@@ -16,6 +16,7 @@
 #include "graphserve/engine/device.h"
 #include "graphserve/server/config/config.h"
 #include "graphserve/server/config/triton_config.h"
+#include "graphserve/server/repository/model_version.h"
 #include "common/thread_name.h"
 
 namespace graphserve {
@@ -520,8 +521,11 @@ void ModelRepository::Stop() {
   }
 }
 
-Status ModelRepository::Find(const std::string& name, const std::string& version, const char* name_field,
+Status ModelRepository::Find(const std::string& name, const std::string& requested_version, const char* name_field,
                              const char* version_field, std::shared_ptr<LoadedModel>* model) const {
+  std::string version;
+  const Status well_formed = CanonicalModelVersion(requested_version, version_field, &version);
+  if (!well_formed.ok()) return well_formed;
   MutexLock lock(&mutex_);
   auto found = entries_.find(name);
   if (found == entries_.end() || !found->second.serving) {

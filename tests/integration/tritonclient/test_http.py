@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 import unittest
+import urllib.error
 import urllib.request
 import zlib
 
@@ -142,6 +143,39 @@ class HttpTest(server_fixture.ServerTestCase):
         self.assert_http_error(lambda: self.http.update_log_settings({"log_file": "/tmp/x"}), 501, "log_file")
         # The server keeps serving after each refusal.
         self.http.infer(MODEL, http_inputs(ids, mask))
+
+    def test_statuses_are_tritons(self):
+        # Triton (2.42 on) answers a missing model, version or path 404 and a malformed version 400,
+        # on every route; gRPC says NOT_FOUND and INVALID_ARGUMENT.
+        ids, mask = token_batch(1, 4, 10)
+        for version in ("latest", "-1", "1.0"):
+            with self.subTest(version=version):
+                self.assert_http_error(lambda: self.http.get_model_metadata(MODEL, version), 400, "version: '")
+                self.assert_http_error(lambda: self.http.get_model_config(MODEL, version), 400, "version: '")
+                self.assert_http_error(lambda: self.http.get_inference_statistics(MODEL, version), 400, "version: '")
+                self.assert_http_error(lambda: self.http.infer(MODEL, http_inputs(ids, mask), model_version=version),
+                                       400, "model_version: '")
+                with self.assertRaises(InferenceServerException) as raised:
+                    self.client.get_model_metadata(MODEL, version)
+                self.assertEqual(raised.exception.status(), "StatusCode.INVALID_ARGUMENT")
+                with self.assertRaises(InferenceServerException) as raised:
+                    self.client.is_model_ready(MODEL, version)
+                self.assertEqual(raised.exception.status(), "StatusCode.INVALID_ARGUMENT")
+        # A version is a number: "01" is the served version 1.
+        self.assertEqual(self.http.get_model_metadata(MODEL, "01")["name"], MODEL)
+        self.assertTrue(self.http.is_model_ready(MODEL, "01"))
+        self.assert_http_error(lambda: self.http.get_model_config(MODEL, "2"), 404, "version")
+        self.assert_http_error(lambda: self.http.get_model_config("no_such_model"), 404, "no_such_model")
+        self.assert_http_error(lambda: self.http.get_inference_statistics("no_such_model"), 404, "no_such_model")
+        # Not ready: 400 with a body saying so, as Triton's.
+        for path in ("no_such_model/ready", f"{MODEL}/versions/7/ready"):
+            with self.assertRaises(urllib.error.HTTPError) as raised:
+                urllib.request.urlopen(f"http://{self.server.http_url}/v2/models/{path}", timeout=30)
+            self.assertEqual(raised.exception.code, 400)
+            self.assertIn("is not ready", json.loads(raised.exception.read())["error"])
+        with self.assertRaises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(f"http://{self.server.http_url}/v2/no/such/path", timeout=30)
+        self.assertEqual(raised.exception.code, 404)
 
     def test_compressed_requests_and_answers(self):
         # tritonclient's request_compression_algorithm and response_compression_algorithm, every pairing.

@@ -19,8 +19,9 @@ struct ServedModelStatistics {
 
 // Answers `request` with one entry per model version of `served` that it selects, in the order of
 // `served`: an empty name selects every model, an empty version every version of the selected ones.
-// NOT_FOUND naming `name` when no model of that name is served, naming `version` when the selected
-// models have no such version; `response` is then left empty.
+// INVALID_ARGUMENT naming `version` when it is no version number (model_version.h); NOT_FOUND naming
+// `name` when no model of that name is served, naming `version` when the selected models have no such
+// version; `response` is then left empty.
 Status FillModelStatistics(const std::vector<ServedModelStatistics>& served,
                            const inference::ModelStatisticsRequest& request,
                            inference::ModelStatisticsResponse* response);

@@ -121,14 +121,16 @@ class ModelRepository {
   // StopControl, then stops every model after answering what it holds.
   void Stop() EXCLUDES(mutex_);
 
-  // The served version of `name`. `version` empty means the served one; another one is NOT_FOUND
-  // naming `version_field` (the request's field name), as is an unknown or unloaded model (naming
-  // `name_field`). A model still loading for the first time is UNAVAILABLE.
+  // The served version of `name`. `version` empty means the served one; one that is not a version
+  // number is INVALID_ARGUMENT and another number NOT_FOUND, both naming `version_field` (the
+  // request's field name); an unknown or unloaded model is NOT_FOUND naming `name_field`. A model
+  // still loading for the first time is UNAVAILABLE.
   Status Find(const std::string& name, const std::string& version, const char* name_field,
               const char* version_field, std::shared_ptr<LoadedModel>* model) const EXCLUDES(mutex_);
   // True for a model the repository holds a folder or an entry for, loaded or not.
   bool Contains(const std::string& name) const EXCLUDES(mutex_);
-  // True when that version (empty: any) of the model is serving.
+  // True when that version (empty: any; canonical, as CanonicalModelVersion gives it) of the model is
+  // serving.
   bool IsReady(const std::string& name, const std::string& version) const EXCLUDES(mutex_);
   // Every model serving now, ordered by name.
   std::vector<std::shared_ptr<LoadedModel>> Serving() const EXCLUDES(mutex_);
