@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <google/protobuf/descriptor.h>
@@ -136,14 +137,74 @@ bool FetchMetricsText(const std::string& url, const ClientOptions& options, std:
   return true;
 }
 
+namespace {
+
+// One of graphserve's settings as the config answer carries it (docs/configuration.md's parameters
+// keys); nullopt when absent.
+std::optional<std::string> Parameter(const inference::ModelConfig& config, const char* key) {
+  const auto found = config.parameters().find(key);
+  if (found == config.parameters().end()) return std::nullopt;
+  return found->second.string_value();
+}
+
+// "1,2,4" -> {1, 2, 4}: integers of at least 1.
+bool ParseIntegers(const std::string& text, std::vector<int64_t>* values) {
+  values->clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string entry = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long long value = std::strtoll(entry.c_str(), &end, 10);
+    if (entry.empty() || *end != '\0' || value < 1) return false;
+    values->push_back(value);
+    start = comma + 1;
+  }
+  return true;
+}
+
+// The grid from the parameters a server answers with since its config answer follows Triton's schema.
+bool GridFromParameters(const inference::ModelConfig& config, planner::ModelLimits* limits,
+                        planner::BucketGrid* grid, std::string* error) {
+  const std::optional<std::string> limit = Parameter(config, "max_sequence_length");
+  const std::optional<std::string> lengths = Parameter(config, "bucket_sequence_lengths");
+  if (!limit || !lengths) {
+    *error = "model '" + config.name() +
+             "' has no variable dimension: its grid is batch sizes only, with no lengths to plan";
+    return false;
+  }
+  std::vector<int64_t> limit_value, budget;
+  const std::optional<std::string> tokens = Parameter(config, "max_batch_tokens");
+  const bool readable = ParseIntegers(*limit, &limit_value) && limit_value.size() == 1 &&
+                        ParseIntegers(Parameter(config, "bucket_batch_sizes").value_or(""), &grid->batch_sizes) &&
+                        ParseIntegers(*lengths, &grid->sequence_lengths) &&
+                        (!tokens || (ParseIntegers(*tokens, &budget) && budget.size() == 1));
+  if (!readable) {
+    *error = "model '" + config.name() + "': its config's grid parameters are not lists of integers";
+    return false;
+  }
+  limits->max_sequence_length = limit_value[0];
+  grid->max_batch_tokens = tokens ? budget[0] : 0;
+  return true;
+}
+
+}  // namespace
+
 bool GridFromConfig(const inference::ModelConfig& config, planner::ModelLimits* limits,
                     planner::BucketGrid* grid, std::string* error) {
+  limits->max_batch_size = std::max<int64_t>(config.max_batch_size(), 1);
+  if (Parameter(config, "bucket_batch_sizes")) {
+    if (!GridFromParameters(config, limits, grid, error)) return false;
+    std::sort(grid->batch_sizes.begin(), grid->batch_sizes.end());
+    std::sort(grid->sequence_lengths.begin(), grid->sequence_lengths.end());
+    return true;
+  }
+  // An older server: graphserve's own fields.
   if (config.max_sequence_length() <= 0 || config.buckets().sequence_lengths_size() == 0) {
     *error = "model '" + config.name() +
              "' has no variable dimension: its grid is batch sizes only, with no lengths to plan";
     return false;
   }
-  limits->max_batch_size = std::max<int64_t>(config.max_batch_size(), 1);
   limits->max_sequence_length = config.max_sequence_length();
   grid->batch_sizes.assign(config.buckets().batch_sizes().begin(), config.buckets().batch_sizes().end());
   grid->sequence_lengths.assign(config.buckets().sequence_lengths().begin(),

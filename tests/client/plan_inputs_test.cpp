@@ -1,5 +1,6 @@
-// What plan-grid reads from a server, on synthetic answers: the grid from a ModelConfig (with a
-// newer server's max_batch_tokens), one model's series from a scrape, the default metrics URL.
+// What plan-grid reads from a server, on synthetic answers: the grid from a ModelConfig (its
+// parameters, or an older server's fields with a newer one's max_batch_tokens), one model's series
+// from a scrape, the default metrics URL.
 #include <string>
 #include <vector>
 
@@ -20,6 +21,42 @@ inference::ModelConfig SequenceModelConfig() {
   return config;
 }
 
+// As graphserve answers since its config follows Triton's schema: the grid in parameters.
+TEST(PlanInputsTest, GridAndLimitsFromTheEffectiveConfigsParameters) {
+  inference::ModelConfig config;
+  config.set_name("encoder");
+  config.set_max_batch_size(32);
+  auto& parameters = *config.mutable_parameters();
+  parameters["max_sequence_length"].set_string_value("512");
+  parameters["bucket_batch_sizes"].set_string_value("8,1,32,64");
+  parameters["bucket_sequence_lengths"].set_string_value("16,512,128");
+  parameters["max_batch_tokens"].set_string_value("4096");
+  planner::ModelLimits limits;
+  planner::BucketGrid grid;
+  std::string error;
+  ASSERT_TRUE(GridFromConfig(config, &limits, &grid, &error)) << error;
+  EXPECT_EQ(limits.max_batch_size, 32);
+  EXPECT_EQ(limits.max_sequence_length, 512);
+  EXPECT_EQ(grid.batch_sizes, (std::vector<int64_t>{1, 8, 32, 64}));
+  EXPECT_EQ(grid.sequence_lengths, (std::vector<int64_t>{16, 128, 512}));
+  EXPECT_EQ(grid.max_batch_tokens, 4096);
+
+  parameters.erase("max_batch_tokens");
+  ASSERT_TRUE(GridFromConfig(config, &limits, &grid, &error)) << error;
+  EXPECT_EQ(grid.max_batch_tokens, 0);
+
+  parameters["bucket_sequence_lengths"].set_string_value("16,x");
+  EXPECT_FALSE(GridFromConfig(config, &limits, &grid, &error));
+  EXPECT_NE(error.find("not lists of integers"), std::string::npos) << error;
+
+  // A fixed-shape model: batch sizes only.
+  parameters.erase("bucket_sequence_lengths");
+  parameters.erase("max_sequence_length");
+  EXPECT_FALSE(GridFromConfig(config, &limits, &grid, &error));
+  EXPECT_NE(error.find("no variable dimension"), std::string::npos) << error;
+}
+
+// An older server's answer: graphserve's own fields.
 TEST(PlanInputsTest, GridAndLimitsFromTheEffectiveConfig) {
   planner::ModelLimits limits;
   planner::BucketGrid grid;

@@ -306,8 +306,10 @@ TEST_F(RepositoryTest, ModelConfigAnswersTheEffectiveConfig) {
   EXPECT_EQ(Values(config.dynamic_batching().preferred_batch_size()), (std::vector<int64_t>{1, 2, 3, 4}));
   EXPECT_EQ(config.dynamic_batching().max_queue_delay_microseconds(), 1000u);
   EXPECT_EQ(config.dynamic_batching().default_queue_policy().max_queue_size(), 100u);
-  EXPECT_EQ(config.max_sequence_length(), 32);
-  EXPECT_EQ(Values(config.buckets().sequence_lengths()), (std::vector<int64_t>{8, 32}));
+  // graphserve's own settings as parameters: Triton's schema has no field for them.
+  EXPECT_EQ(config.parameters().at("max_sequence_length").string_value(), "32");
+  EXPECT_EQ(config.parameters().at("bucket_sequence_lengths").string_value(), "8,32");
+  EXPECT_EQ(config.max_sequence_length(), 0);
   ASSERT_EQ(config.instance_group_size(), 1);
   EXPECT_EQ(config.instance_group(0).count(), 2);
   const bool cuda = std::string(RepositorySuite::Flags()[1]).rfind("cuda", 0) == 0;
@@ -326,7 +328,7 @@ TEST_F(RepositoryTest, ModelConfigAnswersTheEffectiveConfig) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(config.platform(), "graphserve_encoder");
   EXPECT_EQ(config.dynamic_batching().default_queue_policy().max_queue_size(), 2000u);
-  EXPECT_EQ(Values(config.buckets().batch_sizes()), (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(config.parameters().at("bucket_batch_sizes").string_value(), "1,2,4,8");
 
   status = GetModelConfig(stub.get(), "no_such_model", &config);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
@@ -337,7 +339,8 @@ TEST_F(RepositoryTest, ModelConfigAnswersTheEffectiveConfig) {
                                          " --address " + server_->address());
   EXPECT_EQ(code, 0) << output;
   EXPECT_NE(output.find("platform: \"pytorch_libtorch\""), std::string::npos) << output;
-  EXPECT_NE(output.find("max_sequence_length: 32"), std::string::npos) << output;
+  EXPECT_NE(output.find("key: \"max_sequence_length\"\n  value {\n    string_value: \"32\""), std::string::npos)
+      << output;
 }
 
 using Answer = std::pair<grpc::Status, inference::ModelInferResponse>;

@@ -405,6 +405,22 @@ TEST(RestCodecTest, ProtobufJsonHasNumbersForInt64AndNamesForEnums) {
   // Unset sub-messages stay out; scalars are always present, as Triton prints configs.
   EXPECT_FALSE(config_json.contains("dynamic_batching"));
   EXPECT_EQ(config_json["platform"], "");
+  // graphserve's own fields (numbered from 1000) never appear, set or not: Triton's schema lacks them.
+  config.set_max_sequence_length(128);
+  config.mutable_buckets()->add_batch_sizes(4);
+  config.mutable_input(0)->set_pad_value(3);
+  config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(100);
+  const json own_json = json::parse(ProtoToRestJson(config));
+  EXPECT_FALSE(own_json.contains("max_sequence_length"));
+  EXPECT_FALSE(own_json.contains("buckets"));
+  EXPECT_FALSE(own_json.contains("precision"));
+  EXPECT_FALSE(own_json.contains("cuda_graphs"));
+  EXPECT_FALSE(own_json.contains("sequence_mask_input"));
+  EXPECT_FALSE(own_json["input"][0].contains("pad_value"));
+  EXPECT_EQ(own_json["dynamic_batching"]["max_queue_delay_microseconds"], 100);
+  EXPECT_FALSE(own_json["dynamic_batching"].contains("policy"));
+  EXPECT_FALSE(own_json["dynamic_batching"].contains("disable"));
+  EXPECT_FALSE(own_json["dynamic_batching"].contains("max_queue_size"));
 
   inference::RepositoryIndexResponse index;
   auto* model = index.add_models();

@@ -402,6 +402,20 @@ INSTANTIATE_TEST_SUITE_P(
                     "parameters[\"max_batch_tokens\"]: 128 contradicts buckets.max_batch_tokens: 64"},
         RefusedCase{"dynamic_batching { max_queue_size: 10 }",
                     "dynamic_batching.default_queue_policy.max_queue_size: 64 contradicts"},
+        RefusedCase{"parameters { key: \"pad_value:token_ids\" value { string_value: \"0\" } }",
+                    "parameters[\"pad_value:token_ids\"]: the config has no input 'token_ids'"},
+        RefusedCase{"parameters { key: \"min_value:input_ids\" value { string_value: \"zero\" } }",
+                    "parameters[\"min_value:input_ids\"]: expected a number"},
+        RefusedCase{"input { name: \"x\" data_type: TYPE_INT64 dims: [ -1 ] max_value: 9 } "
+                    "parameters { key: \"max_value:x\" value { string_value: \"99\" } }",
+                    "parameters[\"max_value:x\"]: 99 contradicts input[2].max_value"},
+        RefusedCase{"parameters { key: \"batching_disabled\" value { string_value: \"yes\" } }",
+                    "parameters[\"batching_disabled\"]: \"yes\" is not true or false"},
+        RefusedCase{"dynamic_batching { disable: true max_queue_delay_microseconds: 0 } "
+                    "parameters { key: \"batching_disabled\" value { string_value: \"false\" } }",
+                    "parameters[\"batching_disabled\"]: \"false\" contradicts"},
+        RefusedCase{"parameters { key: \"cuda_graph_verify_rtol\" value { string_value: \"0.01x\" } }",
+                    "parameters[\"cuda_graph_verify_rtol\"]: expected a number"},
         RefusedCase{"dynamic_batching { preferred_batch_size: [ 32 ] }",
                     "dynamic_batching.preferred_batch_size: 32 is outside"},
         RefusedCase{"optimization { cuda { graphs: true } } cuda_graphs { disable: true }",
@@ -430,8 +444,33 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedCase{"optimization { cuda { graph_spec { batch_size: 0 } } }",
                     "optimization.cuda.graph_spec[0].batch_size: 0 is outside"}));
 
+// Every field set in `message` and its sub-messages numbered from 1000 (graphserve's own), by name.
+std::vector<std::string> OwnFieldsSet(const google::protobuf::Message& message) {
+  std::vector<std::string> own;
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  const google::protobuf::Reflection& reflection = *message.GetReflection();
+  reflection.ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->number() >= 1000) own.push_back(field->full_name());
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const int count = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const google::protobuf::Message& inner = field->is_repeated() ? reflection.GetRepeatedMessage(message, field, i)
+                                                                    : reflection.GetMessage(message, field);
+      for (std::string& name : OwnFieldsSet(inner)) own.push_back(std::move(name));
+    }
+  }
+  return own;
+}
+
+std::string Parameter(const inference::ModelConfig& config, const std::string& key) {
+  const auto found = config.parameters().find(key);
+  return found == config.parameters().end() ? "<absent>" : found->second.string_value();
+}
+
 // The answer of the ModelConfig RPC: Triton's fields filled from what is served, graphserve's own
-// beside them; read back as a config, it serves the same model.
+// settings as parameters (Triton's schema has none of its fields); read back as a config, it serves
+// the same model.
 TEST(TritonConfigTest, EffectiveConfigDescribesWhatIsServed) {
   ModelFolder folder({"model.pt"});
   ServedModel served;
@@ -474,8 +513,18 @@ TEST(TritonConfigTest, EffectiveConfigDescribesWhatIsServed) {
   EXPECT_EQ(cuda.graph_spec(1).batch_size(), 16);
   EXPECT_EQ(Values(cuda.graph_spec(1).input().at("input_ids").dim()), (std::vector<int64_t>{256}));
 
-  EXPECT_EQ(effective.max_sequence_length(), 256);
-  EXPECT_EQ(Values(effective.buckets().sequence_lengths()), (std::vector<int64_t>{64, 256}));
+  EXPECT_EQ(OwnFieldsSet(effective), std::vector<std::string>{});
+  EXPECT_EQ(Parameter(effective, "max_sequence_length"), "256");
+  EXPECT_EQ(Parameter(effective, "bucket_sequence_lengths"), "64,256");
+  EXPECT_EQ(Parameter(effective, "bucket_batch_sizes"), "1,2,3,4,6,8,12,16");
+  EXPECT_EQ(Parameter(effective, "max_batch_tokens"), "<absent>");  // none: explicit batch sizes
+  EXPECT_EQ(Parameter(effective, "precision"), "fp32");
+  EXPECT_EQ(Parameter(effective, "batching_policy"), "size_binned");
+  EXPECT_EQ(Parameter(effective, "batching_disabled"), "<absent>");
+  EXPECT_EQ(Parameter(effective, "pad_value:input_ids"), "0");
+  EXPECT_EQ(Parameter(effective, "min_value:input_ids"), "<absent>");
+  // The config's own parameters for Triton's backend are not graphserve's settings: not repeated.
+  EXPECT_EQ(Parameter(effective, "INFERENCE_MODE"), "<absent>");
 
   // Without graph buckets (a CPU, or graphs off) the answer says graphs: false and lists none.
   served.graph_buckets.clear();
@@ -502,7 +551,9 @@ TEST(TritonConfigTest, EffectiveConfigReadBackServesTheSameModel) {
     for (int32_t size : effective.dynamic_batching().preferred_batch_size()) {
       EXPECT_LE(size, effective.max_batch_size());
     }
-    EXPECT_EQ(effective.buckets().max_batch_tokens(), preferred ? 0 : kDefaultMaxBatchTokens);
+    EXPECT_EQ(Parameter(effective, "max_batch_tokens"),
+              preferred ? "<absent>" : std::to_string(kDefaultMaxBatchTokens));
+    EXPECT_EQ(OwnFieldsSet(effective), std::vector<std::string>{});
     ConfigWarnings warnings;
     const Status status = ResolveModelConfig(folder.path(), &effective, &warnings);
     ASSERT_TRUE(status.ok()) << status.ToString();
@@ -520,6 +571,60 @@ TEST(TritonConfigTest, EffectiveConfigReadBackServesTheSameModel) {
     ASSERT_EQ(placements.size(), 1u);
     EXPECT_EQ(placements[0].devices, served.placements[0].devices);
   }
+}
+
+// graphserve's settings given in its own fields come back as parameters, and those read back as the
+// same settings: the effective config of any model can be loaded as its config.pbtxt.
+TEST(TritonConfigTest, OwnSettingsTravelAsParametersAndReadBackTheSame) {
+  ModelFolder folder({"model.pt"});
+  ServedModel served;
+  served.config = TritonConfig(R"pb(
+    sequence_mask_input: "attention_mask"
+    precision: PRECISION_BF16
+    cuda_graphs { verify_rtol: 0.025 }
+    dynamic_batching { policy: FIFO disable: true }
+  )pb");
+  inference::ModelInput* ids = served.config.mutable_input(0);
+  ids->set_pad_value(3);
+  ids->set_min_value(0);
+  ids->set_max_value(30521);
+  served.config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(0);  // as disable needs
+  ASSERT_TRUE(ResolveModelConfig(folder.path(), &served.config, nullptr).ok());
+  ASSERT_TRUE(ModelSpecFromConfig(served.config, &served.spec).ok());
+  served.scheduler = SchedulerOptionsFromConfig(served.config);
+  ASSERT_TRUE(InstancePlacements(served.config, "cpu", &served.placements).ok());
+
+  inference::ModelConfig effective = EffectiveModelConfig(served);
+  EXPECT_EQ(OwnFieldsSet(effective), std::vector<std::string>{});
+  EXPECT_EQ(Parameter(effective, "pad_value:input_ids"), "3");
+  EXPECT_EQ(Parameter(effective, "min_value:input_ids"), "0");
+  EXPECT_EQ(Parameter(effective, "max_value:input_ids"), "30521");
+  EXPECT_EQ(Parameter(effective, "pad_value:attention_mask"), "0");
+  EXPECT_EQ(Parameter(effective, "max_value:attention_mask"), "<absent>");
+  EXPECT_EQ(Parameter(effective, "sequence_mask_input"), "attention_mask");
+  EXPECT_EQ(Parameter(effective, "precision"), "bf16");
+  EXPECT_EQ(Parameter(effective, "cuda_graph_verify_rtol"), "0.025");
+  EXPECT_EQ(Parameter(effective, "batching_policy"), "fifo");
+  EXPECT_EQ(Parameter(effective, "batching_disabled"), "true");
+
+  ConfigWarnings warnings;
+  const Status status = ResolveModelConfig(folder.path(), &effective, &warnings);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(warnings.empty()) << Joined(warnings);
+  ModelSpec spec;
+  ASSERT_TRUE(ModelSpecFromConfig(effective, &spec).ok());
+  EXPECT_EQ(spec.inputs[0].pad_value, 3);
+  ASSERT_EQ(spec.input_ranges.size(), served.spec.input_ranges.size());
+  EXPECT_EQ(spec.input_ranges[0].min, served.spec.input_ranges[0].min);
+  EXPECT_EQ(spec.input_ranges[0].max, std::optional<double>(30521));
+  EXPECT_EQ(spec.input_ranges[1].max, std::nullopt);
+  EXPECT_EQ(spec.sequence_mask_input, "attention_mask");
+  EXPECT_EQ(spec.precision, Precision::kBf16);
+  EXPECT_EQ(spec.verify_rtol, 0.025);
+  const SchedulerOptions scheduler = SchedulerOptionsFromConfig(effective);
+  EXPECT_EQ(scheduler.policy, BatchingPolicy::kFifo);
+  EXPECT_TRUE(scheduler.batching_disabled);
+  EXPECT_EQ(scheduler.max_queue_delay_us, 0);
 }
 
 // graph_spec entries for (batch, length) at these points, both inputs of each.

@@ -548,13 +548,6 @@ inference::DataType DataTypeToConfig(DataType type) {
   return inference::TYPE_INVALID;
 }
 
-inference::Precision PrecisionToConfig(Precision precision) {
-  for (const auto& [config_precision, engine_precision] : kPrecisions) {
-    if (engine_precision == precision) return config_precision;
-  }
-  return inference::PRECISION_DEFAULT;
-}
-
 Status ParseModelConfig(const std::string& text, const std::string& origin,
                         inference::ModelConfig* config, ConfigWarnings* warnings) {
   google::protobuf::TextFormat::Parser parser;

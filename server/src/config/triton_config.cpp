@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
@@ -328,6 +329,77 @@ Status MergeSequenceMaskInput(const std::string& field, const std::string& value
   return Status::Ok();
 }
 
+// "0.5" -> 0.5: one finite number.
+Status ParseNumber(const std::string& field, const std::string& text, double* value) {
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, *value);
+  if (text.empty() || error != std::errc() || stop != end || !std::isfinite(*value)) {
+    return InvalidArgument(field + ": expected a number, got \"" + text + "\"");
+  }
+  return Status::Ok();
+}
+
+Status MergeBatchingDisabled(const std::string& field, const std::string& value, inference::ModelConfig* config) {
+  if (value != "true" && value != "false") return InvalidArgument(field + ": \"" + value + "\" is not true or false");
+  const bool disabled = value == "true";
+  if (config->dynamic_batching().disable() && !disabled) {
+    return InvalidArgument(field + ": \"false\" contradicts dynamic_batching.disable: true");
+  }
+  if (!disabled) return Status::Ok();
+  // Unbatched requests run at once: a block created here gets the delay that allows (0).
+  config->mutable_dynamic_batching()->set_disable(true);
+  return Status::Ok();
+}
+
+Status MergeVerifyRtol(const std::string& field, const std::string& value, inference::ModelConfig* config) {
+  double rtol = 0;
+  const Status status = ParseNumber(field, value, &rtol);
+  if (!status.ok()) return status;
+  const double given = config->cuda_graphs().verify_rtol();
+  if (given != 0 && given != rtol) {
+    return InvalidArgument(field + ": " + value + " contradicts cuda_graphs.verify_rtol: " + std::to_string(given));
+  }
+  config->mutable_cuda_graphs()->set_verify_rtol(rtol);
+  return Status::Ok();
+}
+
+bool StartsWith(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
+
+bool IsInputValueKey(const std::string& key) {
+  return StartsWith(key, kParameterPadValue) || StartsWith(key, kParameterMinValue) ||
+         StartsWith(key, kParameterMaxValue);
+}
+
+// "pad_value:NAME", "min_value:NAME" or "max_value:NAME": that field of input NAME.
+Status MergeInputValue(const std::string& field, const std::string& key, const std::string& value,
+                       inference::ModelConfig* config) {
+  const size_t colon = key.find(':');
+  const std::string setting = key.substr(0, colon);
+  const std::string name = key.substr(colon + 1);
+  int index = 0;
+  while (index < config->input_size() && config->input(index).name() != name) ++index;
+  if (index == config->input_size()) return InvalidArgument(field + ": the config has no input '" + name + "'");
+  inference::ModelInput* input = config->mutable_input(index);
+  double number = 0;
+  const Status status = ParseNumber(field, value, &number);
+  if (!status.ok()) return status;
+  const std::string input_field = "input[" + std::to_string(index) + "]." + setting;
+  const auto contradicts = [&](double given) {
+    return InvalidArgument(field + ": " + value + " contradicts " + input_field + ": " + std::to_string(given));
+  };
+  if (setting == "pad_value") {
+    if (input->pad_value() != 0 && input->pad_value() != number) return contradicts(input->pad_value());
+    input->set_pad_value(number);
+  } else if (setting == "min_value") {
+    if (input->has_min_value() && input->min_value() != number) return contradicts(input->min_value());
+    input->set_min_value(number);
+  } else {
+    if (input->has_max_value() && input->max_value() != number) return contradicts(input->max_value());
+    input->set_max_value(number);
+  }
+  return Status::Ok();
+}
+
 Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
   // Sorted, so that warnings come in the same order every time.
   const std::map<std::string, std::string> parameters = [&] {
@@ -358,6 +430,12 @@ Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
       status = MergeBatchingPolicy(field, value, config);
     } else if (key == kParameterSequenceMaskInput) {
       status = MergeSequenceMaskInput(field, value, config);
+    } else if (key == kParameterBatchingDisabled) {
+      status = MergeBatchingDisabled(field, value, config);
+    } else if (key == kParameterCudaGraphVerifyRtol) {
+      status = MergeVerifyRtol(field, value, config);
+    } else if (IsInputValueKey(key)) {
+      status = MergeInputValue(field, key, value, config);
     } else if (std::find_if(std::begin(kPyTorchBackendParameters), std::end(kPyTorchBackendParameters),
                             [&key = key](const char* name) { return key == name; }) !=
                std::end(kPyTorchBackendParameters)) {
@@ -365,9 +443,10 @@ Status ResolveParameters(inference::ModelConfig* config, Warnings* warnings) {
     } else {
       warnings->Add(field + ": not a graphserve setting (" + kParameterMaxSequenceLength + ", " +
                     kParameterBucketBatchSizes + ", " + kParameterBucketSequenceLengths + ", " +
-                    kParameterMaxBatchTokens + ", " +
-                    kParameterPrecision + ", " + kParameterBatchingPolicy + ", " +
-                    kParameterSequenceMaskInput + "); ignored");
+                    kParameterMaxBatchTokens + ", " + kParameterPrecision + ", " + kParameterBatchingPolicy +
+                    ", " + kParameterSequenceMaskInput + ", " + kParameterBatchingDisabled + ", " +
+                    kParameterCudaGraphVerifyRtol + ", " + kParameterPadValue + "INPUT, " + kParameterMinValue +
+                    "INPUT, " + kParameterMaxValue + "INPUT); ignored");
     }
     if (!status.ok()) return status;
   }
@@ -634,6 +713,28 @@ Status InstancePlacements(const inference::ModelConfig& config, const std::strin
   return Status::Ok();
 }
 
+namespace {
+
+void SetParameter(const std::string& key, const std::string& value, inference::ModelConfig* config) {
+  (*config->mutable_parameters())[key].set_string_value(value);
+}
+
+// The shortest text that reads back as the same double.
+std::string Number(double value) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+  return error == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+
+// {1, 2, 4} -> "1,2,4", as the grid parameters read.
+std::string Joined(const std::vector<int64_t>& values) {
+  std::string text;
+  for (int64_t value : values) text += (text.empty() ? "" : ",") + std::to_string(value);
+  return text;
+}
+
+}  // namespace
+
 inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
   const ModelSpec& spec = model.spec;
   inference::ModelConfig config;
@@ -659,10 +760,11 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
     input->set_name(tensor.name);
     input->set_data_type(DataTypeToConfig(tensor.dtype));
     input->mutable_dims()->Add(tensor.dims.begin(), tensor.dims.end());
-    input->set_pad_value(tensor.pad_value);
+    SetParameter(kParameterPadValue + tensor.name, Number(tensor.pad_value), &config);
     if (i < spec.input_ranges.size()) {
-      if (spec.input_ranges[i].min) input->set_min_value(*spec.input_ranges[i].min);
-      if (spec.input_ranges[i].max) input->set_max_value(*spec.input_ranges[i].max);
+      const ValueRange& range = spec.input_ranges[i];
+      if (range.min) SetParameter(kParameterMinValue + tensor.name, Number(*range.min), &config);
+      if (range.max) SetParameter(kParameterMaxValue + tensor.name, Number(*range.max), &config);
     }
   }
   for (const TensorSpec& tensor : spec.outputs) {
@@ -680,10 +782,9 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
   *batching->mutable_default_queue_policy() = model.config.dynamic_batching().default_queue_policy();
   batching->mutable_default_queue_policy()->set_max_queue_size(
       static_cast<uint32_t>(model.scheduler.max_queue_size));
-  batching->set_policy(model.scheduler.policy == BatchingPolicy::kFifo
-                           ? inference::ModelDynamicBatching::FIFO
-                           : inference::ModelDynamicBatching::SIZE_BINNED);
-  batching->set_disable(model.scheduler.batching_disabled);
+  SetParameter(kParameterBatchingPolicy, model.scheduler.policy == BatchingPolicy::kFifo ? "fifo" : "size_binned",
+               &config);
+  if (model.scheduler.batching_disabled) SetParameter(kParameterBatchingDisabled, "true", &config);
 
   // Triton's groups have one kind each: a group spread over the CPU and GPUs becomes two.
   for (const InstancePlacement& placement : model.placements) {
@@ -718,18 +819,20 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
     }
   }
 
-  config.mutable_buckets()->mutable_batch_sizes()->Add(spec.bucket_batch_sizes.begin(),
-                                                       spec.bucket_batch_sizes.end());
+  // graphserve's own settings: as parameters, since its own fields are not in Triton's schema.
+  SetParameter(kParameterBucketBatchSizes, Joined(spec.bucket_batch_sizes), &config);
   if (spec.has_sequence_length()) {
-    config.set_max_sequence_length(spec.max_sequence_length);
-    config.set_sequence_mask_input(spec.sequence_mask_input);
-    config.mutable_buckets()->mutable_sequence_lengths()->Add(spec.bucket_lengths.begin(),
-                                                              spec.bucket_lengths.end());
-    config.mutable_buckets()->set_max_batch_tokens(spec.max_batch_tokens);
+    SetParameter(kParameterMaxSequenceLength, std::to_string(spec.max_sequence_length), &config);
+    if (!spec.sequence_mask_input.empty()) SetParameter(kParameterSequenceMaskInput, spec.sequence_mask_input, &config);
+    SetParameter(kParameterBucketSequenceLengths, Joined(spec.bucket_lengths), &config);
+    // Left out, the parameters' explicit batch sizes mean no budget: 0 needs no entry.
+    if (spec.max_batch_tokens > 0) {
+      SetParameter(kParameterMaxBatchTokens, std::to_string(spec.max_batch_tokens), &config);
+    }
   }
-  config.set_precision(PrecisionToConfig(spec.precision));
-  config.mutable_cuda_graphs()->set_disable(spec.cuda_graphs_disabled);
-  config.mutable_cuda_graphs()->set_verify_rtol(spec.verify_rtol);
+  SetParameter(kParameterPrecision, PrecisionName(spec.precision), &config);
+  // Graphs turned off show as optimization.cuda.graphs: false, above.
+  if (spec.verify_rtol != 0) SetParameter(kParameterCudaGraphVerifyRtol, Number(spec.verify_rtol), &config);
   return config;
 }
 

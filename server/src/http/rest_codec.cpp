@@ -454,12 +454,18 @@ json FieldJson(const Message& message, const Reflection& reflection, const Field
   return nullptr;
 }
 
+// model_config.proto numbers graphserve's own fields from here. Triton's schema has none of them, and
+// a strict parse of the config answer with it fails on any: they are left out (the effective config
+// carries those settings as `parameters`), even at their defaults.
+constexpr int kFirstGraphserveField = 1000;
+
 json MessageJson(const Message& message) {
   const Reflection& reflection = *message.GetReflection();
   const google::protobuf::Descriptor& descriptor = *message.GetDescriptor();
   json object = json::object();
   for (int i = 0; i < descriptor.field_count(); ++i) {
     const FieldDescriptor& field = *descriptor.field(i);
+    if (field.number() >= kFirstGraphserveField) continue;
     if (field.is_map()) {
       json map = json::object();
       const FieldDescriptor& key = *field.message_type()->map_key();

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A Triton-style model repository (MODEL/config.pbtxt written for Triton's PyTorch backend,
-MODEL/1/model.pt) served unchanged, through Triton's own gRPC client (tritonclient[grpc],
-unmodified): inference with Triton's INPUT__N / OUTPUT__N names answers as torch does;
-get_model_config decodes graphserve's answer with Triton's ModelConfig, sees the effective config,
-skips graphserve's own fields (numbered from 1000), and gets NOT_FOUND for an unknown model and
-UNAVAILABLE before the server is ready."""
+MODEL/1/model.pt) served unchanged, through Triton's own clients (tritonclient, unmodified):
+inference with Triton's INPUT__N / OUTPUT__N names answers as torch does; get_model_config decodes
+graphserve's answer with Triton's ModelConfig, sees the effective config with graphserve's own
+settings as `parameters`, and nothing outside Triton's schema (a strict parse of the REST answer, no
+unknown fields in the gRPC one); it gets NOT_FOUND for an unknown model and UNAVAILABLE before the
+server is ready."""
 import unittest
 
 import numpy as np
@@ -12,10 +13,28 @@ import torch
 
 import server_fixture
 from server_fixture import InferenceServerException
-from google.protobuf import unknown_fields
+from google.protobuf import json_format, unknown_fields
+from tritonclient.grpc import model_config_pb2
 
 MODEL = "tiny_triton"  # make_model_repository.py: Triton's config for tiny_scripted's model.pt
 ON_CUDA = server_fixture.DEVICE.startswith("cuda")
+
+
+def unknown_field_numbers(message):
+    """The numbers of the fields in `message` and its sub-messages that its schema does not know."""
+    numbers = [field.field_number for field in unknown_fields.UnknownFieldSet(message)]
+    for descriptor, value in message.ListFields():
+        if descriptor.message_type is None:
+            continue
+        if descriptor.message_type.GetOptions().map_entry:
+            values = value.values() if descriptor.message_type.fields_by_name["value"].message_type else []
+        elif descriptor.is_repeated:
+            values = value
+        else:
+            values = [value]
+        for inner in values:
+            numbers += unknown_field_numbers(inner)
+    return numbers
 
 
 class ModelConfigTest(server_fixture.ServerTestCase):
@@ -68,7 +87,13 @@ class ModelConfigTest(server_fixture.ServerTestCase):
         else:
             self.assertEqual(config["instance_group"], [{"name": "tiny", "kind": "KIND_CPU", "count": 2}])
             self.assertEqual(graph_specs, [])  # a CPU server captures no graphs
-        # graphserve's own fields are unknown to Triton's client.
+        # graphserve's own settings, as parameters.
+        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        self.assertEqual(parameters["max_sequence_length"], "32")
+        self.assertEqual(parameters["bucket_sequence_lengths"], "8,32")
+        self.assertEqual(parameters["bucket_batch_sizes"], "1,2,3,4")
+        self.assertEqual(parameters["precision"], "fp32")
+        self.assertEqual(parameters["pad_value:INPUT__0"], "0")
         for own in ("max_sequence_length", "buckets", "precision", "cuda_graphs"):
             self.assertNotIn(own, config)
 
@@ -77,9 +102,16 @@ class ModelConfigTest(server_fixture.ServerTestCase):
         self.assertEqual(config.optimization.cuda.graphs, ON_CUDA)
         self.assertEqual(config.version_policy.latest.num_versions, 1)
         self.assertEqual(config.default_model_filename, "model.pt")
-        # Triton's client keeps graphserve's fields (max_sequence_length = 1000, ...) as unknown ones.
-        numbers = {field.field_number for field in unknown_fields.UnknownFieldSet(config)}
-        self.assertTrue({1000, 1001, 1002, 1003} <= numbers, numbers)
+        # Nothing the client's schema lacks, at any depth.
+        self.assertEqual(unknown_field_numbers(config), [])
+        self.assertEqual(config.parameters["max_sequence_length"].string_value, "32")
+
+    def test_both_answers_parse_strictly_with_tritons_schema(self):
+        with self.server.http_client() as http:
+            rest = http.get_model_config(MODEL)
+        strict = json_format.ParseDict(rest, model_config_pb2.ModelConfig(), ignore_unknown_fields=False)
+        over_grpc = self.client.get_model_config(MODEL).config
+        self.assertEqual(strict, over_grpc)
 
     def test_unknown_model_is_not_found_naming_it(self):
         with self.assertRaises(InferenceServerException) as raised:
@@ -104,7 +136,15 @@ class BeforeReadyTest(unittest.TestCase):
                 if answered_before_ready:
                     self.assertTrue(client.is_server_ready())  # only a ready server answers
                 server.wait_until(lambda c: c.is_server_ready(), server.ready_timeout_s, "readiness")
-                self.assertEqual(client.get_model_config("encoder").config.platform, "graphserve_encoder")
+                config = client.get_model_config("encoder").config
+                self.assertEqual(config.platform, "graphserve_encoder")
+                # The built-in encoder's config sets graphserve's own fields (pad_value, min_value,
+                # sequence_mask_input, ...): its answer stays within Triton's schema all the same.
+                self.assertEqual(unknown_field_numbers(config), [])
+                self.assertEqual(config.parameters["sequence_mask_input"].string_value, "attention_mask")
+                with server.http_client() as http:
+                    rest = http.get_model_config("encoder")
+                self.assertEqual(json_format.ParseDict(rest, model_config_pb2.ModelConfig()), config)
 
 
 if __name__ == "__main__":

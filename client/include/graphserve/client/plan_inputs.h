@@ -28,9 +28,11 @@ std::string DefaultMetricsUrl(const std::string& grpc_address, bool tls);
 bool FetchMetricsText(const std::string& url, const ClientOptions& options, std::string* body,
                       std::string* error);
 
-// max_batch_size, max_sequence_length and buckets (with max_batch_tokens, once graphserve's config
-// has the field: read by name, or as BucketGrid's unknown field 3 from a newer server; 0 otherwise).
-// False for a model without a variable dimension, whose grid has no lengths to plan.
+// max_batch_size, max_sequence_length and buckets with max_batch_tokens (0: none), from the config's
+// parameters (max_sequence_length, bucket_batch_sizes, bucket_sequence_lengths, max_batch_tokens), or,
+// from a server older than those, from graphserve's own fields (max_batch_tokens read by name, or as
+// BucketGrid's unknown field 3). False for a model without a variable dimension, whose grid has no
+// lengths to plan, or whose parameters do not read.
 bool GridFromConfig(const inference::ModelConfig& config, planner::ModelLimits* limits,
                     planner::BucketGrid* grid, std::string* error);
 

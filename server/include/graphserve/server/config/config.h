@@ -39,7 +39,6 @@ inference::ModelConfig BuiltinEncoderConfig();
 // TYPE_UINT16, ...). And back.
 std::optional<DataType> DataTypeFromConfig(inference::DataType type);
 inference::DataType DataTypeToConfig(DataType type);
-inference::Precision PrecisionToConfig(Precision precision);
 
 // Scheduler options after defaults: the queue delay and size from a resolved `dynamic_batching`.
 SchedulerOptions SchedulerOptionsFromConfig(const inference::ModelConfig& config);

@@ -26,6 +26,12 @@ inline constexpr const char* kParameterMaxBatchTokens = "max_batch_tokens";  // 
 inline constexpr const char* kParameterPrecision = "precision";             // fp32, fp16, bf16
 inline constexpr const char* kParameterBatchingPolicy = "batching_policy";  // size_binned, fifo
 inline constexpr const char* kParameterSequenceMaskInput = "sequence_mask_input";  // "attention_mask"
+inline constexpr const char* kParameterBatchingDisabled = "batching_disabled";      // "true", "false"
+inline constexpr const char* kParameterCudaGraphVerifyRtol = "cuda_graph_verify_rtol";  // "0.01"
+// Per input: the prefix, then the input's name ("pad_value:input_ids" = "0").
+inline constexpr const char* kParameterPadValue = "pad_value:";
+inline constexpr const char* kParameterMinValue = "min_value:";
+inline constexpr const char* kParameterMaxValue = "max_value:";
 
 // Rewrites `config` in place into the fields ModelSpecFromConfig, SchedulerOptionsFromConfig and
 // InstancePlacements read:
@@ -74,11 +80,13 @@ struct ServedModel {
   std::vector<BucketShape> graph_buckets;
 };
 
-// The config graphserve serves the model with, in Triton's fields (for Triton's clients) and
-// graphserve's: defaults filled in, preferred_batch_size = the grid's batch sizes up to
-// max_batch_size (Triton's bound; buckets lists them all, with max_batch_tokens), one instance
-// group per kind, and one optimization.cuda.graph_spec per graph bucket, each input's -1 replaced
-// by the bucket's length.
+// The config graphserve serves the model with, in Triton's schema alone, so that Triton's clients
+// parse it strictly: Triton's fields with defaults filled in, preferred_batch_size = the grid's batch
+// sizes up to max_batch_size (Triton's bound), one instance group per kind, one
+// optimization.cuda.graph_spec per graph bucket (each input's -1 replaced by the bucket's length),
+// and graphserve's own settings as the `parameters` keys above (bucket_batch_sizes lists every batch
+// size, with max_batch_tokens), never in graphserve's own fields. Read back as a config.pbtxt, it
+// resolves to the same model.
 inference::ModelConfig EffectiveModelConfig(const ServedModel& model);
 
 }  // namespace graphserve

@@ -61,7 +61,8 @@ RestInferBody EncodeRestInferResponse(const inference::ModelInferResponse& respo
 
 // A protobuf message as the REST binding's JSON: proto field names, enums by name, 64-bit integers as
 // JSON numbers (protobuf's own JSON printer quotes them, which Triton's REST clients do not expect),
-// maps as objects, every scalar field present (as Triton prints model configs).
+// maps as objects, every scalar field present (as Triton prints model configs) but graphserve's own
+// fields of model_config.proto (numbered from 1000), which Triton's schema lacks.
 std::string ProtoToRestJson(const google::protobuf::Message& message);
 // The repository index body ({"ready": true}, or empty) and the answer: a JSON array of the models.
 Status ParseRepositoryIndexRequest(std::string_view body, inference::RepositoryIndexRequest* request);
