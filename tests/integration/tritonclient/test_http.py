@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 
 import server_fixture
+from server_fixture import InferenceServerException
 
 try:
     import tritonclient.http as httpclient
@@ -206,12 +207,15 @@ class HttpTest(server_fixture.ServerTestCase):
                                    rtol=1e-4, atol=1e-5)
         # Other routes' bodies too: a repository index asked for in deflate.
         request = urllib.request.Request(f"http://{self.server.http_url}/v2/repository/index",
-                                         data=zlib.compress(b'{"ready": true}'), headers={"Content-Encoding": "deflate"})
+                                         data=zlib.compress(b'{"ready": true}'),
+                                         headers={"Content-Encoding": "deflate"})
         with urllib.request.urlopen(request, timeout=60) as answer:
-            self.assertEqual(json.loads(answer.read()), [{"name": MODEL, "version": "1", "state": "READY", "reason": ""}])
+            self.assertEqual(json.loads(answer.read()),
+                             [{"name": MODEL, "version": "1", "state": "READY", "reason": ""}])
         # A body that is not what its Content-Encoding says is 400.
-        self.assert_http_error(lambda: self.http.infer(MODEL, http_inputs(ids, mask), headers={"Content-Encoding": "gzip"}),
-                               400, "not one complete gzip stream")
+        self.assert_http_error(
+            lambda: self.http.infer(MODEL, http_inputs(ids, mask), headers={"Content-Encoding": "gzip"}),
+            400, "not one complete gzip stream")
 
     def test_log_settings(self):
         settings = self.http.get_log_settings()
