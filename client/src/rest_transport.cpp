@@ -10,36 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graphserve/rest_json.h"
+
 namespace graphserve::loadgen {
 namespace {
 
 using nlohmann::json;
-
-json ParameterJson(const inference::InferParameter& parameter) {
-  switch (parameter.parameter_choice_case()) {
-    case inference::InferParameter::kBoolParam: return parameter.bool_param();
-    case inference::InferParameter::kInt64Param: return parameter.int64_param();
-    case inference::InferParameter::kStringParam: return parameter.string_param();
-    case inference::InferParameter::kDoubleParam: return parameter.double_param();
-    case inference::InferParameter::kUint64Param: return parameter.uint64_param();
-    case inference::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
-  }
-  return nullptr;
-}
-
-// The gRPC code an HTTP status of the KServe v2 REST binding stands for (Triton's mapping reversed).
-grpc::StatusCode CodeForHttpStatus(long status) {
-  switch (status) {
-    case 400: return grpc::StatusCode::INVALID_ARGUMENT;
-    case 404: return grpc::StatusCode::NOT_FOUND;
-    case 429: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case 501: return grpc::StatusCode::UNIMPLEMENTED;
-    case 503: return grpc::StatusCode::UNAVAILABLE;
-    case 504: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case 500: return grpc::StatusCode::INTERNAL;
-    default: return grpc::StatusCode::UNKNOWN;
-  }
-}
 
 }  // namespace
 
@@ -47,7 +23,9 @@ std::string RestInferBody(const inference::ModelInferRequest& request, size_t* j
   json header = json::object();
   if (!request.id().empty()) header["id"] = request.id();
   json parameters = json::object();
-  for (const auto& [name, value] : request.parameters()) parameters[name] = ParameterJson(value);
+  for (const auto& [name, value] : request.parameters()) {
+    parameters[name] = rest_json::InferParameterJson(value);
+  }
   json inputs = json::array();
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
@@ -82,7 +60,7 @@ grpc::Status ParseRestInferAnswer(long status, const std::string& body, std::opt
     const std::string message = header.is_object() && header.contains("error") && header["error"].is_string()
                                     ? header["error"].get<std::string>()
                                     : "HTTP " + std::to_string(status) + ": " + body.substr(0, 200);
-    return grpc::Status(CodeForHttpStatus(status), message);
+    return grpc::Status(rest_json::CodeForHttpStatus(static_cast<int>(status)), message);
   }
   if (!header.is_object() || !header.contains("outputs") || !header["outputs"].is_array()) {
     return grpc::Status(grpc::StatusCode::INTERNAL, "the answer is not a KServe v2 infer response");

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "graphserve/engine/tensor.h"
+#include "graphserve/rest_json.h"
 
 namespace graphserve {
 namespace {
@@ -408,18 +409,6 @@ json DataArray(DataType dtype, const std::string& raw) {
   return values;
 }
 
-json InferParameterJson(const inference::InferParameter& parameter) {
-  switch (parameter.parameter_choice_case()) {
-    case inference::InferParameter::kBoolParam: return parameter.bool_param();
-    case inference::InferParameter::kInt64Param: return parameter.int64_param();
-    case inference::InferParameter::kStringParam: return parameter.string_param();
-    case inference::InferParameter::kDoubleParam: return parameter.double_param();
-    case inference::InferParameter::kUint64Param: return parameter.uint64_param();
-    case inference::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
-  }
-  return nullptr;
-}
-
 // ---------------------------------------------------------------------------------------------------
 // Protobuf → JSON by reflection.
 
@@ -495,16 +484,8 @@ json MessageJson(const Message& message) {
 }  // namespace
 
 int HttpStatusFor(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kUnimplemented: return 501;
-    case StatusCode::kInternal: return 500;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kDeadlineExceeded: return 504;
-    default: return 400;
-  }
+  // graphserve's codes are gRPC's numbers (status.h).
+  return rest_json::HttpStatusForCode(static_cast<grpc::StatusCode>(code));
 }
 
 std::string ErrorBody(const std::string& message) { return Dump(json{{"error", message}}); }
@@ -579,7 +560,9 @@ RestInferBody EncodeRestInferResponse(const inference::ModelInferResponse& respo
   if (!response.id().empty()) header["id"] = response.id();
   if (!response.parameters().empty()) {
     json parameters = json::object();
-    for (const auto& [name, parameter] : response.parameters()) parameters[name] = InferParameterJson(parameter);
+    for (const auto& [name, parameter] : response.parameters()) {
+      parameters[name] = rest_json::InferParameterJson(parameter);
+    }
     header["parameters"] = std::move(parameters);
   }
   json outputs = json::array();
