@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "batch_simulator.h"
+#include "graphserve/server/batching/batch_simulator.h"
 
 namespace graphserve::sim {
 namespace {

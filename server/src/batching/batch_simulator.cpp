@@ -1,4 +1,4 @@
-#include "batch_simulator.h"
+#include "graphserve/server/batching/batch_simulator.h"
 
 #include <algorithm>
 #include <cmath>

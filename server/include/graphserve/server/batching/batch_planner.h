@@ -42,7 +42,7 @@ struct DispatchDecision {
 };
 
 // The pure decision part of the scheduler, apart from threads, so that tests and the batching
-// simulator (tests/server/batch_simulator.h) drive it with a fake clock. Not thread-safe: the
+// simulator (batch_simulator.h) drive it with a fake clock. Not thread-safe: the
 // ModelScheduler calls it under its lock. The policy, in short (batch_planner.cpp has the reasons):
 //   - A request joins the bin of the smallest bucket length that holds it; requests longer than the
 //     grid share an oversize bin. Within a bin requests leave in arrival order.
