@@ -27,15 +27,15 @@ import math
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import textwrap
 import time
-import urllib.request
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_support.common import REPO, csv, fail, log
+from bench_support.loadgen import run_loadgen
+from bench_support.metrics import metric_delta
+from bench_support.report import fmt, num, pct, table
+from bench_support.repository import base_model, config_limits, with_instances, write_repository
+from bench_support.server import Server
 
 MODE_NAMES = {
     "a": "graphs + batcher",
@@ -50,42 +50,7 @@ MODE_NAMES = {
 CEILING_SEED = 1
 
 
-def log(message):
-    print(message, flush=True)
-
-
-def fail(message):
-    print("e2e_benchmark: " + message, file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def csv(text):
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tail(path, lines=40):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 # ---- model configs ------------------------------------------------------------------------------
-
-def config_limits(text):
-    batch = re.search(r"^\s*max_batch_size\s*:\s*(\d+)", text, re.M)
-    length = re.search(r"^\s*max_sequence_length\s*:\s*(\d+)", text, re.M)
-    if not batch or not length:
-        fail("config has no max_batch_size / max_sequence_length:\n" + text)
-    return int(batch.group(1)), int(length.group(1))
-
 
 def mode_config(base, mode, grid=""):
     """The base config plus the mode's blocks. The base must not set them itself: text format
@@ -107,325 +72,13 @@ def mode_config(base, mode, grid=""):
     return base + extra
 
 
-def builtin_encoder_config():
-    """The built-in model's config, read from the server's source (kBuiltinEncoderConfig) so that the
-    repositories here serve exactly the model graphserve serves without one."""
-    path = os.path.join(REPO, "server", "src", "config", "config.cpp")
-    with open(path) as f:
-        found = re.search(r'kBuiltinEncoderConfig = R"pb\((.*?)\)pb"', f.read(), re.S)
-    if not found:
-        fail(f"no kBuiltinEncoderConfig in {path}")
-    return textwrap.dedent(found.group(1)).strip() + "\n"
-
-
-def with_limits(args, text):
-    """The config with --max-batch-size / --max-sequence-length, where given, in place of its own."""
-    for field, value in (("max_batch_size", args.max_batch_size),
-                         ("max_sequence_length", args.max_sequence_length)):
-        if value is not None:
-            text = re.sub(r"^(\s*" + field + r"\s*:\s*)\d+", lambda m: m.group(1) + str(value), text,
-                          count=1, flags=re.M)
-    return text
-
-
-def base_model(args, model):
-    """(config text, model file path or None) of `model`, exporting BERT first when it is missing.
-    bert_base_<dtype> is TorchScript (model.pt), bert_base_<dtype>_pt2 AOTInductor (model.pt2)."""
-    if model == "encoder":
-        return with_limits(args, builtin_encoder_config()), None
-    found = re.fullmatch(r"bert_base_(bf16|fp16|fp32)(_pt2)?", model)
-    folder = os.path.join(args.bert_repo, model)
-    config_path = os.path.join(folder, "config.pbtxt")
-    weights = os.path.join(folder, "model.pt2" if model.endswith("_pt2") else "model.pt")
-    if not (os.path.exists(config_path) and os.path.exists(weights)):
-        if not found:
-            fail(f"model '{model}' is neither 'encoder' nor in --bert-repo {args.bert_repo}")
-        log(f"exporting {model} into {args.bert_repo} (deploy/models/export_bert.py)")
-        command = [sys.executable, os.path.join(REPO, "deploy", "models", "export_bert.py"),
-                   args.bert_repo, "--dtype", found.group(1), "--device",
-                   "cuda" if args.device.startswith("cuda") else "cpu",
-                   "--format", "pt2" if found.group(2) else "torchscript"]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            fail("export failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
-    with open(config_path) as f:
-        return with_limits(args, f.read()), weights
-
-
-def with_instances(args, text):
-    """The config with its instance groups replaced by one instance per --instance-devices entry."""
-    if not args.instance_devices:
-        return text
-    text = re.sub(r"^\s*instance_group\s*\{[^}]*\}\s*\n", "", text, flags=re.M)
-    devices = ", ".join(f'"{device}"' for device in csv(args.instance_devices))
-    return text + f"instance_group {{ count: 1 devices: [ {devices} ] }}\n"
-
-
-def write_repository(args, model, mode, base, weights):
-    root = os.path.join(args.out, "repositories", f"{model}_{mode}")
-    folder = os.path.join(root, model)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.pbtxt"), "w") as f:
-        f.write(with_instances(args, mode_config(base, mode, getattr(args, "grid", ""))))
-    if weights:
-        link = os.path.join(folder, os.path.basename(weights))
-        if os.path.lexists(link):
-            os.remove(link)
-        os.symlink(os.path.abspath(weights), link)
-    return root
-
-
-# ---- the server and its metrics -----------------------------------------------------------------
-
-class Server:
-    def __init__(self, args, repository, model, log_path):
-        self.model = model
-        self.grpc = f"127.0.0.1:{free_port()}"
-        http_port = free_port()
-        self.http = f"127.0.0.1:{http_port}"
-        self.stats_url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
-        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
-        self.log_path = log_path
-        command = [args.graphserve, "--model-repository", repository, "--device", args.device,
-                   "--grpc-address", self.grpc, "--http-address", self.http,
-                   "--metrics-address", self.metrics_url[len("http://"):-len("/metrics")],
-                   "--log-level", "info", *getattr(args, "server_args", [])]
-        self.log_file = open(log_path, "w")
-        env = dict(os.environ)
-        env.update(entry.split("=", 1) for entry in getattr(args, "server_env", []))
-        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, env=env)
-
-    def wait_ready(self, timeout_s):
-        # A model's series appear in /metrics once it has warmed up (docs/metrics.md).
-        marker = f'graphserve_batches_total{{model="{self.model}"'
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                self.fail(f"graphserve exited with status {self.process.returncode} while starting")
-            try:
-                with urllib.request.urlopen(self.metrics_url, timeout=2) as answer:
-                    if marker in answer.read().decode():
-                        return
-            except OSError:
-                pass
-            time.sleep(0.25)
-        self.fail(f"graphserve not ready after {timeout_s} s")
-
-    def scrape(self, stats=False):
-        """(time, /metrics series); with `stats`, also under MEASURED_INFER_KEY the executed batches'
-        compute_infer time from the model's statistics (REST /stats): on a GPU each replay's own
-        duration, timed with CUDA events, where /metrics only counts replays."""
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as answer:
-            text = answer.read().decode()
-        series = parse_metrics(text, self.model)
-        if not stats:
-            return time.time(), series
-        try:
-            with urllib.request.urlopen(self.stats_url, timeout=10) as answer:
-                statistics = json.load(answer)
-            series[MEASURED_INFER_KEY] = sum(batch["compute_infer"]["ns"] for model in statistics["model_stats"]
-                                             for batch in model.get("batch_stats", [])) / 1e9
-        except (OSError, ValueError, KeyError):
-            pass  # no REST port, or statistics of another shape: the estimate alone
-        return time.time(), series
-
-    def stop(self):
-        if self.log_file.closed:
-            return  # already stopped, or killed by fail()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log_file.close()
-        if self.process.returncode != 0:
-            log(f"warning: graphserve exited with status {self.process.returncode}; log tail:\n"
-                + tail(self.log_path, 20))
-
-    def fail(self, message):
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log_file.close()
-        fail(f"{message}; log {self.log_path}, its tail:\n{tail(self.log_path)}")
-
-
-def add_server_arguments(parser):
-    """The single-server benchmarks' flags for the build, the output and the model."""
-    parser.add_argument("--build-dir", default=os.path.join(REPO, "build"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--model", default="bert_base_bf16")
-    parser.add_argument("--bert-repo")
-    parser.add_argument("--device", default="cuda")
-
-
-def add_load_arguments(parser):
-    """The single-server benchmarks' flags for graphserve-loadgen and the server's start."""
-    cpus = os.cpu_count() or 4
-    parser.add_argument("--loadgen-threads", type=int, default=max(1, min(4, cpus // 4)))
-    parser.add_argument("--connections", type=int, default=max(1, min(8, cpus // 4)))
-    parser.add_argument("--start-timeout-s", type=float, default=240)
-    parser.add_argument("--loadgen-arg", dest="loadgen_args", action="append", default=[],
-                        help="a flag for every graphserve-loadgen run (repeatable), "
-                             "e.g. --loadgen-arg=--grpc-executor-offload")
-
-
-def one_model_server(args):
-    """The server of the single-server benchmarks (REST against gRPC, overload): --model's default
-    config in a repository under --out, BERT exported first when missing. Not yet ready."""
-    # What the helpers above read, left at the model's own settings.
-    args.instance_devices = ""
-    args.max_batch_size = None
-    args.max_sequence_length = None
-    args.out = os.path.abspath(args.out)
-    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
-    build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(getattr(args, "server_binary", None)
-                                      or os.path.join(build, "server", "graphserve"))
-    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
-    for sub in ("raw", "logs"):
-        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
-    base, weights = base_model(args, args.model)
-    repository = write_repository(args, args.model, "a", base, weights)
-    return Server(args, repository, args.model, os.path.join(args.out, "logs", "server.log"))
-
-
-LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_metrics(text, model):
-    """{(name, frozenset(labels without model)): value} for the series of `model`."""
-    series = {}
-    for line in text.splitlines():
-        found = LINE.match(line)
-        if not found or line.startswith("#"):
-            continue
-        labels = dict(LABEL.findall(found.group(2) or ""))
-        if labels.pop("model", None) != model:
-            continue
-        try:
-            value = float(found.group(3))
-        except ValueError:
-            continue
-        series[(found.group(1), frozenset(labels.items()))] = value
-    return series
-
-
-# The key Server.scrape files the statistics' summed batch compute_infer seconds under.
-MEASURED_INFER_KEY = ("stats:batch_compute_infer_seconds", frozenset())
-
-
-def total(series, name, **match):
-    """Sum of `name`'s series whose labels include `match`."""
-    wanted = set(match.items())
-    return sum(v for (n, labels), v in series.items() if n == name and wanted <= labels)
-
-
-def by_label(series, name, label):
-    out = {}
-    for (n, labels), v in series.items():
-        if n == name:
-            key = dict(labels).get(label)
-            out[key] = out.get(key, 0.0) + v
-    return out
-
-
-def metric_delta(before, after, replay_us):
-    """What the server did between two scrapes: padding, replays against eager runs, mean queue and
-    compute time per request, and the time the device spent replaying (bucket replay times from
-    the ceiling run times the replays of each bucket)."""
-    (t0, m0), (t1, m1) = before, after
-
-    def d(name, **match):
-        return total(m1, name, **match) - total(m0, name, **match)
-
-    real = d("graphserve_real_elements_total")
-    padded = d("graphserve_padded_elements_total")
-    batches = d("graphserve_batches_total")
-    replays = d("graphserve_graph_replays_total")
-    eager = d("graphserve_eager_executions_total")
-    ok = d("graphserve_requests_total", code="success")
-    r0 = by_label(m0, "graphserve_graph_replays_total", "bucket")
-    r1 = by_label(m1, "graphserve_graph_replays_total", "bucket")
-    measured = MEASURED_INFER_KEY in m0 and MEASURED_INFER_KEY in m1
-    infer_s = m1[MEASURED_INFER_KEY] - m0[MEASURED_INFER_KEY] if measured else None
-    replay_s = None
-    if replay_us is not None:
-        replay_s = sum((r1[b] - r0.get(b, 0.0)) * replay_us.get(b, 0.0) for b in r1) / 1e6
-    d0 = by_label(m0, "graphserve_graph_replays_total", "device")
-    d1 = by_label(m1, "graphserve_graph_replays_total", "device")
-    b0 = by_label(m0, "graphserve_batches_total", "device")
-    b1 = by_label(m1, "graphserve_batches_total", "device")
-    e0 = by_label(m0, "graphserve_eager_executions_total", "reason")
-    e1 = by_label(m1, "graphserve_eager_executions_total", "reason")
-
-    def mean_ms(histogram):
-        count = d(histogram + "_count")
-        return 1000.0 * d(histogram + "_sum") / count if count > 0 else None
-
-    return {
-        "window_s": t1 - t0,
-        "requests_ok": ok,
-        "batches": batches,
-        "rows_per_batch": d("graphserve_batch_rows_total") / batches if batches > 0 else None,
-        "real_elements": real,
-        "padded_elements": padded,
-        "padding_ratio": padded / real if real > 0 else None,
-        "graph_replays": replays,
-        "eager_runs": eager,
-        "eager_by_reason": {k: v - e0.get(k, 0.0) for k, v in e1.items() if v - e0.get(k, 0.0) > 0},
-        # Several devices (--instance-devices): how the replays spread over them.
-        "graph_replays_by_device": {k: v - d0.get(k, 0.0) for k, v in d1.items()},
-        "batches_by_device": {k: v - b0.get(k, 0.0) for k, v in b1.items()},
-        "replay_share": replays / batches if batches > 0 else None,
-        "server_latency_ms": mean_ms("graphserve_request_duration_seconds"),
-        "queue_ms": mean_ms("graphserve_queue_duration_seconds"),
-        "compute_ms": mean_ms("graphserve_compute_duration_seconds"),
-        "replay_busy_s": replay_s,
-        "replay_busy_share": replay_s / (t1 - t0) if replay_s is not None and t1 > t0 else None,
-        # The same from each batch's own measured compute time (summed over instances, so two
-        # instances replaying at once count twice): about the estimate, the device idled between
-        # batches; above it, towards 100%, the replays ran slower than at capture.
-        "infer_measured_s": infer_s,
-        "infer_measured_share": infer_s / (t1 - t0) if infer_s is not None and t1 > t0 else None,
-    }
+def mode_repository(args, model, mode, base, weights):
+    """OUT/repositories/MODEL_MODE: `model` with the mode's config."""
+    config = with_instances(args, mode_config(base, mode, getattr(args, "grid", "")))
+    return write_repository(args, model, mode, config, weights)
 
 
 # ---- load ---------------------------------------------------------------------------------------
-
-def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None, protocol="grpc",
-                lone_client=False, rate=None):
-    """One closed-loop run (an open loop of Poisson arrivals at `rate` req/s instead when given);
-    protocol "http" sends the infer calls to the REST port instead.
-    lone_client: one connection and one polling thread, as a single caller has."""
-    threads, connections = (1, 1) if lone_client else (args.loadgen_threads, args.connections)
-    load = ["--rate", f"{rate:.1f}"] if rate else ["--concurrency", str(concurrency)]
-    command = [args.loadgen, "--address", server.grpc, "--model", server.model,
-               *load, "--lengths", lengths or args.lengths, "--rows", "1",
-               "--duration-s", str(duration_s or args.duration_s), "--warmup-s", str(args.warmup_s),
-               "--threads", str(threads), "--connections", str(connections),
-               "--wait-s", "30", "--no-progress", "--json", json_path]
-    if args.outputs:
-        command += ["--outputs", args.outputs]
-    command += getattr(args, "loadgen_args", [])
-    if protocol == "http":
-        command += ["--http-address", server.http]
-    # A closed loop ends after its duration plus the answers still in flight; far beyond that
-    # something hangs, and the run must not eat the whole session.
-    limit_s = (duration_s or args.duration_s) + args.warmup_s + 120
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        server.fail(f"graphserve-loadgen still running after {limit_s:.0f} s")
-    if done.returncode == 2 or not os.path.exists(json_path):
-        server.fail(f"graphserve-loadgen could not run (status {done.returncode}):\n"
-                    + done.stdout[-2000:] + done.stderr[-2000:])
-    with open(json_path) as f:
-        return json.load(f)
-
 
 def run_ceiling(args, model, repository):
     path = os.path.join(args.out, "raw", f"ceiling_{model}.json")
@@ -449,11 +102,11 @@ def run_ceiling(args, model, repository):
 def bench_model(args, model):
     base, weights = base_model(args, model)
     result = {"modes": {}, "ceiling": None, "overhead": None}
-    repositories = {mode: write_repository(args, model, mode, base, weights) for mode in args.modes}
+    repositories = {mode: mode_repository(args, model, mode, base, weights) for mode in args.modes}
 
     # The ceiling first, on the default grid of mode a: its bucket replay times also price the
     # servers' replays (replay_busy_share). It runs alone, so the GPU is not shared.
-    ceiling = run_ceiling(args, model, repositories.get("a") or write_repository(args, model, "a", base, weights))
+    ceiling = run_ceiling(args, model, repositories.get("a") or mode_repository(args, model, "a", base, weights))
     result["ceiling"] = ceiling
     # None on a CPU (no graphs): no replay time to price, rather than a device idle 100 % of the time.
     replay_us = {b["bucket"]: b["time_us"] for b in ceiling.get("buckets", []) if b.get("graph")} or None
@@ -553,18 +206,6 @@ def measure_overhead(args, server, model, ceiling):
 
 # ---- the report ---------------------------------------------------------------------------------
 
-def fmt(value, digits=2):
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def pct(value):
-    return "–" if value is None else f"{100 * value:.0f}%"
-
-
-def num(value):
-    return "–" if value is None else f"{value:,.0f}".replace(",", " ")
-
-
 MEASURED_COLUMNS = ["req/s", "real tok/s", "p50 (ms)", "p99 (ms)", "padding"]
 
 
@@ -573,12 +214,6 @@ def measured_cells(run):
     r, m = run["loadgen"], run["metrics"]
     return [num(r["requests_per_s"]), num(r["tokens_per_s"]), fmt(r["latency_ms"]["p50"]),
             fmt(r["latency_ms"]["p99"]), fmt(m["padding_ratio"])]
-
-
-def table(header, rows):
-    """A markdown table (the first column left-aligned, the rest right) and the blank line after it."""
-    return (["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-            + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows] + [""])
 
 
 def saturation(runs):

@@ -8,7 +8,7 @@ deadline, expired, ...). Writes OUT/overload.md and OUT/overload.json.
   python3 deploy/bench/overload.py --build-dir build-cuda --out OUT [--model bert_base_bf16]
       [--factors 1.5,2,4] [--deadline-ms 100]
 
-Reuses deploy/bench/e2e_benchmark.py (model export, repository, server, loadgen, /metrics).
+Built on deploy/bench/bench_support (model export, repository, server, loadgen, /metrics).
 """
 import argparse
 import json
@@ -16,12 +16,14 @@ import os
 import re
 import resource
 import subprocess
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import e2e_benchmark as e2e  # noqa: E402
+from bench_support.common import csv, log
+from bench_support.loadgen import loadgen_command, run_loadgen
+from bench_support.metrics import by_label, metric_delta
+from bench_support.report import fmt
+from bench_support.server import add_load_arguments, add_server_arguments, one_model_server
 
 
 def open_loop(args, server, rate, json_path):
@@ -31,15 +33,9 @@ def open_loop(args, server, rate, json_path):
     commands = []
     for client in range(args.clients):
         part = f"{json_path}.{client}"
-        command = [args.loadgen, "--address", server.grpc, "--model", server.model,
-                   "--rate", f"{rate / args.clients:.1f}", "--seed", str(client + 1),
-                   "--lengths", args.lengths, "--rows", "1", "--duration-s", str(args.duration_s),
-                   "--warmup-s", str(args.warmup_s), "--timeout-ms", str(args.deadline_ms),
-                   "--max-in-flight", str(args.max_in_flight), "--threads", str(args.loadgen_threads),
-                   "--connections", str(args.connections), "--wait-s", "30", "--no-progress", "--json", part]
-        if args.outputs:
-            command += ["--outputs", args.outputs]
-        command += args.loadgen_args
+        command = loadgen_command(args, server, ["--rate", f"{rate / args.clients:.1f}"], part,
+                                  extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
+                                         "--max-in-flight", str(args.max_in_flight)])
         commands.append((part, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     reports = []
     for part, process in commands:
@@ -210,7 +206,7 @@ class Sampler(threading.Thread):
                 _, series = self.scrape()
             except OSError:
                 continue
-            codes = e2e.by_label(series, "graphserve_requests_total", "code")
+            codes = by_label(series, "graphserve_requests_total", "code")
             try:
                 received, sent = self.server_socket_bytes()
             except (OSError, ValueError):
@@ -380,7 +376,7 @@ def cpu_seconds(pid):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    e2e.add_server_arguments(parser)
+    add_server_arguments(parser)
     parser.add_argument("--factors", default="1.5,2,4")
     parser.add_argument("--deadline-ms", type=int, default=100)
     parser.add_argument("--capacity-concurrency", type=int, default=512)
@@ -390,22 +386,22 @@ def main():
     parser.add_argument("--lengths", default="skewed")
     parser.add_argument("--max-in-flight", type=int, default=65536)
     parser.add_argument("--clients", type=int, default=4, help="loadgen processes sharing the open loop's rate")
-    e2e.add_load_arguments(parser)
+    add_load_arguments(parser)
     parser.add_argument("--server-arg", dest="server_args", action="append", default=[],
                         help="a flag for graphserve (repeatable), e.g. --server-arg=--grpc-max-concurrent-streams=256")
     parser.add_argument("--server-env", dest="server_env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for graphserve alone, not the loadgens (repeatable), "
                              "e.g. --server-env GRPC_POLL_STRATEGY=poll")
     args = parser.parse_args()
-    server = e2e.one_model_server(args)
+    server = one_model_server(args)
     runs = []
     try:
         server.wait_ready(args.start_timeout_s)
-        capacity_report = e2e.run_loadgen(args, server, args.capacity_concurrency,
+        capacity_report = run_loadgen(args, server, args.capacity_concurrency,
                                           os.path.join(args.out, "raw", "capacity.json"))
         capacity = capacity_report["requests_per_s"]
-        e2e.log(f"capacity: {capacity:,.0f} req/s (closed loop, c={args.capacity_concurrency}, no deadline)")
-        for factor in [float(f) for f in e2e.csv(args.factors)]:
+        log(f"capacity: {capacity:,.0f} req/s (closed loop, c={args.capacity_concurrency}, no deadline)")
+        for factor in [float(f) for f in csv(args.factors)]:
             before = server.scrape(stats=True)
             server_cpu = cpu_seconds(server.process.pid)
             client_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -421,9 +417,9 @@ def main():
             where["loadgen_thread_states"] = loadgen_waits.summary()
             after = server.scrape(stats=True)
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            delta = e2e.metric_delta(before, after, None)
-            codes0 = e2e.by_label(before[1], "graphserve_requests_total", "code")
-            codes1 = e2e.by_label(after[1], "graphserve_requests_total", "code")
+            delta = metric_delta(before, after, None)
+            codes0 = by_label(before[1], "graphserve_requests_total", "code")
+            codes1 = by_label(after[1], "graphserve_requests_total", "code")
             delta["server_codes"] = {k: v - codes0.get(k, 0.0) for k, v in codes1.items() if v > codes0.get(k, 0.0)}
             delta["server_cpu_s"] = cpu_seconds(server.process.pid) - server_cpu
             delta["client_cpu_s"] = (client_after.ru_utime + client_after.ru_stime
@@ -436,9 +432,9 @@ def main():
             delta["loadgen_send_lag_ms"] = report.get("send_lag_ms")
             runs.append({"factor": factor, "offered_rps": factor * capacity, "loadgen": report, "metrics": delta})
             lat = report["latency_ms"]
-            e2e.log(f"{factor}x: offered {factor * capacity:,.0f}/s, ok {report['requests_per_s']:,.0f}/s "
-                    f"({report['requests_per_s'] / capacity:.0%} of capacity), p50 {e2e.fmt(lat['p50'])} "
-                    f"p99 {e2e.fmt(lat['p99'])} ms, errors {report['errors']}; server saw {delta['server_codes']}, "
+            log(f"{factor}x: offered {factor * capacity:,.0f}/s, ok {report['requests_per_s']:,.0f}/s "
+                    f"({report['requests_per_s'] / capacity:.0%} of capacity), p50 {fmt(lat['p50'])} "
+                    f"p99 {fmt(lat['p99'])} ms, errors {report['errors']}; server saw {delta['server_codes']}, "
                     f"CPU s: server {delta['server_cpu_s']:.1f} client {delta['client_cpu_s']:.1f} over "
                     f"{delta['window_s']:.1f} s; where: {where}")
     finally:
@@ -473,15 +469,15 @@ def main():
         r, m = run["loadgen"], run["metrics"]
         errors = ", ".join(f"{code} {count:,}" for code, count in sorted(r["errors"].items())) or "none"
         lines.append(f"| {run['factor']}× | {run['offered_rps']:,.0f} | {r['requests_per_s']:,.0f} | "
-                     f"{r['requests_per_s'] / capacity:.0%} | {e2e.fmt(r['latency_ms']['p50'])} | "
-                     f"{e2e.fmt(r['latency_ms']['p99'])} | {errors} | "
+                     f"{r['requests_per_s'] / capacity:.0%} | {fmt(r['latency_ms']['p50'])} | "
+                     f"{fmt(r['latency_ms']['p99'])} | {errors} | "
                      f"{ms(m['deadline_left_at_arrival_s']['p10'])} / "
                      f"{ms(m['deadline_left_at_arrival_s']['p50'])} | "
-                     f"{e2e.fmt((r.get('send_lag_ms') or {}).get('p99'))} | {share(m['host_cpu_busy_share'])} | "
+                     f"{fmt((r.get('send_lag_ms') or {}).get('p99'))} | {share(m['host_cpu_busy_share'])} | "
                      f"{m['server_runqueue_s']:.2f} / {m['loadgen_runqueue_s']:.2f} |")
     with open(os.path.join(args.out, "overload.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    e2e.log("\n".join(lines))
+    log("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -7,49 +7,51 @@ bindings measured in one run. Writes OUT/rest_vs_grpc.md and OUT/rest_vs_grpc.js
   python3 deploy/bench/rest_vs_grpc.py --build-dir build-cuda --out OUT [--model bert_base_bf16]
       [--concurrency 1,8,64,256] [--outputs pooler_output]
 
-Reuses deploy/bench/e2e_benchmark.py (model export, repository, server, loadgen, /metrics).
+Built on deploy/bench/bench_support (model export, repository, server, loadgen, /metrics).
 """
 import argparse
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import e2e_benchmark as e2e  # noqa: E402
+from bench_support.common import csv, log
+from bench_support.loadgen import run_loadgen
+from bench_support.metrics import metric_delta
+from bench_support.report import fmt
+from bench_support.server import add_load_arguments, add_server_arguments, one_model_server
 
 PROTOCOLS = ("grpc", "http")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    e2e.add_server_arguments(parser)
+    add_server_arguments(parser)
     parser.add_argument("--concurrency", default="1,8,64,256")
     parser.add_argument("--duration-s", type=float, default=4)
     parser.add_argument("--warmup-s", type=float, default=1)
     parser.add_argument("--outputs", default="pooler_output",
                         help="outputs asked for (default: the pooled vector, an embedding service's answer)")
     parser.add_argument("--lengths", default="skewed")
-    e2e.add_load_arguments(parser)
+    add_load_arguments(parser)
     args = parser.parse_args()
-    args.concurrency = sorted({int(c) for c in e2e.csv(args.concurrency)})
-    server = e2e.one_model_server(args)
+    args.concurrency = sorted({int(c) for c in csv(args.concurrency)})
+    server = one_model_server(args)
     runs = []
     try:
         server.wait_ready(args.start_timeout_s)
         for concurrency in args.concurrency:
             for protocol in PROTOCOLS:
                 before = server.scrape()
-                report = e2e.run_loadgen(args, server, concurrency,
+                report = run_loadgen(args, server, concurrency,
                                          os.path.join(args.out, "raw", f"{protocol}_c{concurrency}.json"),
                                          protocol=protocol)
-                delta = e2e.metric_delta(before, server.scrape(), None)
+                delta = metric_delta(before, server.scrape(), None)
                 runs.append({"protocol": protocol, "concurrency": concurrency, "loadgen": report, "metrics": delta})
                 lat = report["latency_ms"]
-                e2e.log(f"{protocol:<4} c={concurrency:<4} {report['requests_per_s']:>9,.0f} req/s "
+                log(f"{protocol:<4} c={concurrency:<4} {report['requests_per_s']:>9,.0f} req/s "
                         f"{report['tokens_per_s']:>11,.0f} tok/s  "
-                        f"p50 {e2e.fmt(lat['p50'])} p99 {e2e.fmt(lat['p99'])} ms  "
-                        f"rows/batch {e2e.fmt(delta['rows_per_batch'], 1)}  errors {report['error_count']}")
+                        f"p50 {fmt(lat['p50'])} p99 {fmt(lat['p99'])} ms  "
+                        f"rows/batch {fmt(delta['rows_per_batch'], 1)}  errors {report['error_count']}")
     finally:
         server.stop()
 
@@ -66,8 +68,8 @@ def main():
         r, m = run["loadgen"], run["metrics"]
         lines.append(f"| {run['concurrency']} | {run['protocol']} | {r['requests_per_s']:,.0f} | "
                      f"{r['tokens_per_s']:,.0f} | "
-                     f"{e2e.fmt(r['latency_ms']['p50'])} | {e2e.fmt(r['latency_ms']['p99'])} | "
-                     f"{e2e.fmt(m['rows_per_batch'], 1)} | {r['error_count']} |")
+                     f"{fmt(r['latency_ms']['p50'])} | {fmt(r['latency_ms']['p99'])} | "
+                     f"{fmt(m['rows_per_batch'], 1)} | {r['error_count']} |")
     lines.append("")
     for concurrency in args.concurrency:
         by = {run["protocol"]: run["loadgen"] for run in runs if run["concurrency"] == concurrency}
@@ -76,7 +78,7 @@ def main():
             lines.append(f"- c = {concurrency}: REST at {ratio:.2f}× gRPC's requests/s")
     with open(os.path.join(args.out, "rest_vs_grpc.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    e2e.log("\n".join(lines))
+    log("\n".join(lines))
 
 
 if __name__ == "__main__":
