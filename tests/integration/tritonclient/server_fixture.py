@@ -6,18 +6,20 @@ ctest passes the paths through the environment (tests/integration/CMakeLists.txt
   GRAPHSERVE_TEST_OUTPUT       a folder for logs and repositories the tests build
   GRAPHSERVE_TEST_DEVICE       optional: the server's --device (default cpu; cuda on a GPU host)
 Importing this module exits with 77 (ctest: skipped) where tritonclient[grpc] is not installed (the
-CUDA host cannot download it); deploy/install-deps.sh installs it everywhere else.
+CUDA host cannot download it); deploy/install-deps.sh installs it everywhere else. The process itself
+is started and stopped by the benchmarks' launcher (deploy/bench/bench_support/server.py).
 """
 import os
 import pathlib
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "deploy" / "bench"))
+from bench_support import metrics  # noqa: E402  (the tests read /metrics back with it too)
+from bench_support.server import GraphserveProcess, StartError  # noqa: E402
 
 try:
     import tritonclient.grpc as grpcclient  # noqa: F401  (re-exported for the tests)
@@ -32,12 +34,6 @@ OUTPUT = pathlib.Path(os.environ.get("GRAPHSERVE_TEST_OUTPUT", tempfile.gettempd
 DEVICE = os.environ.get("GRAPHSERVE_TEST_DEVICE", "cpu")
 # Where the server says a model was loaded: a bare "cuda" is the first GPU.
 SERVED_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
-
-_PORT_LINE = {
-    "grpc": re.compile(r"gRPC endpoint listening on \S+ \(port (\d+)\)"),
-    "metrics": re.compile(r"metrics endpoint listening on \S+ \(port (\d+)\)"),
-    "http": re.compile(r"REST endpoint listening on \S+ \(port (\d+)\)"),
-}
 
 
 def infer_inputs(named_arrays, datatype="INT64"):
@@ -115,7 +111,8 @@ class Server:
         self.log_path = OUTPUT / f"{log_name}.log"
         self.ready_timeout_s = ready_timeout_s
         self.wait_ready = wait_ready
-        self.process = None
+        self.graphserve = None  # the GraphserveProcess, from __enter__ on
+        self.process = None  # its subprocess.Popen, for tests that signal or wait on it
         self.grpc_port = None
         self.metrics_port = None
         self.http_port = None
@@ -141,13 +138,16 @@ class Server:
         return httpclient.InferenceServerClient(self.http_url, **kwargs)
 
     def log(self):
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return self.graphserve.log() if self.graphserve else ""
+
+    def metric_samples(self):
+        """One scrape of /metrics as (name, labels, value) samples; metrics.values() picks series."""
+        return metrics.samples(metrics.fetch(self.metrics_url, timeout_s=30))
 
     def __enter__(self):
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "w")
-        self.process = subprocess.Popen([BINARY, *self.args], stdout=self._log_file,
-                                        stderr=subprocess.STDOUT)
+        self.graphserve = GraphserveProcess(BINARY, self.args, self.log_path)
+        self.process = self.graphserve.process
         try:
             self._wait_for_ports()
             if self.wait_ready:
@@ -159,32 +159,20 @@ class Server:
         return self
 
     def __exit__(self, *exc):
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log_file.close()
+        if self.graphserve:
+            self.graphserve.stop(timeout_s=60)
         return False
 
     def _fail(self, what):
         raise AssertionError(f"{what}; graphserve log {self.log_path}:\n{self.log()[-4000:]}")
 
     def _wait_for_ports(self):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            text = self.log()
-            ports = {key: _PORT_LINE[key].search(text) for key in self.endpoints}
-            if all(ports.values()):
-                for key, found in ports.items():
-                    setattr(self, f"{key}_port", int(found.group(1)))
-                return
-            if self.process.poll() is not None:
-                self._fail(f"graphserve exited with {self.process.returncode} before listening")
-            time.sleep(0.05)
-        self._fail("graphserve did not log its ports within 60 s")
+        try:
+            ports = self.graphserve.listening_ports(self.endpoints, timeout_s=60)
+        except StartError as error:
+            self._fail(str(error))
+        for key, port in ports.items():
+            setattr(self, f"{key}_port", port)
 
     def wait_until(self, predicate, timeout_s, what):
         """Polls predicate(client) until it is true; fails naming `what` and showing the log."""

@@ -5,7 +5,6 @@ port's), gzip and deflate bodies and answers, the HTTP status and field named fo
 statistics, the repository API, and the request counts in /metrics, which both bindings share."""
 import gzip
 import json
-import re
 import unittest
 import urllib.error
 import urllib.request
@@ -40,10 +39,9 @@ def http_inputs(ids, mask, binary=(True, True)):
     return inputs
 
 
-def successes(metrics_url, model):
-    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    match = re.search(r'graphserve_requests_total\{code="success",model="%s"\} (\S+)' % model, text)
-    return float(match.group(1)) if match else 0.0
+def successes(server, model):
+    return sum(server_fixture.metrics.values(server.metric_samples(), "graphserve_requests_total",
+                                             code="success", model=model))
 
 
 class HttpTest(server_fixture.ServerTestCase):
@@ -227,14 +225,14 @@ class HttpTest(server_fixture.ServerTestCase):
 
     def test_statistics_repository_and_metrics_are_shared_with_grpc(self):
         before_stats = self.http.get_inference_statistics(MODEL)["model_stats"][0]["inference_count"]
-        before_metrics = successes(self.server.metrics_url, MODEL)
+        before_metrics = successes(self.server, MODEL)
         ids, mask = token_batch(2, 6, 8)
         self.http.infer(MODEL, http_inputs(ids, mask))
         self.client.infer(MODEL, server_fixture.token_inputs(ids, mask))
         stats = self.http.get_inference_statistics(MODEL)["model_stats"][0]
         self.assertEqual(stats["inference_count"], before_stats + 4)  # rows, from both bindings
         self.assertIsInstance(stats["inference_stats"]["success"]["count"], int)
-        self.assertEqual(successes(self.server.metrics_url, MODEL), before_metrics + 2)
+        self.assertEqual(successes(self.server, MODEL), before_metrics + 2)
         self.assertEqual(self.http.get_model_repository_index(),
                          [{"name": MODEL, "version": "1", "state": "READY", "reason": ""}])
         # The default control mode serves the whole repository: unload is refused as over gRPC.

@@ -14,13 +14,11 @@ import http.client
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import threading
 import time
 import unittest
-import urllib.request
 
 import numpy as np
 
@@ -81,20 +79,16 @@ def rest_infer(connection, body):
     return response.status, response.read().decode(errors="replace")
 
 
-def held_requests(metrics_url):
+def held_requests(server):
     """Requests the server holds or has answered: every ModelInfer (and stream request) it took."""
-    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if re.match(r"graphserve_requests_(in_flight|total)\{", line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(value for name, _, value in server.metric_samples()
+               if name in ("graphserve_requests_in_flight", "graphserve_requests_total"))
 
 
 def wait_until_held(server, count):
     """Polls /metrics until the server holds (or has answered) `count` requests; false after 30 s."""
     give_up = time.monotonic() + 30
-    while held_requests(server.metrics_url) < count:
+    while held_requests(server) < count:
         if time.monotonic() > give_up:
             return False
         time.sleep(0.002)
@@ -293,7 +287,7 @@ class ShutdownTest(unittest.TestCase):
             streams = rng.randint(1, 2) if rng.random() < 0.5 else 0
             callers += [StreamCaller(f"stream{i}", server.url, self.spin, signalled, outcomes)
                         for i in range(streams)]
-            held_before = held_requests(server.metrics_url)
+            held_before = held_requests(server)
             to_hold = len(callers) - streams + streams * STREAM_HELD
             for caller in callers:
                 caller.start()
@@ -365,7 +359,7 @@ class ShutdownTest(unittest.TestCase):
                     except InferenceServerException as error:
                         outcomes["grpc"] = (error.status(), error.message())
 
-            held_before = held_requests(server.metrics_url)
+            held_before = held_requests(server)
             callers = [threading.Thread(target=rest, daemon=True), threading.Thread(target=grpc, daemon=True)]
             for caller in callers:
                 caller.start()

@@ -7,7 +7,6 @@ import queue
 import re
 import time
 import unittest
-import urllib.request
 
 import numpy as np
 import torch
@@ -74,14 +73,8 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
 
     def metrics(self):
         """graphserve_requests_total by (model, code) from /metrics."""
-        text = urllib.request.urlopen(self.server.metrics_url, timeout=30).read().decode()
-        totals = {}
-        for line in text.splitlines():
-            match = re.match(r'graphserve_requests_total\{([^}]*)\} (\S+)$', line)
-            if match:
-                labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-                totals[(labels["model"], labels["code"])] = float(match.group(2))
-        return totals
+        return {(labels["model"], labels["code"]): value for name, labels, value in self.server.metric_samples()
+                if name == "graphserve_requests_total"}
 
     def test_known_traffic_is_counted_exactly(self):
         # One after the other, so that every request is a batch of its own.
@@ -114,12 +107,12 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
         self.assertEqual(infer_ns, count(infer["compute_infer"])[1])  # one request per batch
 
         # Triton's metric names carry the same figures, so that a Triton dashboard reads them.
-        text = urllib.request.urlopen(self.server.metrics_url, timeout=30).read().decode()
+        samples = self.server.metric_samples()
 
         def nv(name):
-            match = re.search(r'^%s\{model="%s",version="1"\} (\S+)$' % (name, COUNTED), text, re.M)
-            self.assertIsNotNone(match, f"{name} for {COUNTED} in:\n{text}")
-            return float(match.group(1))
+            found = server_fixture.metrics.values(samples, name, model=COUNTED, version="1")
+            self.assertEqual(len(found), 1, f"{name} for {COUNTED} in:\n{samples}")
+            return found[0]
 
         self.assertEqual(nv("nv_inference_request_success"), success_count)
         self.assertEqual(nv("nv_inference_request_failure"), 0)
@@ -170,9 +163,8 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
         self.assertEqual(int(stats["execution_count"]), 3)  # the expired one never ran
 
     def in_flight(self, model):
-        text = urllib.request.urlopen(self.server.metrics_url, timeout=30).read().decode()
-        match = re.search(r'graphserve_requests_in_flight\{model="%s"\} (\S+)' % model, text)
-        return float(match.group(1)) if match else 0
+        return sum(server_fixture.metrics.values(self.server.metric_samples(), "graphserve_requests_in_flight",
+                                                 model=model))
 
     def test_log_settings_are_read_and_updated_through_tritons_keys(self):
         settings = self.client.get_log_settings(as_json=True)["settings"]
