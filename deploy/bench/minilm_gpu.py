@@ -16,12 +16,13 @@ the minimum cosine of each way (the CPU test asks >= 0.9999) with the batches th
 import argparse
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+
+from bench_support import metrics
+from bench_support.server import GraphserveProcess, free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODELS = ("minilm_l6", "minilm_l6_pt2")
@@ -54,18 +55,9 @@ def bundle(out):
     print(f"bundle written to {out}")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def metric(url, name, model):
-    total = 0.0
-    for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
-        if line.startswith(name + "{") and f'model="{model}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    """Sum of `name` over every series of `model`."""
+    return sum(metrics.values(metrics.samples(metrics.fetch(url)), name, model=model))
 
 
 def embed(client, model, ids):
@@ -97,11 +89,11 @@ def check(args):
                        check=True)
         print(f"export {fmt} on {args.device}: {time.time() - started:.0f} s", flush=True)
     grpc_port, metrics_port = free_port(), free_port()
-    log = open(out / "server.log", "w")
-    server = subprocess.Popen([str(pathlib.Path(args.build_dir) / "server" / "graphserve"), "--model-repository",
-                               str(repository), "--device", args.device, "--grpc-address", f"127.0.0.1:{grpc_port}",
-                               "--metrics-address", f"127.0.0.1:{metrics_port}",
-                               "--http-address", f"127.0.0.1:{free_port()}"], stdout=log, stderr=log)
+    server = GraphserveProcess(pathlib.Path(args.build_dir) / "server" / "graphserve",
+                               ["--model-repository", str(repository), "--device", args.device,
+                                "--grpc-address", f"127.0.0.1:{grpc_port}",
+                                "--metrics-address", f"127.0.0.1:{metrics_port}",
+                                "--http-address", f"127.0.0.1:{free_port()}"], out / "server.log")
     try:
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         deadline = time.time() + 300
@@ -111,7 +103,7 @@ def check(args):
                     break
             except Exception:  # not listening yet
                 pass
-            if server.poll() is not None or time.time() > deadline:
+            if not server.running() or time.time() > deadline:
                 sys.exit("graphserve did not become ready; see " + str(out / "server.log"))
             time.sleep(0.5)
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -136,8 +128,7 @@ def check(args):
                       f"{batches:.0f} | {rows:.0f} |", flush=True)
         sys.exit(1 if failed else 0)
     finally:
-        server.terminate()
-        server.wait(60)
+        server.stop(timeout_s=60)
 
 
 def main():

