@@ -23,10 +23,7 @@ Needs torch (to script the model), numpy and tritonclient[grpc], as the test vir
 import argparse
 import json
 import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +32,8 @@ import numpy as np
 import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
+
+from bench_support.server import GraphserveProcess, StartError
 
 MODEL = "offset"
 
@@ -59,28 +58,26 @@ buckets {{ batch_sizes: [ 1 ] sequence_lengths: [ {max_elements} ] }}
 
 
 def start_server(binary, repository, log_path, flags):
-    log = open(log_path, "w")
-    process = subprocess.Popen(
-        [binary, "--model-repository", repository, "--device", "cpu", "--grpc-address", "127.0.0.1:0",
-         "--http-address", "", "--metrics-address", "127.0.0.1:0", "--max-request-bytes", str(256 << 20), *flags],
-        stdout=log, stderr=subprocess.STDOUT)
+    """graphserve on a free gRPC port (REST off), and a client once it is ready."""
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        with open(log_path) as text:
-            match = re.search(r"gRPC endpoint listening on \S+ \(port (\d+)\)", text.read())
-        if match:
-            client = grpcclient.InferenceServerClient(f"127.0.0.1:{match.group(1)}")
-            while time.monotonic() < deadline:
-                try:
-                    if client.is_server_ready():
-                        return process, client
-                except Exception:  # not answering yet
-                    pass
-                time.sleep(0.1)
-        if process.poll() is not None:
-            break
+    server = GraphserveProcess(
+        binary, ["--model-repository", repository, "--device", "cpu", "--grpc-address", "127.0.0.1:0",
+                 "--http-address", "", "--metrics-address", "127.0.0.1:0", "--max-request-bytes", str(256 << 20),
+                 *flags], log_path)
+    try:
+        port = server.listening_ports(("grpc",), timeout_s=deadline - time.monotonic())["grpc"]
+    except StartError as error:
+        server.kill()
+        sys.exit(f"{error}; see {log_path}")
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    while time.monotonic() < deadline and server.running():
+        try:
+            if client.is_server_ready():
+                return server, client
+        except Exception:  # not answering yet
+            pass
         time.sleep(0.1)
-    process.kill()
+    server.kill()
     sys.exit(f"graphserve did not turn ready; see {log_path}")
 
 
@@ -146,7 +143,7 @@ def main():
         sys.exit("--sizes-mib: at most 100 (a gRPC request holds up to 256 MiB)")
     work = tempfile.mkdtemp(prefix="graphserve_shm_bench_")
     write_repository(os.path.join(work, "repository"), max(sizes) * (1 << 20) // 4)
-    process, client = start_server(args.server, os.path.join(work, "repository"), os.path.join(work, "graphserve.log"),
+    server, client = start_server(args.server, os.path.join(work, "repository"), os.path.join(work, "graphserve.log"),
                                    args.server_flags.split())
     rows = []
     try:
@@ -154,8 +151,7 @@ def main():
             rows.append({"size_mib": size, **measure(client, size, args.runs)})
     finally:
         client.close()
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        server.stop(timeout_s=60)
     cores = len(os.sched_getaffinity(0))
     print(f"gRPC, one client, y = x + 1 on the CPU ({cores} usable cores), server flags '{args.server_flags}', "
           f"{args.runs} runs per row; ms per inference, MB/s of tensor bytes in + out")
