@@ -155,10 +155,13 @@ class LimitsTest(server_fixture.ServerTestCase):
         figures = (f"RSS {before / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB, {first / MIB:.0f} MiB after "
                    f"the first spike, {second / MIB:.0f} MiB after the second")
         # glibc keeps some of the spike in fragmented arenas (8-37 MiB here, of a 50-100 MiB peak): it
-        # must stay bounded, and a second spike must reuse it rather than add to it.
+        # must stay bounded, and a second spike must not keep more than a spike's worth on top. Which
+        # arenas a spike lands in depends on which threads take it (gRPC's executor is one of them
+        # now), so the second may keep part of its own: under CI's parallel tests it kept 28 MiB of
+        # a 33 MiB spike once.
         self.assertLess(first - before, 48 * MIB, figures)
         self.assertLess(second - before, 48 * MIB, figures)
-        self.assertLess(second - before, peak - before, figures)
+        self.assertLessEqual(second - first, peak - before, figures)
 
 
 class LargeMessageTest(unittest.TestCase):
