@@ -154,13 +154,13 @@ class LimitsTest(server_fixture.ServerTestCase):
         second = settled(before + 16 * MIB)
         figures = (f"RSS {before / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB, {first / MIB:.0f} MiB after "
                    f"the first spike, {second / MIB:.0f} MiB after the second")
-        # glibc keeps some of the spike in fragmented arenas (8-37 MiB here, of a 50-100 MiB peak): it
-        # must stay bounded, and a second spike must not keep more than a spike's worth on top. Which
-        # arenas a spike lands in depends on which threads take it (gRPC's executor is one of them
-        # now), so the second may keep part of its own: under CI's parallel tests it kept 28 MiB of
-        # a 33 MiB spike once.
-        self.assertLess(first - before, 48 * MIB, figures)
-        self.assertLess(second - before, 48 * MIB, figures)
+        # glibc keeps some of the spike in fragmented arenas (8-37 MiB alone, of a 50-100 MiB peak; up
+        # to 62 MiB with the executor on or off while CI's other tests load the host): it must stay
+        # bounded, and a second spike must not keep more than a spike's worth on top. Which arenas a
+        # spike lands in depends on which threads take it, so the second may keep part of its own.
+        bound = 80 * MIB
+        self.assertLess(first - before, bound, figures)
+        self.assertLess(second - before, bound, figures)
         self.assertLessEqual(second - first, peak - before, figures)
 
 
