@@ -35,7 +35,7 @@ from bench_support.loadgen import run_loadgen
 from bench_support.metrics import metric_delta
 from bench_support.report import fmt, num, pct, table
 from bench_support.repository import base_model, config_limits, with_instances, write_repository
-from bench_support.server import Server
+from bench_support.server import Server, resolve_paths
 
 MODE_NAMES = {
     "a": "graphs + batcher",
@@ -419,12 +419,7 @@ def main():
         fail("--open-loop-fractions: mode e must come first in --modes (its throughput sets the rates)")
     if args.ceiling_requests is None:
         args.ceiling_requests = 200 if args.device == "cpu" else 20000
-    args.out = os.path.abspath(args.out)
-    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
-    build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(getattr(args, "server_binary", None)
-                                      or os.path.join(build, "server", "graphserve"))
-    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
+    build = resolve_paths(args)
     args.bucket_bench = os.path.join(build, "tools", "graphserve-bucket-bench")
     for binary in (args.graphserve, args.loadgen, args.bucket_bench):
         if not os.access(binary, os.X_OK):

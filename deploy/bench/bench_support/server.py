@@ -188,6 +188,18 @@ def add_load_arguments(parser):
                              "e.g. --loadgen-arg=--grpc-executor-offload")
 
 
+def resolve_paths(args):
+    """Absolute --out and BERT repository, and the binaries of --build-dir (or --server-binary);
+    returns the build folder."""
+    args.out = os.path.abspath(args.out)
+    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
+    build = os.path.abspath(args.build_dir)
+    args.graphserve = os.path.abspath(getattr(args, "server_binary", None)
+                                      or os.path.join(build, "server", "graphserve"))
+    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
+    return build
+
+
 def one_model_server(args):
     """The server of the single-server benchmarks (REST against gRPC, overload): --model's default
     config in a repository under --out, BERT exported first when missing. Not yet ready."""
@@ -195,12 +207,7 @@ def one_model_server(args):
     args.instance_devices = ""
     args.max_batch_size = None
     args.max_sequence_length = None
-    args.out = os.path.abspath(args.out)
-    args.bert_repo = os.path.abspath(args.bert_repo or os.path.join(args.out, "bert_repository"))
-    build = os.path.abspath(args.build_dir)
-    args.graphserve = os.path.abspath(getattr(args, "server_binary", None)
-                                      or os.path.join(build, "server", "graphserve"))
-    args.loadgen = os.path.join(build, "client", "graphserve-loadgen")
+    resolve_paths(args)
     for sub in ("raw", "logs"):
         os.makedirs(os.path.join(args.out, sub), exist_ok=True)
     base, weights = base_model(args, args.model)
