@@ -154,6 +154,57 @@ TEST(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnectionWithTheirBodie
   EXPECT_EQ(connection.Read(), std::make_pair(std::string("HTTP/1.1 200 OK"), std::string("POST /c - abcde")));
 }
 
+TEST(HttpServerTest, ARequestWithAnUnframedBodyIsAnsweredAndItsConnectionClosed) {
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  Options(),
+                  [](const HttpRequest& request, HttpReply reply) { reply.Send(Text(request.path)); },
+                  &server)
+                  .ok());
+  // Neither Content-Length nor chunked: what follows the headers could be its body or the next
+  // request, depending on who reads it, so nothing after the answer is read on this connection.
+  Connection connection(server->port());
+  ASSERT_TRUE(connection.connected());
+  connection.Send("POST /unframed HTTP/1.1\r\nHost: x\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(connection.Read().second, "/unframed");
+  EXPECT_NE(connection.head().find("Connection: close"), std::string::npos) << connection.head();
+  EXPECT_EQ(connection.Read(), std::make_pair(std::string(), std::string()));
+  // A framed body keeps the connection open for the next request.
+  Connection framed(server->port());
+  framed.Send(Post("", "x") + "GET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(framed.Read().second, "/p");
+  EXPECT_EQ(framed.Read().second, "/next");
+}
+
+TEST(HttpServerTest, ARequestTargetOrHeaderNameOutsideTheGrammarIsAnswered400WithoutReachingTheHandler) {
+  std::atomic<int> handled{0};
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  Options(),
+                  [&handled](const HttpRequest& request, HttpReply reply) {
+                    ++handled;
+                    reply.Send(Text(request.path));
+                  },
+                  &server)
+                  .ok());
+  const auto expect_refused = [&server](const std::string& request, const std::string& reason) {
+    Connection connection(server->port());
+    connection.Send(request);
+    const auto [status, body] = connection.Read();
+    EXPECT_EQ(status, "HTTP/1.1 400 Bad Request") << request;
+    EXPECT_NE(body.find(reason), std::string::npos) << request << ": " << body;
+  };
+  for (const std::string target : {"v2/models/m/infer", "*", "http://x/v2"}) {
+    expect_refused("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n", "request target");
+  }
+  // Nor a header name that is not a token: some proxies read "Transfer-Encoding :" as the framing.
+  for (const std::string line : {"Transfer-Encoding : chunked", "Bad Name: x", "Bad\x01Name: y"}) {
+    expect_refused("POST /p HTTP/1.1\r\nHost: x\r\n" + line + "\r\nContent-Length: 1\r\n\r\nx",
+                   "not a token");
+  }
+  EXPECT_EQ(handled, 0);
+}
+
 TEST(HttpServerTest, ABodyOverTheLimitIsAnswered413WithoutReachingTheHandler) {
   bool handled = false;
   std::unique_ptr<HttpServer> server;

@@ -42,6 +42,8 @@ struct Exchange {
   std::unique_ptr<BodyInflater> inflater;
   ContentCoding coding = ContentCoding::kIdentity;
   bool handed_to_handler = false;  // the libmicrohttpd thread's own
+  // A body with neither Content-Length nor chunked framing: its answer closes the connection.
+  bool unframed_body = false;
   Mutex mutex;
   State state GUARDED_BY(mutex) = State::kReceiving;
   // Written by Send before the state turns kAnswered, read (by Queue) only after.
@@ -63,6 +65,10 @@ struct Exchange {
   }
 };
 
+// RFC 9110 5.6.2's tchar: what a header name is made of.
+constexpr const char* kTokenCharacters =
+    "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
 struct Callbacks {
   static MHD_Result CollectHeader(void* headers, MHD_ValueKind, const char* key, const char* value) {
     static_cast<std::vector<std::pair<std::string, std::string>>*>(headers)->emplace_back(
@@ -78,6 +84,12 @@ struct Callbacks {
     std::string length;
     bool has_length = false;
     for (const auto& [key, value] : headers) {
+      // RFC 9110 5.1: a field name is a token. "Transfer-Encoding :" (a space before the colon) or
+      // an empty name is read as a different header by some proxies: the classic smuggling shapes.
+      if (key.empty() || key.find_first_not_of(kTokenCharacters) != std::string::npos) {
+        *why = "header name '" + key.substr(0, 40) + "': not a token (RFC 9110 5.1)";
+        return MHD_HTTP_BAD_REQUEST;
+      }
       if (named(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
         if (strcasecmp(value.c_str(), "chunked") != 0) {
           *why = "Transfer-Encoding: '" + value.substr(0, 40) + "' is not served (only chunked)";
@@ -113,6 +125,10 @@ struct Callbacks {
     for (const auto& [name, value] : answer.headers) {
       MHD_add_response_header(response, name.c_str(), value.c_str());
     }
+    // libmicrohttpd reads such a body as empty and what follows the headers as the next request,
+    // where an HTTP/1.0 reader in front (a proxy) takes it as the body: with the connection closed
+    // after this answer, there is no next request for the two to disagree about (smuggling).
+    if (exchange->unframed_body) MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     const MHD_Result queued = MHD_queue_response(exchange->connection, answer.status, response);
     MHD_destroy_response(response);
     return queued;
@@ -223,6 +239,10 @@ struct Callbacks {
       MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request.headers);
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
                                                        MHD_HTTP_HEADER_CONTENT_LENGTH);
+      if (exchange->request.path.empty() || exchange->request.path.front() != '/') {
+        // Only origin-form targets ("/v2/..."): an absolute URL or "*" names no route here.
+        return Answer(exchange, MHD_HTTP_BAD_REQUEST, "request target: not a path starting with '/'");
+      }
       std::string framing_error;
       if (const int status = CheckFraming(exchange->request.headers, &framing_error); status != 0) {
         // libmicrohttpd closes the connection after an answer given before the body is read.
@@ -241,6 +261,9 @@ struct Callbacks {
         exchange->response.headers = {{MHD_HTTP_HEADER_ACCEPT_ENCODING, "gzip, deflate"}};  // RFC 9110 15.5.16
         return Answer(exchange, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, coding_error);
       }
+      exchange->unframed_body = length == nullptr && exchange->request.method != "GET" &&
+                                exchange->request.method != "HEAD" &&
+                                exchange->request.Header(MHD_HTTP_HEADER_TRANSFER_ENCODING) == nullptr;
       if (length != nullptr && !exchange->inflater) {
         exchange->request.body.reserve(std::strtoull(length, nullptr, 10));
       }
