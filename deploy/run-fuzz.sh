@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Fuzzes the code that reads bytes from clients and model authors (tests/fuzz: the REST and gRPC
-# infer request decoders and the config.pbtxt loader) under ASan and UBSan. Builds the fuzz build
+# infer request decoders, the HTTP front door and the config.pbtxt loader) under ASan and UBSan. Builds the fuzz build
 # (clang, GRAPHSERVE_FUZZ=ON) into FUZZ_BUILD_DIR (default build-fuzz/), runs each target for
 # FUZZ_SECONDS (default 60) on a scratch copy of its checked-in seed corpus (tests/fuzz/corpus/), and
 # fails on any crash, leak, sanitizer report or slow input, keeping the input that caused it under
 # FUZZ_BUILD_DIR/fuzz-artifacts/. deploy/run-tests.sh runs it after the test suite.
 #
 #   deploy/run-fuzz.sh             every target
-#   deploy/run-fuzz.sh TARGET...   some: rest_infer_request grpc_infer_request model_config
+#   deploy/run-fuzz.sh TARGET...   some: rest_infer_request grpc_infer_request http_request model_config
 #
 # To reproduce a finding: FUZZ_BUILD_DIR/tests/fuzz/TARGET_fuzzer ARTIFACT
 set -euo pipefail
@@ -17,7 +17,7 @@ seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-$(nproc)}
 compiler=${FUZZ_CXX:-clang++}
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(rest_infer_request grpc_infer_request model_config)
+[[ ${#targets[@]} -gt 0 ]] || targets=(rest_infer_request grpc_infer_request http_request model_config)
 
 if ! command -v "$compiler" >/dev/null; then
   echo "run-fuzz: no $compiler; deploy/install-deps.sh installs clang and its fuzzer runtime" >&2

@@ -8,6 +8,8 @@ doors. Run it again after a change of the request forms or of the example config
   rest_infer_request   two bytes of Inference-Header-Content-Length, little-endian (ffff: none),
                        then the body: JSON tensors, or a JSON header and binary tensors
   grpc_infer_request   a serialized inference.ModelInferRequest, for the models of fuzz_support.h
+  http_request         the bytes a client writes on one connection: the REST seeds as infer calls (plain,
+                       chunked, gzip), health and repository calls, pipelined requests
   model_config         every config.pbtxt the tests, the examples and the built-in encoder use
 
 The inputs of past findings, regression-*, are kept as they were found.
@@ -172,6 +174,42 @@ optimization { cuda {
 """
 
 
+def http_request(method, path, body=b"", headers=()):
+    lines = [f"{method} {path} HTTP/1.1", "Host: graphserve"] + list(headers)
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def chunked(body, size=7):
+    pieces = [body[i:i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def http_seeds():
+    import gzip
+    seeds = {}
+    for name, data in rest_seeds().items():
+        json_length = struct.unpack("<H", data[:2])[0]
+        body = data[2:]
+        headers = ["Content-Type: application/json"]
+        if json_length != NO_HEADER_LENGTH:
+            headers = ["Content-Type: application/octet-stream", f"Inference-Header-Content-Length: {json_length}"]
+        seeds["infer_" + name] = http_request("POST", "/v2/models/encoder/infer", body, headers)
+    body = rest_seeds()["encoder_json"][2:]
+    seeds["infer_chunked"] = (b"POST /v2/models/encoder/infer HTTP/1.1\r\nHost: graphserve\r\n"
+                              b"Transfer-Encoding: chunked\r\n\r\n" + chunked(body))
+    seeds["infer_gzip"] = http_request("POST", "/v2/models/encoder/versions/1/infer", gzip.compress(body, mtime=0),
+                                       ["Content-Encoding: gzip", "Accept-Encoding: gzip"])
+    seeds["health_pipelined"] = (http_request("GET", "/v2/health/ready") + http_request("GET", "/v2/health/live")
+                                 + http_request("HEAD", "/v2"))
+    seeds["repository_token"] = http_request("POST", "/v2/repository/index", b"{}",
+                                             ["Authorization: Bearer fuzz-token"])
+    seeds["query_and_escapes"] = http_request("GET", "/v2/models/enc%6fder/config?x=1&y=%20", b"",
+                                              ["Connection: close", "X-Many: a, b,  c"])
+    return seeds
+
+
 def config_seeds():
     seeds = {}
     found = python_strings(REPO / "tests/integration/make_model_repository.py",
@@ -200,7 +238,7 @@ def config_seeds():
 
 def main():
     for target, seeds in [("rest_infer_request", rest_seeds()), ("grpc_infer_request", grpc_seeds()),
-                          ("model_config", config_seeds())]:
+                          ("http_request", http_seeds()), ("model_config", config_seeds())]:
         folder = HERE / "corpus" / target
         folder.mkdir(parents=True, exist_ok=True)  # beside the findings' inputs (regression-*)
         for name, data in sorted(seeds.items()):
