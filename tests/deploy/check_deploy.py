@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Checks, without a Docker engine or a cluster, that the Dockerfile, deploy/docker-compose.yml,
-deploy/k8s/ and the Prometheus files agree with the graphserve they deploy: the scripts CI runs, the
-server's default ports, the flags `graphserve --help` lists, the grpc.health.v1 service names, the
-metric names metrics.cpp registers, and the batch range AOTInductor packages are exported for.
+deploy/k8s/, deploy/kserve/ and the Prometheus files agree with the graphserve they deploy: the
+scripts CI runs, the server's default ports, the flags `graphserve --help` lists, the grpc.health.v1
+service names and REST health paths, the metric names metrics.cpp registers, and the batch range
+AOTInductor packages are exported for; and that every Kubernetes manifest is valid against its
+schema (SchemaTest: kubernetes-validate's for Kubernetes' kinds, tests/deploy/schemas/ for the
+custom resources), offline.
 
 Environment: SOURCE_DIR (the repository), GRAPHSERVE (the built binary), PROMTOOL.
-Run with /usr/bin/python3 (Debian's python3-yaml). Arguments select unittest classes.
+Run with the project's venv (deploy/install-deps.sh installs PyYAML, jsonschema and
+kubernetes-validate there). Arguments select unittest classes.
 """
+import copy
+import importlib.resources
 import json
 import os
 import pathlib
@@ -16,6 +22,9 @@ import subprocess
 import tempfile
 import unittest
 
+import jsonschema
+import kubernetes_validate
+import referencing
 import yaml
 
 SOURCE = pathlib.Path(os.environ["SOURCE_DIR"])
@@ -79,12 +88,20 @@ def compose():
     return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
 
+def manifests(folder):
+    """(path, object) for every object of every YAML file in deploy/FOLDER."""
+    found = []
+    for path in sorted((DEPLOY / folder).glob("*.yaml")):
+        found += [(path, document) for document in yaml.safe_load_all(path.read_text())]
+    return found
+
+
+def objects_by_kind(folder):
+    return {document["kind"]: document for _, document in manifests(folder)}
+
+
 def k8s_objects():
-    objects = {}
-    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
-            objects[document["kind"]] = document
-    return objects
+    return objects_by_kind("k8s")
 
 
 class DockerfileTest(unittest.TestCase):
@@ -333,6 +350,222 @@ class KubernetesTest(unittest.TestCase):
         self.assertEqual(endpoint["path"], "/metrics")
 
 
+class KServeTest(unittest.TestCase):
+    """deploy/kserve/: the ServingRuntime against graphserve's flags, health paths, platforms and
+    drain, and the InferenceService against the runtime and graphserve's metrics."""
+
+    # What KServe does where the manifests say nothing (its pkg/constants): the port it sends REST
+    # traffic to, and the pod's grace period, which a ServingRuntime cannot set.
+    KSERVE_HTTP_PORT = 8080
+    KUBERNETES_DEFAULT_GRACE_S = 30
+
+    def setUp(self):
+        self.objects = objects_by_kind("kserve")
+        self.runtime = self.objects["ServingRuntime"]
+        self.service = self.objects["InferenceService"]
+        self.container = self.runtime["spec"]["containers"][0]
+        self.args = self.container["args"]
+        self.predictor = self.service["spec"]["predictor"]
+
+    def address_port(self, flag):
+        return int(flag_value(self.args, flag).rsplit(":", 1)[1])
+
+    def test_kustomization_lists_every_manifest(self):
+        listed = set(self.objects["Kustomization"]["resources"])
+        present = {p.name for p in (DEPLOY / "kserve").glob("*.yaml")} - {"kustomization.yaml"}
+        self.assertEqual(listed, present)
+
+    def test_args_are_graphserve_flags_serving_kserves_model_folder(self):
+        flags = help_flags()
+        for arg in self.args:
+            if arg.startswith("--"):
+                self.assertIn(arg, flags, f"graphserve has no {arg}")
+        # KServe's storage initializer downloads storageUri to /mnt/models.
+        self.assertEqual(flag_value(self.args, "--model-repository"), "/mnt/models")
+        self.assertEqual(self.container["name"], "kserve-container")
+
+    def test_ports_are_the_ones_graphserve_listens_on(self):
+        ports = [(p["name"], p["containerPort"]) for p in self.container["ports"]]
+        # KServe publishes the first port on the Service's port 80: REST, where it sends traffic.
+        self.assertEqual(ports[0], ("http", self.KSERVE_HTTP_PORT))
+        self.assertEqual(dict(ports), {"http": self.address_port("--http-address"),
+                                       "grpc": self.address_port("--grpc-address"),
+                                       "metrics": self.address_port("--metrics-address")})
+        annotations = self.runtime["spec"]["annotations"]
+        self.assertEqual(int(annotations["prometheus.kserve.io/port"]), dict(ports)["metrics"])
+        self.assertEqual(annotations["prometheus.kserve.io/path"], "/metrics")
+
+    def test_probes_ask_graphserves_rest_health_paths(self):
+        rest = read("server/src/http/rest_endpoint.cpp")
+        self.assertIn('path[1] == "health"', rest)
+        self.assertIn('path[2] == "live" || path[2] == "ready"', rest)
+        http_port = self.address_port("--http-address")
+        for probe, path in (("readinessProbe", "/v2/health/ready"), ("livenessProbe", "/v2/health/live")):
+            self.assertEqual(self.container[probe]["httpGet"], {"path": path, "port": http_port}, probe)
+        # Liveness must hold during a long warm-up: the REST port listens before the models load.
+        server = read("server/src/process/server.cpp")
+        self.assertLess(server.index("StartRestEndpoint(options, limits)"), server.index("repository_->Start("))
+
+    def test_grace_period_outlasts_prestop_and_drain(self):
+        pre_stop = self.container["lifecycle"]["preStop"]["exec"]["command"]
+        self.assertEqual(pre_stop[0], "sleep")
+        budget = int(pre_stop[1]) + drain_timeout_s(self.args)
+        # An InferenceService that sets no grace period gets Kubernetes' default.
+        self.assertGreater(self.KUBERNETES_DEFAULT_GRACE_S, budget)
+        self.assertGreater(self.predictor["terminationGracePeriodSeconds"], budget)
+
+    def test_formats_are_graphserves_platforms(self):
+        formats = {f["name"] for f in self.runtime["spec"]["supportedModelFormats"]}
+        platform = re.search(r'kPlatformAotInductor = "(\w+)"',
+                             read("graph_engine/include/graphserve/engine/model_spec.h")).group(1)
+        self.assertEqual(formats, {platform, "pytorch"})
+        # Only graphserve's own format is picked unasked: KServe's PyTorch runtimes claim "pytorch".
+        chosen = {f["name"] for f in self.runtime["spec"]["supportedModelFormats"] if f.get("autoSelect")}
+        self.assertEqual(chosen, {platform})
+        self.assertEqual(set(self.runtime["spec"]["protocolVersions"]), {"v2", "grpc-v2"})
+
+    def test_runs_read_only_without_capabilities(self):
+        security = self.container["securityContext"]
+        self.assertIs(security["runAsNonRoot"], True)
+        self.assertIs(security["readOnlyRootFilesystem"], True)
+        self.assertEqual(security["capabilities"]["drop"], ["ALL"])
+        self.assertIs(security["allowPrivilegeEscalation"], False)
+        mounts = {m["mountPath"]: m["name"] for m in self.container["volumeMounts"]}
+        volumes = {v["name"]: v for v in self.runtime["spec"]["volumes"]}
+        self.assertIn("emptyDir", volumes[mounts["/tmp"]])
+
+    def test_inference_service_uses_the_runtime(self):
+        model = self.predictor["model"]
+        self.assertEqual(model["runtime"], self.runtime["metadata"]["name"])
+        formats = [(f["name"], f.get("version")) for f in self.runtime["spec"]["supportedModelFormats"]]
+        self.assertIn((model["modelFormat"]["name"], model["modelFormat"].get("version")), formats)
+        self.assertIn(model["protocolVersion"], self.runtime["spec"]["protocolVersions"])
+        self.assertTrue(model["storageUri"])
+
+    def test_keda_scales_on_graphserves_scheduler_queue(self):
+        annotations = self.service["metadata"]["annotations"]
+        # KEDA scaling needs the Standard (raw Deployment) mode.
+        self.assertEqual(annotations["serving.kserve.io/deploymentMode"], "Standard")
+        self.assertEqual(annotations["serving.kserve.io/autoscalerClass"], "keda")
+        self.assertGreaterEqual(self.predictor["minReplicas"], 1, "a cold replica must warm up first")
+        self.assertGreater(self.predictor["maxReplicas"], self.predictor["minReplicas"])
+        [metric] = self.predictor["autoScaling"]["metrics"]
+        self.assertEqual(metric["type"], "External")
+        self.assertEqual(metric["external"]["metric"]["backend"], "prometheus")
+        query = metric["external"]["metric"]["query"]
+        self.assertEqual(set(re.findall(r"\bgraphserve_[a-z_]+", query)), {"graphserve_requests_in_flight"})
+        # The predictor's pods are named after the InferenceService.
+        self.assertIn(f'pod=~"{self.service["metadata"]["name"]}-predictor-.*"', query)
+        self.assertGreater(float(metric["external"]["target"]["value"]), 0)
+
+
+class SchemaTest(unittest.TestCase):
+    """Every manifest under deploy/k8s and deploy/kserve against its schema, offline: Kubernetes'
+    kinds with kubernetes-validate's strict schemas, at the oldest and the newest Kubernetes it
+    carries; the custom resources with tests/deploy/schemas/ (its README says how they are written),
+    whose Kubernetes types resolve to the same strict definitions."""
+
+    FOLDERS = ("k8s", "kserve")
+    # The oldest release kubernetes-validate 1.37 carries (graphserve's manifests need 1.24, for
+    # native gRPC probes), and the newest.
+    KUBERNETES_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
+
+    def setUp(self):
+        self.custom = {}
+        for path in (pathlib.Path(__file__).parent / "schemas").glob("*.yaml"):
+            schema = yaml.safe_load(path.read_text())
+            jsonschema.Draft202012Validator.check_schema(schema)
+            kinds = schema["properties"]["kind"]
+            for kind in kinds.get("enum", [kinds.get("const")]):
+                self.custom[(schema["properties"]["apiVersion"]["const"], kind)] = schema
+
+    def definitions(self, version):
+        """kubernetes-validate's strict definitions of a release, under the URI its schemas use."""
+        folder = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
+        contents = json.loads((folder / f"v{version}-local-strict" / "_definitions.json").read_text())
+        return referencing.Registry().with_resource(contents["$id"],
+                                                    referencing.Resource.from_contents(contents))
+
+    def errors(self, document, version):
+        """Where and why `document` breaks its schema at Kubernetes `version`; [] when it is valid."""
+        key = (document.get("apiVersion"), document.get("kind"))
+        if key in self.custom:
+            validator = jsonschema.Draft202012Validator(self.custom[key], registry=self.definitions(version))
+            return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+                    for e in validator.iter_errors(document)]
+        try:
+            kubernetes_validate.validate(document, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return [f"{'.'.join(map(str, error.absolute_path))}: {error.message}"]
+        except kubernetes_validate.SchemaNotFoundError as error:
+            return [error.message + " (and no schema in tests/deploy/schemas/)"]
+        return []
+
+    def test_every_manifest_matches_its_schema(self):
+        checked = 0
+        for folder in self.FOLDERS:
+            for path, document in manifests(folder):
+                for version in self.KUBERNETES_VERSIONS:
+                    with self.subTest(manifest=f"{folder}/{path.name}", kind=document["kind"], kubernetes=version):
+                        self.assertEqual(self.errors(document, version), [])
+                        checked += 1
+        kinds = {d["kind"] for folder in self.FOLDERS for _, d in manifests(folder)}
+        self.assertTrue({"Deployment", "Service", "ServiceMonitor", "ServingRuntime", "InferenceService",
+                         "Kustomization"} <= kinds, kinds)
+        self.assertGreater(checked, 0)
+
+    def broken(self, kind, change):
+        """A copy of the manifest of `kind` with `change` applied to it."""
+        document = copy.deepcopy(next(d for f in self.FOLDERS for _, d in manifests(f) if d["kind"] == kind))
+        change(document)
+        return document
+
+    def test_a_broken_manifest_fails(self):
+        def runtime_container(d):
+            return d["spec"]["containers"][0]
+
+        def predictor(d):
+            return d["spec"]["predictor"]
+
+        cases = {
+            # Kubernetes' own kinds, through kubernetes-validate.
+            "Deployment with a string port": ("Deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0]
+                                              ["ports"][0].update(containerPort="8000")),
+            "Deployment with a misspelt field": ("Deployment", lambda d: d["spec"]["template"]["spec"].update(
+                terminationGracePeriod=45)),
+            "Service without ports' numbers": ("Service", lambda d: [p.pop("port") for p in d["spec"]["ports"]]),
+            # Custom resources, through tests/deploy/schemas/, their Kubernetes types included.
+            "ServingRuntime probe on a missing path field": ("ServingRuntime", lambda d: runtime_container(d)
+                                                             ["readinessProbe"]["httpGet"].pop("port")),
+            "ServingRuntime with an unknown protocol": ("ServingRuntime", lambda d: d["spec"].update(
+                protocolVersions=["v2", "grpc-v3"])),
+            "ServingRuntime with a misspelt field": ("ServingRuntime", lambda d: d["spec"].update(
+                supportedModelTypes=d["spec"].pop("supportedModelFormats"))),
+            "ServingRuntime container without a name": ("ServingRuntime", lambda d: runtime_container(d).pop("name")),
+            "InferenceService with a string replica count": ("InferenceService", lambda d: predictor(d).update(
+                maxReplicas="4")),
+            "InferenceService with an unknown autoscaler": ("InferenceService", lambda d: d["metadata"]
+                                                            ["annotations"].update(
+                                                                {"serving.kserve.io/autoscalerClass": "kpa-typo"})),
+            "InferenceService metric without its query": ("InferenceService", lambda d: predictor(d)["autoScaling"]
+                                                          ["metrics"][0]["external"]["metric"].pop("query")),
+            "InferenceService model without a format": ("InferenceService", lambda d: predictor(d)["model"].pop(
+                "modelFormat")),
+            "ServiceMonitor with a bad interval": ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(
+                interval="5 seconds")),
+            "Kustomization with a non-list": ("Kustomization", lambda d: d.update(resources="deployment.yaml")),
+        }
+        for name, (kind, change) in cases.items():
+            with self.subTest(name):
+                document = self.broken(kind, change)
+                for version in self.KUBERNETES_VERSIONS:
+                    self.assertNotEqual(self.errors(document, version), [], f"{name} passed at {version}")
+
+    def test_a_kind_without_a_schema_fails(self):
+        document = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        self.assertRegex(self.errors(document, self.KUBERNETES_VERSIONS[-1])[0], "schema")
+
+
 class MetricNamesTest(unittest.TestCase):
     def test_every_metric_named_in_docs_rules_and_manifests_exists(self):
         # The README and every page of docs/ (docs/metrics.md lists the families; other pages name
@@ -345,6 +578,7 @@ class MetricNamesTest(unittest.TestCase):
         self.assertIn("graphserve_queue_duration_seconds_bucket", known)
         files = ["README.md", "deploy/prometheus-alerts.yml", "deploy/docker-compose.yml",
                  *[str(p.relative_to(SOURCE)) for p in (DEPLOY / "k8s").glob("*.yaml")],
+                 *[str(p.relative_to(SOURCE)) for p in (DEPLOY / "kserve").glob("*.yaml")],
                  *[str(p.relative_to(SOURCE)) for p in (SOURCE / "docs").rglob("*.md")]]
         for name in files:
             for metric in set(re.findall(r"\bgraphserve_[a-z_]+", read(name))) - {platform}:
@@ -367,6 +601,8 @@ class NoRegistryHostTest(unittest.TestCase):
     (or a variable the user sets), so no URL in them may name a host other than the local services."""
 
     LOCAL_HOSTS = {"localhost", "127.0.0.1", "HOST", "prometheus", "grafana", "graphserve"}
+    # A Kubernetes Service's in-cluster name (NAME.NAMESPACE.svc), such as the Prometheus KEDA asks.
+    CLUSTER_SERVICE = re.compile(r"[a-z0-9-]+\.[a-z0-9-]+\.svc")
 
     def test_only_local_services_are_named(self):
         files = ["Dockerfile", "README.md", "BENCHMARKS.md", ".ci/run",
@@ -375,8 +611,10 @@ class NoRegistryHostTest(unittest.TestCase):
                  *[str(p.relative_to(SOURCE)) for p in (SOURCE / "docs").rglob("*.md")],
                  *[str(p.relative_to(SOURCE)) for p in (SOURCE / "cmake").glob("*")]]
         for name in files:
-            for host in re.findall(r"\b[a-z][a-z0-9+.-]*://([^/:\s\"'`)]+)", read(name)):
-                self.assertIn(host, self.LOCAL_HOSTS, f"{name} names the host {host}")
+            for scheme, host in re.findall(r"\b([a-z][a-z0-9+.-]*)://([^/:\s\"'`)]+)", read(name)):
+                # KServe's pvc://CLAIM/PATH names a PersistentVolumeClaim, not a host.
+                if scheme != "pvc" and not self.CLUSTER_SERVICE.fullmatch(host):
+                    self.assertIn(host, self.LOCAL_HOSTS, f"{name} names the host {host}")
 
 
 class PromtoolTest(unittest.TestCase):
