@@ -10,6 +10,9 @@
                 on as the docs say;
   LinksTest     every relative link in README.md, BENCHMARKS.md and docs/**/*.md reaches an existing
                 file, and its #anchor a heading of that file.
+  TritonTableTest  docs/triton-compatibility.md: every row has one of the four statuses and names
+                the tests that exercise it (or says it has none yet), and every test it names
+                exists; the README and the guide's pages link to it.
 
 Environment: SOURCE_DIR (the repository), GRAPHSERVE (the built binary). Arguments select unittest
 classes, as in tests/deploy/check_deploy.py.
@@ -24,6 +27,7 @@ import unittest
 SOURCE = pathlib.Path(os.environ["SOURCE_DIR"])
 RUNNING_PAGE = "docs/running.md"
 METRICS_PAGE = "docs/metrics.md"
+COMPATIBILITY_PAGE = "docs/triton-compatibility.md"
 
 
 def read(path):
@@ -92,6 +96,38 @@ def anchors(path):
             seen[anchor] = 0
         found.add(anchor)
     return found
+
+
+def compatibility_rows():
+    """(feature, status, description, tests) of every row of the compatibility page's tables."""
+    rows = []
+    for line in read(COMPATIBILITY_PAGE).splitlines():
+        if not line.startswith("| ") or line.startswith(("| ---", "| Triton feature |")):
+            continue
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        rows.append(tuple(cells))
+    return rows
+
+
+def named_tests(cell):
+    """(FILE, NAME) of every `FILE::NAME` a table cell names."""
+    return re.findall(r"`(tests/[^`:]+)::([^`]+)`", cell)
+
+
+def test_exists(path, name):
+    """Whether tests/...FILE holds the test NAME: Class::test_method in a Python file (the method
+    inside that class), Suite.TestName as a GoogleTest TEST, TEST_F or TEST_P in a C++ one."""
+    file = SOURCE / path
+    if not file.is_file():
+        return False
+    text = file.read_text()
+    if path.endswith(".py"):
+        cls, _, method = name.partition("::")
+        body = re.search(rf"(?ms)^class {re.escape(cls)}\b.*?(?=^\S|\Z)", text)
+        return bool(method) and body is not None and re.search(
+            rf"(?m)^    def {re.escape(method)}\(", body.group(0)) is not None
+    suite, _, test = name.partition(".")
+    return re.search(rf"(?m)^TEST(?:_F|_P)?\(\s*{re.escape(suite)},\s*{re.escape(test)}\s*\)", text) is not None
 
 
 class FlagsTest(unittest.TestCase):
@@ -184,6 +220,52 @@ class LinksTest(unittest.TestCase):
         self.assertEqual(github_anchor("Two GPUs (not yet run)"), "two-gpus-not-yet-run")
         self.assertEqual(github_anchor("Comparing grids in simulation: batch_policy_report"),
                          "comparing-grids-in-simulation-batch_policy_report")
+
+
+class TritonTableTest(unittest.TestCase):
+    STATUSES = {"served", "served differently", "refused", "not applicable"}
+    NO_TEST = "no test yet"
+
+    def setUp(self):
+        self.rows = compatibility_rows()
+        # Protocol, extensions, repository, model configuration, command line: a table each.
+        self.assertGreater(len(self.rows), 40, "no rows read: has the table's layout changed?")
+
+    def test_every_row_has_four_cells_and_a_known_status(self):
+        for row in self.rows:
+            self.assertEqual(len(row), 4, f"{row[0]}: expected feature | status | graphserve | tests")
+            self.assertIn(row[1], self.STATUSES, row[0])
+
+    def test_every_row_names_its_tests_or_says_it_has_none(self):
+        for feature, status, _, tests in self.rows:
+            if status == "not applicable":
+                continue
+            self.assertTrue(named_tests(tests) or tests == self.NO_TEST,
+                            f"'{feature}' names no test (FILE::Class::test or FILE::Suite.Test), "
+                            f"nor says '{self.NO_TEST}'")
+
+    def test_every_named_test_exists(self):
+        missing = [f"{path}::{name}" for row in self.rows for path, name in named_tests(row[3])
+                   if not test_exists(path, name)]
+        self.assertFalse(missing, f"{COMPATIBILITY_PAGE} names tests that do not exist: {missing}")
+
+    def test_the_existence_check_tells_tests_apart(self):
+        # The check above can fail: a test in another class, another suite or no file is no test.
+        self.assertTrue(test_exists("tests/integration/tritonclient/test_repository.py",
+                                    "VersionedRepositoryTest::test_refusals_name_what_is_wrong"))
+        self.assertFalse(test_exists("tests/integration/tritonclient/test_repository.py",
+                                     "NoneModeTest::test_refusals_name_what_is_wrong"))
+        self.assertTrue(test_exists("tests/server/config_test.cpp", "ConfigTest.UnknownPlatformNamesTheServedOnes"))
+        self.assertFalse(test_exists("tests/server/config_test.cpp", "ConfigTest.UnknownPlatformNames"))
+        self.assertTrue(test_exists("tests/server/triton_config_test.cpp",
+                                    "RefusedTritonSettingTest.IsInvalidArgumentNamingTheField"))
+        self.assertFalse(test_exists("tests/server/no_such_test.cpp", "ConfigTest.UnknownPlatformNamesTheServedOnes"))
+
+    def test_the_readme_and_the_guide_link_to_it(self):
+        name = pathlib.PurePosixPath(COMPATIBILITY_PAGE).name
+        self.assertIn(f"]({COMPATIBILITY_PAGE})", read("README.md"))
+        for page in ("docs/protocol.md", "docs/configuration.md", RUNNING_PAGE):
+            self.assertIn(f"]({name}", read(page), f"{page} does not link to {name}")
 
 
 if __name__ == "__main__":
