@@ -38,8 +38,9 @@ void SplitTokens(std::string_view text, std::string_view separators, bool commen
   }
 }
 
-// Time depends on the accepted token's length only, never on where `presented` differs from it.
-bool SameSecret(std::string_view presented, const std::string& accepted) {
+}  // namespace
+
+bool SameSecret(std::string_view presented, std::string_view accepted) {
   unsigned difference = presented.size() != accepted.size() ? 1u : 0u;
   const size_t n = presented.size();
   for (size_t i = 0; i < accepted.size(); ++i) {
@@ -48,8 +49,6 @@ bool SameSecret(std::string_view presented, const std::string& accepted) {
   }
   return difference == 0;
 }
-
-}  // namespace
 
 Status ReadFileOfFlag(const std::string& flag, const std::string& path, std::string* text) {
   std::ifstream file(path, std::ios::binary);

@@ -29,6 +29,10 @@ struct TlsOptions {
   bool enabled() const { return !cert_file.empty(); }
 };
 
+// Whether a presented secret (token, restricted-API header) equals the accepted one, in a time that
+// depends on the accepted one's length only, never on where the two differ.
+bool SameSecret(std::string_view presented, std::string_view accepted);
+
 // A whole file, or INVALID_ARGUMENT "FLAG: cannot read PATH".
 Status ReadFileOfFlag(const std::string& flag, const std::string& path, std::string* text);
 
