@@ -10,6 +10,8 @@
 
 #include "graphserve/server/grpc/request_codec.h"
 #include "graphserve/server/observability/metrics.h"
+#include "graphserve/server/security/api_groups.h"
+#include "security/grpc_security.h"
 
 namespace graphserve {
 namespace {
@@ -36,7 +38,14 @@ void CountFinished(ModelRequestMetrics* metrics, ModelStatisticsRecorder* statis
   }
 }
 
+constexpr ApiGroup kInferenceGroup = GroupOfGrpcMethod("ModelInfer");
+static_assert(GroupOfGrpcMethod("ModelStreamInfer") == kInferenceGroup, "both infer RPCs take this path");
+
 }  // namespace
+
+grpc::Status InferPath::Admit(const grpc::ServerContextBase& context) const {
+  return gate_ == nullptr ? grpc::Status::OK : gate_->Admit(context, kInferenceGroup);
+}
 
 void PreparedInference::Cancel() const {
   // A client cancels its call when the deadline passes (the server's own gRPC check is off,

@@ -26,6 +26,7 @@
 
 namespace graphserve {
 
+class GrpcApiGate;
 class ModelRequestMetrics;
 class ServerMetrics;
 
@@ -66,10 +67,21 @@ struct PreparedInference {
 class InferPath {
  public:
   // `ready`: false while the models load and once the server drains; requests are then refused.
-  // `shared_memory`: the regions requests may name for their tensors (null: none may).
+  // `shared_memory`: the regions requests may name for their tensors (null: none may). `gate`: who
+  // may call the inference group (null: everyone).
   InferPath(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
-            const std::atomic<bool>* ready, const SharedMemoryRegistry* shared_memory)
-      : repository_(repository), clock_(clock), metrics_(metrics), ready_(ready), shared_memory_(shared_memory) {}
+            const std::atomic<bool>* ready, const SharedMemoryRegistry* shared_memory,
+            const GrpcApiGate* gate = nullptr)
+      : repository_(repository),
+        clock_(clock),
+        metrics_(metrics),
+        ready_(ready),
+        shared_memory_(shared_memory),
+        gate_(gate) {}
+
+  // OK, or the API gate's refusal of the call (ModelInfer's, or a whole ModelStreamInfer stream's),
+  // asked before anything of it is read. Not counted in the metrics: no model has been looked up.
+  grpc::Status Admit(const grpc::ServerContextBase& context) const;
 
   // Finds the model `request` names and decodes `request` into `prepared`, consuming its raw
   // contents and copying its inputs in shared memory; the request's deadline is the call's. A refusal
@@ -91,6 +103,7 @@ class InferPath {
   ServerMetrics* metrics_;
   const std::atomic<bool>* ready_;
   const SharedMemoryRegistry* shared_memory_;
+  const GrpcApiGate* gate_;
 };
 
 }  // namespace graphserve

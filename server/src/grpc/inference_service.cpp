@@ -8,6 +8,7 @@
 #include "graphserve/server/grpc/request_codec.h"
 #include "graphserve/server/repository/model_version.h"
 #include "infer_path.h"
+#include "security/grpc_security.h"
 #include "stream_infer_reactor.h"
 
 namespace graphserve {
@@ -39,6 +40,14 @@ Status CheckRepositoryRequest(const Request& request) {
   return Status::Ok();
 }
 
+// A stream its API group refuses: finished before anything of it is read.
+class RefusedStream final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const Status& status) {
@@ -47,7 +56,14 @@ grpc::Status ToGrpcStatus(const Status& status) {
 }
 
 InferPath InferenceService::infer_path() const {
-  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_);
+  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_, gate_);
+}
+
+grpc::ServerUnaryReactor* InferenceService::Refused(grpc::CallbackServerContext* context,
+                                                    ApiGroup group) const {
+  if (gate_ == nullptr) return nullptr;
+  const grpc::Status admitted = gate_->Admit(*context, group);
+  return admitted.ok() ? nullptr : FinishNow(context, admitted);
 }
 
 Status InferenceService::FindServedModel(const std::string& name, const std::string& version,
@@ -65,6 +81,7 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ServerLive")>(context)) return refused;
   response->set_live(live_.load());
   return FinishNow(context, grpc::Status::OK);
 }
@@ -76,6 +93,7 @@ bool InferenceService::Ready() const {
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ServerReady")>(context)) return refused;
   response->set_ready(Ready());
   return FinishNow(context, grpc::Status::OK);
 }
@@ -83,6 +101,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ModelReady")>(context)) return refused;
   // As Triton: a version that is no version number is refused before anything else.
   std::string version;
   const Status well_formed = CanonicalModelVersion(request->version(), "version", &version);
@@ -101,6 +120,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* context,
                                                            const inference::ServerMetadataRequest*,
                                                            inference::ServerMetadataResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ServerMetadata")>(context)) return refused;
   response->set_name(kServerName);
   response->set_version(GRAPHSERVE_VERSION);
   // The KServe v2 / Triton extensions graphserve serves (on both bindings; binary_tensor_data is the
@@ -115,6 +135,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
                                                           const inference::ModelMetadataRequest* request,
                                                           inference::ModelMetadataResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ModelMetadata")>(context)) return refused;
   std::shared_ptr<LoadedModel> model;
   const Status status = FindServedModel(request->name(), request->version(), &model);
   if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
@@ -125,6 +146,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* context,
                                                         const inference::ModelConfigRequest* request,
                                                         inference::ModelConfigResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ModelConfig")>(context)) return refused;
   std::shared_ptr<LoadedModel> model;
   const Status status = FindServedModel(request->name(), request->version(), &model);
   if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
@@ -134,12 +156,16 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new StreamInferReactor(context, infer_path());
+  const InferPath path = infer_path();
+  const grpc::Status admitted = path.Admit(*context);
+  if (!admitted.ok()) return new RefusedStream(admitted);
+  return new StreamInferReactor(context, path);
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,
                                                             const inference::RepositoryIndexRequest* request,
                                                             inference::RepositoryIndexResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("RepositoryIndex")>(context)) return refused;
   const Status status = CheckRepositoryName(request->repository_name());
   if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
   for (const ModelIndexEntry& entry : repository_->Index(request->ready())) {
@@ -155,6 +181,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServer
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("RepositoryModelLoad")>(context)) return refused;
   if (!ready_.load()) {
     return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
   }
@@ -171,6 +198,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("RepositoryModelUnload")>(context)) return refused;
   if (!ready_.load()) {
     return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
   }

@@ -18,10 +18,12 @@
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
 #include "graphserve/server/repository/model_repository.h"
+#include "graphserve/server/security/api_groups.h"
 #include "grpc_service.grpc.pb.h"
 
 namespace graphserve {
 
+class GrpcApiGate;
 class ServerMetrics;
 
 grpc::Status ToGrpcStatus(const Status& status);
@@ -69,6 +71,9 @@ class InferenceService final : public InferenceServiceBase {
   void SetReady(bool ready) { ready_.store(ready); }
   // Triton's --strict-readiness (ServerOptions::strict_readiness); set before serving.
   void set_strict_readiness(bool strict) { strict_readiness_ = strict; }
+  // Who may call which API group (security/grpc_security.h); every RPC asks it first. Null: everyone.
+  // Set before serving; it must outlive the service.
+  void set_api_gate(const GrpcApiGate* gate) { gate_ = gate; }
   // What ServerReady answers: serving, and with strict readiness every model serving too.
   bool Ready() const;
   // Live until the process cannot serve any more (a faulted CUDA context): ServerLive answers it.
@@ -147,6 +152,15 @@ class InferenceService final : public InferenceServiceBase {
   Status FindServedModel(const std::string& name, const std::string& version,
                          std::shared_ptr<LoadedModel>* model) const;
 
+  // The gate's refusal of a call of `group`, already finished: the handler returns it. nullptr: the
+  // call goes on. The template makes each handler's GroupOfGrpcMethod a constant, so that a method
+  // missing from api_groups.h's table does not compile.
+  template <ApiGroup group>
+  grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context) const {
+    return Refused(context, group);
+  }
+  grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context, ApiGroup group) const;
+
   ModelRepository* const repository_;
   const Clock* const clock_;
   ServerMetrics* const metrics_;
@@ -154,6 +168,7 @@ class InferenceService final : public InferenceServiceBase {
   std::atomic<bool> ready_{false};
   bool strict_readiness_ = true;
   std::atomic<bool> live_{true};
+  const GrpcApiGate* gate_ = nullptr;
 };
 
 }  // namespace graphserve

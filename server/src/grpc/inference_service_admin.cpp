@@ -27,6 +27,7 @@ Status CudaSharedMemoryRefused() {
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("ModelStatistics")>(context)) return refused;
   if (!ready_.load()) {
     return FinishNow(context, ToGrpcStatus(Unavailable("the server is still loading its models")));
   }
@@ -43,12 +44,14 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
 grpc::ServerUnaryReactor* InferenceService::LogSettings(grpc::CallbackServerContext* context,
                                                         const inference::LogSettingsRequest* request,
                                                         inference::LogSettingsResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("LogSettings")>(context)) return refused;
   return FinishNow(context, ToGrpcStatus(UpdateLogSettings(*request, response)));
 }
 
 grpc::ServerUnaryReactor* InferenceService::TraceSetting(
     grpc::CallbackServerContext* context, const inference::TraceSettingRequest* request,
     inference::TraceSettingResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("TraceSetting")>(context)) return refused;
   if (!request->model_name().empty()) {
     // Per-model settings are Triton's too; the model must be one that is served.
     if (!ready_.load()) {
@@ -64,6 +67,7 @@ grpc::ServerUnaryReactor* InferenceService::TraceSetting(
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("SystemSharedMemoryStatus")>(context)) return refused;
   std::vector<SharedMemoryRegionStatus> regions;
   const Status status = shared_memory_->GetStatus(request->name(), &regions);
   for (const SharedMemoryRegionStatus& region : regions) {
@@ -79,6 +83,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("SystemSharedMemoryRegister")>(context)) return refused;
   return FinishNow(context, ToGrpcStatus(shared_memory_->Register(request->name(), request->key(),
                                                                   request->offset(), request->byte_size())));
 }
@@ -86,6 +91,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("SystemSharedMemoryUnregister")>(context)) return refused;
   shared_memory_->Unregister(request->name());
   return FinishNow(context, grpc::Status::OK);
 }
@@ -93,6 +99,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("CudaSharedMemoryStatus")>(context)) return refused;
   // No CUDA region exists: every list is empty, and a name is not found (Triton's words for a system
   // region asked for as CUDA one).
   if (request->name().empty()) return FinishNow(context, grpc::Status::OK);
@@ -108,12 +115,14 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest*,
     inference::CudaSharedMemoryRegisterResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("CudaSharedMemoryRegister")>(context)) return refused;
   return FinishNow(context, ToGrpcStatus(CudaSharedMemoryRefused()));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryUnregisterRequest*,
     inference::CudaSharedMemoryUnregisterResponse*) {
+  if (auto* refused = Refused<GroupOfGrpcMethod("CudaSharedMemoryUnregister")>(context)) return refused;
   // As Triton's: unregistering what is not registered (all of nothing, or a name that is no CUDA
   // region) succeeds.
   return FinishNow(context, grpc::Status::OK);

@@ -87,7 +87,10 @@ class UnaryInferCall final : public InferenceReceiver {
                                &arrived_event_);
   }
 
-  void Answered(const Status& outcome) override {
+  void Answered(const Status& outcome) override { Answer(ToGrpcStatus(outcome)); }
+
+ private:
+  void Answer(const grpc::Status& outcome) {
     // The model goes back now, not when the answer is written: a client that does not read a large
     // answer would keep an unload of its model waiting. Under the lock, so that OnDone does not
     // cancel through a scheduler that may then be gone.
@@ -102,11 +105,10 @@ class UnaryInferCall final : public InferenceReceiver {
     if (outcome.ok()) {
       responder_.Finish(response_, grpc::Status::OK, &finished_event_);
     } else {
-      responder_.FinishWithError(ToGrpcStatus(outcome), &finished_event_);
+      responder_.FinishWithError(outcome, &finished_event_);
     }
   }
 
- private:
   void OnArrived(bool ok) {
     if (!ok) {
       // The server is shutting down and no call came: gRPC sends no done notification then.
@@ -114,9 +116,12 @@ class UnaryInferCall final : public InferenceReceiver {
       return;
     }
     const InferPath& path = queue_->path();
+    const grpc::Status admitted = path.Admit(context_);
     // Decoding moves the request's raw buffers out instead of copying them.
-    const Status refusal = path.Prepare(context_, &request_, &prepared_);
-    if (refusal.ok()) {
+    const Status refusal = admitted.ok() ? path.Prepare(context_, &request_, &prepared_) : Status::Ok();
+    if (!admitted.ok()) {
+      Answer(admitted);
+    } else if (refusal.ok()) {
       started_ = true;
       path.Start(prepared_, request_, &response_, this);
     } else {

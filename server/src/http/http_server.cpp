@@ -252,6 +252,11 @@ struct Callbacks {
         exchange->response.headers = {{"WWW-Authenticate", "Bearer"}};
         return Answer(exchange, MHD_HTTP_UNAUTHORIZED, "a token is required: authorization: Bearer TOKEN");
       }
+      if (server->options_.screen) {
+        if (const std::optional<HttpRefusal> refusal = server->options_.screen(exchange->request)) {
+          return Answer(exchange, refusal->status, refusal->message);
+        }
+      }
       if (length != nullptr && std::strtoull(length, nullptr, 10) > server->options_.max_body_bytes) {
         // Answered before the body is read; libmicrohttpd then closes the connection.
         return Answer(exchange, MHD_HTTP_CONTENT_TOO_LARGE, TooLarge(*server));

@@ -12,8 +12,10 @@
 #include "graphserve/server/http/http_server.h"
 #include "graphserve/server/http/rest_codec.h"
 #include "graphserve/server/observability/metrics.h"
+#include "graphserve/server/security/api_groups.h"
 #include "graphserve/server/security/auth.h"
 #include "grpc_service.grpc.pb.h"
+#include "security/grpc_security.h"
 
 namespace graphserve {
 namespace {
@@ -123,6 +125,7 @@ std::optional<size_t> ParseByteCount(const std::string& text) {
 struct RestApi {
   std::unique_ptr<Stub> stub;
   ServerMetrics* metrics;
+  const GrpcApiGate* grpc_gate = nullptr;
   size_t max_request_bytes = 0;
   std::atomic<bool> stopping{false};
   // Set once a drain gave up waiting (RestEndpoint::Drain): the calls still open are then cancelled.
@@ -133,6 +136,7 @@ struct RestApi {
     auto* rpc = new Rpc<Request, Response>(std::move(reply), &drain_expired);
     rpc->request = std::move(request);
     rpc->encode = std::move(encode);
+    if (grpc_gate != nullptr) grpc_gate->MarkInProcess(&rpc->context);
     invoke(stub->async(), &rpc->context, &rpc->request, &rpc->response,
            [rpc](grpc::Status status) { rpc->Done(status); });
   }
@@ -149,6 +153,11 @@ struct RestApi {
     const std::vector<std::string_view> path = PathSegments(http.path);
     if (path.empty() || path[0] != "v2") {
       reply.Send(Error(404, "unknown path '" + http.path + "': graphserve serves the KServe v2 API under /v2"));
+      return;
+    }
+    // A route missing from api_groups.h's table is never served: none escapes its group's gate.
+    if (!GroupOfHttpPath(http.path)) {
+      reply.Send(Error(404, "unknown path '" + http.path + "'"));
       return;
     }
     const std::string method = http.method == "HEAD" ? "GET" : http.method;
@@ -499,6 +508,7 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   auto api = std::make_unique<RestApi>();
   api->stub = inference::GRPCInferenceService::NewStub(std::move(service));
   api->metrics = metrics;
+  api->grpc_gate = options.grpc_gate;
   api->max_request_bytes = options.max_request_bytes;
   HttpServerOptions http;
   http.address = options.address;
@@ -510,6 +520,21 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   http.auth = options.auth;
   if (options.auth != nullptr && !options.auth->options().protect_health) {
     http.needs_token = [](const std::string& path) { return !TokenAuthenticator::IsHealthHttpPath(path); };
+  }
+  if (options.gate != nullptr && !options.gate->open()) {
+    const ApiGate* gate = options.gate;
+    http.screen = [gate](const HttpRequest& request) -> std::optional<HttpRefusal> {
+      const std::optional<ApiGroup> group = GroupOfHttpPath(request.path);
+      if (!group) return std::nullopt;  // no route: the router answers 404
+      const ApiGate::Verdict verdict =
+          gate->Admit(*group, [&request](const std::string& name) -> std::optional<std::string_view> {
+            const std::string* value = request.Header(name);
+            if (value == nullptr) return std::nullopt;
+            return *value;
+          });
+      if (verdict == ApiGate::Verdict::kAdmitted) return std::nullopt;
+      return HttpRefusal{403, gate->RefusalMessage(*group, verdict)};  // 403 for both, as Triton's
+    };
   }
   std::unique_ptr<HttpServer> server;
   RestApi* routes = api.get();

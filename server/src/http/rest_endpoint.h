@@ -1,7 +1,9 @@
 #pragma once
 // The KServe v2 HTTP/REST endpoint (Triton's port-8000 API: health, metadata, config, infer with JSON,
 // binary or shared-memory tensors, statistics, repository index/load/unload, log settings, system
-// shared-memory regions). Each call is translated
+// shared-memory regions). Each route belongs to an API group (api_groups.h: a path the table does
+// not know is answered 404), whose restriction is checked before the body is read. Each call is
+// translated
 // (rest_codec.h) into the gRPC binding's request and handed to graphserve's own gRPC service through
 // an in-process channel, so both bindings share every handler, the batcher, metrics and statistics,
 // and gRPC's status codes map to HTTP ones in one place.
@@ -27,6 +29,8 @@ class Channel;
 
 namespace graphserve {
 
+class ApiGate;
+class GrpcApiGate;
 class HttpServer;
 class HttpTls;
 class ServerMetrics;
@@ -46,6 +50,12 @@ struct RestEndpointOptions {
   std::shared_ptr<HttpTls> tls;
   // Set (outliving the endpoint): requests need a token, health probes unless it protects them too.
   const TokenAuthenticator* auth = nullptr;
+  // Set (outliving the endpoint): who may call which API group over REST (api_groups.h), checked from
+  // the headers, after the token; refused with 403. Null: everyone.
+  const ApiGate* gate = nullptr;
+  // Set (outliving the endpoint): the gRPC service's own gate, which the calls this endpoint makes
+  // in-process get past (grpc_security.h): they were admitted here.
+  const GrpcApiGate* grpc_gate = nullptr;
 };
 
 class RestEndpoint {

@@ -115,6 +115,10 @@ Status GraphServer::LoadCredentials(const ServerOptions& options) {
         options.auth, [metrics](const char* endpoint) { metrics->CountAuthFailure(endpoint); }, &auth_);
   }
   if (!status.ok()) return status;
+  const ApiAccessOptions& access = options.api_access;
+  grpc_gate_ = std::make_unique<GrpcApiGate>(ApiGate(access.grpc, access.close_admin_groups, "grpc"));
+  http_gate_ = std::make_unique<ApiGate>(access.http, access.close_admin_groups, "http");
+  spdlog::info("API groups: gRPC {}; REST {}", grpc_gate_->Describe(), http_gate_->Describe());
   const char* scheme = options.tls.enabled() ? (options.tls.client_ca_file.empty() ? "TLS" : "mutual TLS")
                                              : "plaintext";
   spdlog::info("security: {}{}", scheme,
@@ -151,6 +155,7 @@ void GraphServer::CreateRepositoryAndService() {
   shared_memory_ = std::make_unique<SharedMemoryRegistry>(options_.shared_memory);
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get(), shared_memory_.get());
   service_->set_strict_readiness(options_.strict_readiness);
+  service_->set_api_gate(grpc_gate_.get());
 }
 
 Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const RequestLimits& limits,
@@ -245,6 +250,8 @@ Status GraphServer::StartRestEndpoint(const ServerOptions& options, const Reques
   rest.max_request_bytes = static_cast<size_t>(limits.grpc_bytes);
   rest.tls = http_tls_;
   rest.auth = auth_.get();
+  rest.gate = http_gate_.get();
+  rest.grpc_gate = grpc_gate_.get();
   const Status status = RestEndpoint::Start(rest, grpc_server_->InProcessChannel(channel_arguments),
                                             metrics_.get(), &rest_endpoint_);
   if (!status.ok()) return status;

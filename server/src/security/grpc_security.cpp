@@ -5,12 +5,20 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
+#include <gnutls/crypto.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/server_context.h>
+
+#include <array>
 #include <string_view>
 
 namespace graphserve {
 namespace {
 
 std::string_view View(grpc::string_ref text) { return {text.data(), text.size()}; }
+
+// Not a name a client would pick for a restricted key ("triton-grpc-protocol-" keys are theirs).
+constexpr const char* kInProcessKey = "graphserve-in-process";
 
 class TokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
@@ -51,6 +59,46 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
 };
 
 }  // namespace
+
+GrpcApiGate::GrpcApiGate(ApiGate gate) : gate_(std::move(gate)) {
+  if (gate_.open()) return;  // Admit lets every call pass: no mark to check
+  std::array<unsigned char, 32> random{};
+  // A failure leaves the secret empty: REST's calls are then refused like anyone's, never let in.
+  if (gnutls_rnd(GNUTLS_RND_KEY, random.data(), random.size()) != 0) return;
+  constexpr char kHex[] = "0123456789abcdef";
+  for (unsigned char byte : random) {
+    in_process_secret_ += kHex[byte >> 4];
+    in_process_secret_ += kHex[byte & 15];
+  }
+}
+
+grpc::Status GrpcApiGate::Admit(const grpc::ServerContextBase& context, ApiGroup group) const {
+  if (gate_.open()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto lookup = [&metadata](const std::string& name) -> std::optional<std::string_view> {
+    const auto found = metadata.find(name);
+    if (found == metadata.end()) return std::nullopt;
+    return View(found->second);
+  };
+  if (!in_process_secret_.empty()) {
+    const std::optional<std::string_view> mark = lookup(kInProcessKey);
+    if (mark && SameSecret(*mark, in_process_secret_)) return grpc::Status::OK;
+  }
+  const ApiGate::Verdict verdict = gate_.Admit(group, lookup);
+  switch (verdict) {
+    case ApiGate::Verdict::kAdmitted:
+      return grpc::Status::OK;
+    case ApiGate::Verdict::kRestricted:
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, gate_.RefusalMessage(group, verdict));
+    case ApiGate::Verdict::kClosed:
+      break;
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, gate_.RefusalMessage(group, verdict));
+}
+
+void GrpcApiGate::MarkInProcess(grpc::ClientContext* context) const {
+  if (!in_process_secret_.empty()) context->AddMetadata(kInProcessKey, in_process_secret_);
+}
 
 Status MakeGrpcServerCredentials(const TlsOptions& tls, const TokenAuthenticator* auth,
                                  std::shared_ptr<grpc::ServerCredentials>* credentials) {

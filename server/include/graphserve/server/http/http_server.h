@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,13 @@ class HttpReply {
   http_internal::Exchange* exchange_;
 };
 
+// An answer given from a request's headers alone (HttpServerOptions::screen): its status and the
+// error's message.
+struct HttpRefusal {
+  int status;
+  std::string message;
+};
+
 struct HttpServerOptions {
   // HOST:PORT (port 0 picks a free one); `flag` names it in errors ("--http-address").
   std::string address;
@@ -99,6 +107,10 @@ struct HttpServerOptions {
   const TokenAuthenticator* auth = nullptr;
   std::function<bool(const std::string& path)> needs_token;
   const char* auth_endpoint = "http";
+  // Set: asked once a request's headers arrive, after the token check and before its body is read
+  // (the REST endpoint's API gate, api_groups.h); a refusal it returns is answered instead, and the
+  // body is never read. Called on the server's threads, several at once.
+  std::function<std::optional<HttpRefusal>(const HttpRequest& request)> screen;
 };
 
 class HttpServer {

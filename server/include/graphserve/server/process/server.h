@@ -17,6 +17,7 @@
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
 #include "graphserve/server/repository/model_repository.h"
+#include "graphserve/server/security/api_groups.h"
 #include "graphserve/server/security/auth.h"
 
 namespace grpc {
@@ -26,6 +27,7 @@ class Server;
 namespace graphserve {
 
 class GrpcAcceptor;
+class GrpcApiGate;
 class HttpTls;
 class InferenceService;
 class MetricsEndpoint;
@@ -62,6 +64,8 @@ struct ServerOptions {
   bool metrics_plaintext = false;
   // Tokens every port checks (auth.h); none: open.
   AuthOptions auth;
+  // Who may call which API group on each port, after the token (api_groups.h); default: everyone.
+  ApiAccessOptions api_access;
   // How long Shutdown waits for in-flight requests before cancelling them.
   std::chrono::milliseconds drain_timeout{30000};
   // Triton's --strict-readiness: the server reports ready only while every model the repository
@@ -122,6 +126,9 @@ class GraphServer {
   SteadyClock clock_;
   // Before every endpoint, which check tokens and present certificates through them.
   std::unique_ptr<TokenAuthenticator> auth_;
+  // Before the service and the REST endpoint, which ask them.
+  std::unique_ptr<GrpcApiGate> grpc_gate_;
+  std::unique_ptr<ApiGate> http_gate_;
   std::shared_ptr<HttpTls> http_tls_;
   // Outlives the repository: requests drained by its schedulers are still counted.
   std::unique_ptr<ServerMetrics> metrics_;
