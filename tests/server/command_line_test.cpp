@@ -199,6 +199,55 @@ TEST(CommandLineTest, HelpListsTritonsHonouredFlagsButNotTheRefusedOnes) {
   EXPECT_EQ(parsed.out.find("--rate-limit"), std::string::npos);
 }
 
+TEST(CommandLineTest, RestrictedApisTakeTritonsSyntax) {
+  CommandLine line = Accepted({});
+  EXPECT_TRUE(line.server.api_access.grpc.empty());
+  EXPECT_TRUE(line.server.api_access.http.empty());
+  EXPECT_FALSE(line.server.api_access.close_admin_groups);
+
+  line = Accepted({"--grpc-restricted-protocol=shared-memory,model-repository:Admin-Key=s3cret=:x",
+                   "--grpc-restricted-protocol", "statistics:ops=other", "--http-restricted-api",
+                   "logging,trace:X-Admin=s3cret", "--admin-apis", "closed"});
+  const ApiRestrictions& grpc = line.server.api_access.grpc;
+  ASSERT_NE(grpc.For(ApiGroup::kSharedMemory), nullptr);
+  // gRPC's metadata keys arrive in lower case; the value keeps whatever follows the first '='.
+  EXPECT_EQ(grpc.For(ApiGroup::kSharedMemory)->header, "triton-grpc-protocol-admin-key");
+  EXPECT_EQ(grpc.For(ApiGroup::kModelRepository)->value, "s3cret=:x");
+  EXPECT_EQ(grpc.For(ApiGroup::kStatistics)->header, "triton-grpc-protocol-ops");
+  EXPECT_EQ(grpc.For(ApiGroup::kInference), nullptr);
+  ASSERT_NE(line.server.api_access.http.For(ApiGroup::kLogging), nullptr);
+  EXPECT_EQ(line.server.api_access.http.For(ApiGroup::kTrace)->header, "X-Admin");
+  EXPECT_EQ(line.server.api_access.http.For(ApiGroup::kSharedMemory), nullptr);
+  EXPECT_TRUE(line.server.api_access.close_admin_groups);
+}
+
+TEST(CommandLineTest, BadRestrictedApisExitTwoNamingTheFlagButNotTheValue) {
+  ExpectRefused({"--grpc-restricted-protocol", "model-repository"}, {"--grpc-restricted-protocol: expected"});
+  ExpectRefused({"--http-restricted-api", "logging:key"}, {"--http-restricted-api: expected"});
+  ExpectRefused({"--http-restricted-api", ":key=value"}, {"--http-restricted-api", "groups are empty"});
+  ExpectRefused({"--http-restricted-api", "logging:=value"}, {"--http-restricted-api", "key is empty"});
+  ExpectRefused({"--http-restricted-api", "logging:key="}, {"--http-restricted-api", "value is empty"});
+  ExpectRefused({"--grpc-restricted-protocol", "models:key=value"},
+                {"--grpc-restricted-protocol: 'models' is not an API group", "model-repository"});
+  ExpectRefused({"--http-restricted-api", "logging,,trace:key=value"}, {"'' is not an API group"});
+  ExpectRefused({"--http-restricted-api", "logging:a key=value"}, {"'a key' is not a header name"});
+  ExpectRefused(
+      {"--grpc-restricted-protocol", "trace:k=v", "--grpc-restricted-protocol", "logging,trace:j=w"},
+      {"--grpc-restricted-protocol: 'trace' is named twice"});
+  ExpectRefused({"--grpc-restricted-protocol", "health:k=v"}, {"cannot restrict 'health' over gRPC"});
+  ExpectRefused({"--http-restricted-api", "logging:key=tab\tvalue\x01"}, {"not printable ASCII"});
+  // A refusal never echoes the restricted value.
+  const Parsed parsed = Parse({"--grpc-restricted-protocol", "bogus:key=very-secret-value"});
+  EXPECT_EQ(parsed.err.find("very-secret-value"), std::string::npos) << parsed.err;
+  // The same group on both ports is no contradiction: each port has its own restrictions.
+  Accepted({"--grpc-restricted-protocol", "logging:k=v", "--http-restricted-api", "logging:k=v"});
+  // --admin-apis takes open or closed, with CLI11's status otherwise.
+  const Parsed mode = Parse({"--admin-apis", "shut"});
+  ASSERT_TRUE(mode.exit_status.has_value());
+  EXPECT_NE(*mode.exit_status, 0);
+  EXPECT_NE(mode.err.find("--admin-apis"), std::string::npos) << mode.err;
+}
+
 TEST(CommandLineTest, SecurityFlagsAreCheckedTogether) {
   ExpectRefused({"--metrics-plaintext"}, {"--metrics-plaintext needs --tls-cert-file"});
   ExpectRefused({"--auth-health"}, {"--auth-health and --metrics-auth need tokens"});

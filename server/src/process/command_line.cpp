@@ -44,7 +44,6 @@ constexpr const char* kTls =
 constexpr const char* kGrpcChannel =
     "graphserve keeps gRPC's own keepalive and connection-age settings; idle connections close after "
     "--connection-idle-timeout-s";
-constexpr const char* kNoRestriction = "graphserve guards every API alike, with tokens (--auth-token-file)";
 constexpr const char* kNoForwarding = "graphserve does not turn headers into request parameters";
 constexpr const char* kOneProcessPerPort = "graphserve binds each port for itself alone";
 constexpr const char* kNoSageMaker = "graphserve serves no SageMaker endpoint";
@@ -92,8 +91,6 @@ constexpr RefusedTritonFlag kRefusedTritonFlags[] = {
     {"--grpc-http2-max-ping-strikes", nullptr, kGrpcChannel},
     {"--grpc-max-connection-age", nullptr, kGrpcChannel},
     {"--grpc-max-connection-age-grace", nullptr, kGrpcChannel},
-    {"--grpc-restricted-protocol", nullptr, kNoRestriction},
-    {"--http-restricted-api", nullptr, kNoRestriction},
     {"--grpc-header-forward-pattern", nullptr, kNoForwarding},
     {"--http-header-forward-pattern", nullptr, kNoForwarding},
     {"--reuse-grpc-port", kFalse, kOneProcessPerPort},
@@ -174,6 +171,7 @@ struct GraphserveValues {
   int64_t busy_poll_us = -1;
   std::string control_mode = "none";
   std::string log_format = "plain";
+  std::string admin_apis = "open";
 };
 
 // One endpoint's flags: graphserve's --X-address, and Triton's --X-port and --allow-X.
@@ -196,6 +194,8 @@ struct TritonValues {
   std::string exit_on_error, strict_readiness, strict_model_config;
   int repository_poll_secs = 15;
   double exit_timeout_secs = 30;
+  // Triton's restricted APIs, one value per occurrence (api_groups.h reads them).
+  std::vector<std::string> grpc_restricted_protocols, http_restricted_apis;
   std::vector<std::string> refused_values = std::vector<std::string>(std::size(kRefusedTritonFlags));
 };
 
@@ -305,6 +305,13 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
   app.add_flag("--auth-health", options.auth.protect_health,
                "health probes (grpc.health.v1, ServerLive/Ready, /v2/health/*) need a token too");
   app.add_flag("--metrics-auth", options.auth.protect_metrics, "/metrics needs a token too");
+  app.add_option(
+         "--admin-apis", values->admin_apis,
+         "open: every API group is served to every caller (as Triton); closed: the admin groups "
+         "(model-repository, logging, trace, shared-memory) are refused on each port unless its "
+         "--grpc-restricted-protocol / --http-restricted-api names them (then their header opens them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"open", "closed"}));
 }
 
 void AddTritonFlags(CLI::App& app, TritonValues* triton) {
@@ -320,6 +327,19 @@ void AddTritonFlags(CLI::App& app, TritonValues* triton) {
         ->group(kTritonGroup);
   }
   app.add_option("--model-store", triton->model_store, "Triton's: --model-repository")->group(kTritonGroup);
+  app.add_option("--grpc-restricted-protocol", triton->grpc_restricted_protocols,
+                 "Triton's: GROUP,GROUP,...:KEY=VALUE: those API groups are served over gRPC only to calls "
+                 "with metadata triton-grpc-protocol-KEY: VALUE (others: UNAVAILABLE); repeatable, a group "
+                 "in one value only")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(kTritonGroup);
+  app.add_option("--http-restricted-api", triton->http_restricted_apis,
+                 "Triton's: GROUP,GROUP,...:KEY=VALUE: those API groups are served over REST only to "
+                 "requests with header KEY: VALUE (others: 403); repeatable, a group in one value only")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(kTritonGroup);
   app.add_option("--log-verbose", triton->log_verbose,
                  "Triton's: 1 is --log-level debug, 2 and up trace, 0 (or false) leaves --log-level info")
       ->group(kTritonGroup);
@@ -516,6 +536,21 @@ Status ApplyRepositoryFlags(const CLI::App& app, const TritonValues& triton, Com
   return Status::Ok();
 }
 
+// Triton's --grpc-restricted-protocol and --http-restricted-api, and --admin-apis.
+Status ApplyRestrictionFlags(const GraphserveValues& values, const TritonValues& triton,
+                             ApiAccessOptions* access) {
+  for (const std::string& value : triton.grpc_restricted_protocols) {
+    const Status status = access->grpc.Add("--grpc-restricted-protocol", value, /*grpc=*/true);
+    if (!status.ok()) return status;
+  }
+  for (const std::string& value : triton.http_restricted_apis) {
+    const Status status = access->http.Add("--http-restricted-api", value, /*grpc=*/false);
+    if (!status.ok()) return status;
+  }
+  access->close_admin_groups = values.admin_apis == "closed";
+  return Status::Ok();
+}
+
 // The checks of flags that depend on each other, and of the token file, before anything starts.
 Status ValidateSecurity(const ServerOptions& options) {
   Status status = ValidateTlsOptions(options.tls);
@@ -575,6 +610,7 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
   if (status.ok()) status = ApplyEndpoints(app, triton, &options);
   if (status.ok()) status = ApplyLogFlags(app, triton, line);
   if (status.ok()) status = ApplyRepositoryFlags(app, triton, line);
+  if (status.ok()) status = ApplyRestrictionFlags(values, triton, &options.api_access);
   if (status.ok()) status = ValidateSecurity(options);
   return status;
 }
