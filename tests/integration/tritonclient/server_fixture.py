@@ -36,19 +36,20 @@ DEVICE = os.environ.get("GRAPHSERVE_TEST_DEVICE", "cpu")
 SERVED_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
 
 
-def infer_inputs(named_arrays, datatype="INT64"):
-    """tritonclient InferInputs from (name, numpy array) pairs, in order."""
+def infer_inputs(named_arrays, datatype="INT64", module=None):
+    """tritonclient InferInputs from (name, numpy array) pairs, in order; `module` is the client's
+    (tritonclient.http for its client; default tritonclient.grpc)."""
     tensors = []
     for name, array in named_arrays:
-        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor = (module or grpcclient).InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
     return tensors
 
 
-def token_inputs(ids, mask, datatype="INT64"):
+def token_inputs(ids, mask, datatype="INT64", module=None):
     """input_ids and attention_mask, as the test models take them."""
-    return infer_inputs((("input_ids", ids), ("attention_mask", mask)), datatype)
+    return infer_inputs((("input_ids", ids), ("attention_mask", mask)), datatype, module)
 
 
 def status_of(call):
