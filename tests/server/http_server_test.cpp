@@ -233,6 +233,37 @@ TEST(HttpServerTest, ABodyOverTheLimitIsAnswered413WithoutReachingTheHandler) {
   EXPECT_LT(std::chrono::steady_clock::now() - stopping, HttpServer::kFlushTimeout / 2);
 }
 
+TEST(HttpServerTest, AScreenRefusalIsAnsweredFromTheHeadersWithoutReachingTheHandler) {
+  bool handled = false;
+  HttpServerOptions options = Options();
+  options.screen = [](const HttpRequest& request) -> std::optional<HttpRefusal> {
+    const std::string* key = request.Header("x-key");
+    if (key != nullptr && *key == "open") return std::nullopt;
+    return HttpRefusal{403, "no key"};
+  };
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  options,
+                  [&](const HttpRequest& request, HttpReply reply) {
+                    handled = true;
+                    reply.Send(Text(request.body));
+                  },
+                  &server)
+                  .ok());
+  // Refused with the body announced but never sent: the answer cannot have waited for it.
+  Connection refused(server->port());
+  refused.Send("POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n");
+  const auto [status, body] = refused.Read();
+  EXPECT_EQ(status, "HTTP/1.1 403 Forbidden");
+  EXPECT_EQ(body, "{\"error\":\"no key\"}");
+  EXPECT_FALSE(handled);
+  // Header names compare without case.
+  Connection admitted(server->port());
+  admitted.Send(Post("X-Key: open\r\n", "body"));
+  EXPECT_EQ(admitted.Read(), std::make_pair(std::string("HTTP/1.1 200 OK"), std::string("body")));
+  EXPECT_TRUE(handled);
+}
+
 TEST(HttpServerTest, CompressedBodiesReachTheHandlerInflatedWithinTheBodyLimit) {
   std::atomic<int> handled{0};
   HttpServerOptions options = Options();  // 1024 bytes of body
