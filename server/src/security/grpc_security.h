@@ -1,6 +1,6 @@
 #pragma once
 // The gRPC port's credentials: TLS (mutual with a client CA) from TlsOptions' files, and the token
-// check of auth.h.
+// check of auth.h; and its API gate (GrpcApiGate, below), which the service's handlers ask.
 //
 // TLS: gRPC's FileWatcherCertificateProvider re-reads the files every TlsOptions::reload_interval_s
 // (gRPC 1.51 offers no way to force a re-read, so SIGHUP does not shorten it); new handshakes see a
