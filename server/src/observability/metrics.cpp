@@ -9,8 +9,11 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <optional>
 #include <set>
 #include <utility>
+
+#include "graphserve/server/observability/gpu_monitor.h"
 
 namespace graphserve {
 
@@ -433,8 +436,45 @@ void ModelRequestMetrics::Count(StatusCode code) {
   requests_->Add({{"model", model_}, {"code", RequestCodeLabel(code)}}).Increment();
 }
 
+namespace {
+
+// Triton's per-GPU families, with its names, units and gpu_uuid label; a reading a GPU does not
+// support leaves its series out.
+void AddGpuFamilies(const std::vector<GpuReading>& readings, std::vector<MetricFamily>* families) {
+  struct GpuFamily {
+    const char* name;
+    const char* help;
+    MetricType type;
+    std::optional<double> GpuReading::*value;
+  };
+  static constexpr GpuFamily kGpuFamilies[] = {
+      {"nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", MetricType::Gauge, &GpuReading::utilization},
+      {"nv_gpu_memory_total_bytes", "GPU total memory, in bytes", MetricType::Gauge,
+       &GpuReading::memory_total_bytes},
+      {"nv_gpu_memory_used_bytes", "GPU used memory, in bytes", MetricType::Gauge,
+       &GpuReading::memory_used_bytes},
+      {"nv_gpu_power_usage", "GPU power usage in watts", MetricType::Gauge, &GpuReading::power_watts},
+      {"nv_gpu_power_limit", "GPU power management limit in watts", MetricType::Gauge,
+       &GpuReading::power_limit_watts},
+      {"nv_energy_consumption", "GPU energy consumption in joules since graphserve started",
+       MetricType::Counter, &GpuReading::energy_joules},
+  };
+  for (const GpuFamily& gpu_family : kGpuFamilies) {
+    MetricFamily family = NewFamily(gpu_family.name, gpu_family.help, gpu_family.type);
+    for (const GpuReading& reading : readings) {
+      if (const std::optional<double>& value = reading.*gpu_family.value) {
+        AddSample(&family, {{"gpu_uuid", reading.uuid}}, *value);
+      }
+    }
+    families->push_back(std::move(family));
+  }
+}
+
+}  // namespace
+
 ServerMetrics::ServerMetrics(ServerMetricsOptions options)
     : log_limiter_(options.log_limiter),
+      gpu_monitor_(options.gpu_monitor),
       registry_(std::make_unique<prometheus::Registry>()),
       collector_(std::make_unique<SchedulerCollector>(std::move(options))) {
   requests_ = &prometheus::BuildCounter()
@@ -573,6 +613,7 @@ std::string ServerMetrics::TextExposition() const {
     }
     families.push_back(std::move(suppressed));
   }
+  if (gpu_monitor_ != nullptr) AddGpuFamilies(gpu_monitor_->Read(), &families);
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -38,6 +38,7 @@ class Family;
 namespace graphserve {
 
 class SchedulerCollector;
+class GpuMonitor;
 
 // The `code` label of graphserve_requests_total: "success" for OK, otherwise the lower-case gRPC code
 // name ("invalid_argument", "resource_exhausted", "deadline_exceeded", ...).
@@ -96,6 +97,9 @@ struct ServerMetricsOptions {
   // Its suppressed lines per kind are read at scrape time (graphserve_log_lines_suppressed_total);
   // null: no such family. Must outlive the ServerMetrics.
   const LogLimiter* log_limiter = nullptr;
+  // Read at scrape time for Triton's per-GPU families (nv_gpu_*, nv_energy_consumption); null: no
+  // such families (no NVML, or --allow-gpu-metrics=false). Must outlive the ServerMetrics.
+  const GpuMonitor* gpu_monitor = nullptr;
 };
 
 // Every graphserve metric: the RPC edge's registry and the collector over the schedulers and their
@@ -140,7 +144,8 @@ class ServerMetrics {
   std::string TextExposition() const;
 
  private:
-  const LogLimiter* const log_limiter_;  // first: read from the options before they move on
+  const LogLimiter* const log_limiter_;  // first two: read from the options before they move on
+  const GpuMonitor* const gpu_monitor_;
   std::unique_ptr<prometheus::Registry> registry_;
   std::unique_ptr<SchedulerCollector> collector_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
