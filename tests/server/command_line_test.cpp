@@ -125,6 +125,13 @@ TEST(CommandLineTest, TritonsLogFormatsAreAccepted) {
   ExpectRefused({"--log-format", "xml"}, {"--log-format: unknown format 'xml'"});
 }
 
+TEST(CommandLineTest, AllowGpuMetricsIsTritonsBooleanDefaultingToTrue) {
+  EXPECT_TRUE(Accepted({}).server.gpu_metrics);
+  EXPECT_FALSE(Accepted({"--allow-gpu-metrics=false"}).server.gpu_metrics);
+  EXPECT_TRUE(Accepted({"--allow-gpu-metrics", "on"}).server.gpu_metrics);
+  ExpectRefused({"--allow-gpu-metrics", "maybe"}, {"--allow-gpu-metrics: 'maybe' is not a boolean"});
+}
+
 TEST(CommandLineTest, ExitOnErrorStrictReadinessAndStrictModelConfig) {
   CommandLine line = Accepted({"--exit-on-error=false", "--strict-readiness", "off"});
   EXPECT_FALSE(line.server.repository.exit_on_error);
@@ -165,7 +172,7 @@ TEST(CommandLineTest, TritonFlagsGraphserveCannotHonourAreRefusedNamingThem) {
   ExpectRefused({"--grpc-use-ssl=true"}, {"--grpc-use-ssl true", "--tls-cert-file"});
   ExpectRefused({"--pinned-memory-pool-byte-size", "268435456"}, {"--pinned-memory-pool-byte-size"});
   ExpectRefused({"--log-file", "/tmp/triton.log"}, {"--log-file /tmp/triton.log", "stdout"});
-  ExpectRefused({"--allow-gpu-metrics", "true"}, {"--allow-gpu-metrics true", "nv_gpu_"});
+  ExpectRefused({"--allow-cpu-metrics", "true"}, {"--allow-cpu-metrics true", "nv_cpu_"});
   ExpectRefused({"--id", "mine"}, {"--id mine", "'graphserve'"});
   // A value that asks for what graphserve does anyway is accepted.
   Accepted({"--rate-limit", "off", "--allow-sagemaker", "false", "--reuse-grpc-port=0", "--log-file", "",

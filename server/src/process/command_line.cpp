@@ -103,8 +103,6 @@ constexpr RefusedTritonFlag kRefusedTritonFlags[] = {
     {"--vertex-ai-port", nullptr, kNoVertexAi},
     {"--vertex-ai-thread-count", nullptr, kNoVertexAi},
     {"--vertex-ai-default-model", nullptr, kNoVertexAi},
-    {"--allow-gpu-metrics", kFalse,
-     "graphserve exports none of Triton's nv_gpu_* metrics (its graphserve_gpu_memory_* ones are always on)"},
     {"--allow-cpu-metrics", kFalse, "graphserve exports none of Triton's nv_cpu_* metrics"},
     {"--metrics-interval-ms", nullptr, "graphserve reads its metrics at each scrape"},
     {"--metrics-config", nullptr, "graphserve's metric families are fixed (docs/metrics.md)"},
@@ -191,7 +189,7 @@ struct TritonValues {
   EndpointFlags metrics{"metrics", "--metrics-address", "--metrics-port", "--allow-metrics", 0, ""};
   std::string model_store;
   std::string log_verbose, log_info, log_warning, log_error;
-  std::string exit_on_error, strict_readiness, strict_model_config;
+  std::string exit_on_error, strict_readiness, strict_model_config, allow_gpu_metrics;
   int repository_poll_secs = 15;
   double exit_timeout_secs = 30;
   // Triton's restricted APIs, one value per occurrence (api_groups.h reads them).
@@ -359,6 +357,10 @@ void AddTritonFlags(CLI::App& app, TritonValues* triton) {
                  "Triton's (default true): report ready only while every model loaded or tried serves; false: "
                  "ready once start-up is over")
       ->group(kTritonGroup);
+  app.add_option("--allow-gpu-metrics", triton->allow_gpu_metrics,
+                 "Triton's (default true): export nv_gpu_* utilization, memory and power of the GPUs the "
+                 "driver's NVML library reports; false: none")
+      ->group(kTritonGroup);
   app.add_option("--strict-model-config", triton->strict_model_config,
                  "Triton's: graphserve completes no config from the model file (true); false is accepted and "
                  "changes nothing")
@@ -512,6 +514,11 @@ Status ApplyRepositoryFlags(const CLI::App& app, const TritonValues& triton, Com
   if (Given(app, "--strict-readiness")) {
     const Status status =
         ParseTritonBool("--strict-readiness", triton.strict_readiness, &line->server.strict_readiness);
+    if (!status.ok()) return status;
+  }
+  if (Given(app, "--allow-gpu-metrics")) {
+    const Status status =
+        ParseTritonBool("--allow-gpu-metrics", triton.allow_gpu_metrics, &line->server.gpu_metrics);
     if (!status.ok()) return status;
   }
   if (Given(app, "--strict-model-config")) {

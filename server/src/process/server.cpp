@@ -10,11 +10,12 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "common/thread_name.h"
 #include "graphserve/server/common/usable_cores.h"
+#include "graphserve/server/observability/gpu_monitor.h"
 #include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/observability/metrics.h"
 #include "graphserve/server/observability/metrics_endpoint.h"
-#include "common/thread_name.h"
 #include "grpc/grpc_acceptor.h"
 #include "grpc/infer_path.h"
 #include "grpc/inference_service.h"
@@ -74,6 +75,17 @@ Status GraphServer::Start(const ServerOptions& options) {
   metrics_options.engine = engine;
   metrics_options.device_memory = GetDeviceMemory;
   metrics_options.log_limiter = &ClientLogLimiter();
+  if (options.gpu_metrics) {
+    std::string why;
+    gpu_monitor_ = GpuMonitor::Open(GpuMonitor::kNvmlLibrary, &why);
+    if (gpu_monitor_ != nullptr) {
+      spdlog::info("GPU metrics: nv_gpu_* of {} GPU(s), read through NVML at each scrape",
+                   gpu_monitor_->gpu_count());
+    } else {
+      spdlog::info("GPU metrics: none ({})", why);
+    }
+  }
+  metrics_options.gpu_monitor = gpu_monitor_.get();
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
 
   Status status = LoadCredentials(options);

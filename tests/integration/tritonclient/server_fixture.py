@@ -99,10 +99,10 @@ class Server:
 
     default_addresses=False leaves the endpoints' addresses to `args` (tritonserver's --grpc-port,
     ...); `endpoints` names those the server is expected to log as listening (readiness is waited for
-    over gRPC, so without "grpc" pass wait_ready=False)."""
+    over gRPC, so without "grpc" pass wait_ready=False); `env` adds to the server's environment."""
 
     def __init__(self, *args, log_name="graphserve", ready_timeout_s=600, wait_ready=True,
-                 default_addresses=True, endpoints=("grpc", "metrics", "http")):
+                 default_addresses=True, endpoints=("grpc", "metrics", "http"), env=None):
         if not BINARY:
             raise RuntimeError("GRAPHSERVE_BINARY is not set (run through ctest)")
         addresses = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
@@ -112,6 +112,7 @@ class Server:
         self.log_path = OUTPUT / f"{log_name}.log"
         self.ready_timeout_s = ready_timeout_s
         self.wait_ready = wait_ready
+        self.env = env  # added to this process's environment for the server's
         self.graphserve = None  # the GraphserveProcess, from __enter__ on
         self.process = None  # its subprocess.Popen, for tests that signal or wait on it
         self.grpc_port = None
@@ -147,7 +148,7 @@ class Server:
 
     def __enter__(self):
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        self.graphserve = GraphserveProcess(BINARY, self.args, self.log_path)
+        self.graphserve = GraphserveProcess(BINARY, self.args, self.log_path, env=self.env)
         self.process = self.graphserve.process
         try:
             self._wait_for_ports()

@@ -27,6 +27,7 @@ class Server;
 namespace graphserve {
 
 class GrpcAcceptor;
+class GpuMonitor;
 class GrpcApiGate;
 class HttpTls;
 class InferenceService;
@@ -74,6 +75,9 @@ struct ServerOptions {
   bool strict_readiness = true;
   // Bounds on the system shared-memory regions clients register (Triton's shared-memory extension).
   SharedMemoryLimits shared_memory;
+  // Triton's --allow-gpu-metrics: export nv_gpu_* readings of the GPUs NVML sees (gpu_monitor.h);
+  // without the driver's NVML library there are none either way.
+  bool gpu_metrics = true;
 };
 
 class GraphServer {
@@ -131,6 +135,7 @@ class GraphServer {
   std::unique_ptr<ApiGate> http_gate_;
   std::shared_ptr<HttpTls> http_tls_;
   // Outlives the repository: requests drained by its schedulers are still counted.
+  std::unique_ptr<GpuMonitor> gpu_monitor_;  // before metrics_, which reads it until destroyed
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<ModelRepository> repository_;
