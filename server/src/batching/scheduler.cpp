@@ -319,6 +319,9 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
     timing.compute_us = answers->end_us - answers->run->start_us;
     timing.padded_shape = answers->run->decision.padded_shape;
     timing.stages = answers->run->stage_times;
+    timing.enqueue_us = request->enqueue_us;
+    timing.batch_start_us = answers->run->start_us;
+    timing.batch_end_us = answers->end_us;
     std::vector<HostTensor> own =
         answers->statuses[i].ok() ? std::move(answers->outputs[i]) : std::vector<HostTensor>{};
     request->done(answers->statuses[i], std::move(own), timing);
@@ -536,6 +539,7 @@ void ModelScheduler::AnswerDoomed(std::vector<DoomedRequest> doomed, int64_t now
     answering_.Post([dropped = std::move(dropped), now_us] {
       RequestTiming timing;
       timing.queue_us = now_us - dropped.request->enqueue_us;
+      timing.enqueue_us = dropped.request->enqueue_us;
       dropped.request->done(dropped.outcome, {}, timing);
     });
   }

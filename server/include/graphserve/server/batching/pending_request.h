@@ -27,6 +27,11 @@ struct RequestTiming {
   BucketShape padded_shape;
   // The batch's stages as its executor timed them (zeros for a request that did not run).
   BatchStageTimes stages;
+  // When, on the scheduler's clock, the request was queued, its batch was launched and its batch
+  // completed (0: not reached), for its trace.
+  int64_t enqueue_us = 0;
+  int64_t batch_start_us = 0;
+  int64_t batch_end_us = 0;
 };
 
 // What has become of a request's client. A client cancels its call when its deadline passes, so a
