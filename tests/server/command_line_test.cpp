@@ -179,6 +179,30 @@ TEST(CommandLineTest, TritonFlagsGraphserveCannotHonourAreRefusedNamingThem) {
             "--trace-level", "OFF", "--grpc-infer-response-compression-level", "none"});
 }
 
+TEST(CommandLineTest, TraceConfigTakesTritonsSettingsInOrderWithItsOlderFlags) {
+  const CommandLine line =
+      Accepted({"--trace-config", "triton,file=/tmp/trace.json", "--trace-config", "level=TIMESTAMPS",
+                "--trace-rate", "7", "--trace-config", "rate=5", "--trace-config", "triton,log-frequency=50",
+                "--trace-count", "9", "--trace-file-from-clients", "--trace-queue-capacity", "16"});
+  const TraceOptions& trace = line.server.trace;
+  EXPECT_EQ(trace.global.file, "/tmp/trace.json");
+  EXPECT_TRUE(trace.global.timestamps);
+  EXPECT_EQ(trace.global.rate, 5);  // --trace-config's, given after the older flag's
+  EXPECT_EQ(trace.global.log_frequency, 50);
+  EXPECT_EQ(trace.global.count, 9);
+  EXPECT_TRUE(trace.clients_may_set_file);
+  EXPECT_EQ(trace.queue_capacity, 16u);
+  const TraceOptions defaults = Accepted({}).server.trace;
+  EXPECT_FALSE(defaults.global.timestamps);
+  EXPECT_FALSE(defaults.clients_may_set_file);
+
+  ExpectRefused({"--trace-config", "level=TIMESTAMPS"}, {"needs a trace file", "triton,file=PATH"});
+  ExpectRefused({"--trace-config", "opentelemetry,url=localhost:4318"},
+                {"--trace-config opentelemetry", "SDK"});
+  ExpectRefused({"--trace-level", "TENSORS"}, {"--trace-config level=TENSORS", "TENSORS"});
+  ExpectRefused({"--trace-config", "rate=0"}, {"--trace-config rate=0"});
+}
+
 TEST(CommandLineTest, MalformedCommandLinesKeepCli11sStatuses) {
   Parsed parsed = Parse({"--frobnicate"});
   ASSERT_TRUE(parsed.exit_status.has_value());

@@ -1,18 +1,23 @@
 // Triton's LogSettings and TraceSetting RPCs: Triton's level switches map onto spdlog's threshold and
-// back, updates apply all or nothing, formats really change the lines written, and tracing can only
-// stay off.
+// back, updates apply all or nothing, and formats really change the lines written; trace settings
+// sample by rate and count, per model over the global ones, and refuse what graphserve does not trace.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "graphserve/server/observability/log_settings.h"
 #include "graphserve/server/observability/logging.h"
 #include "graphserve/server/observability/trace_settings.h"
+#include "grpc_service.pb.h"
 
 namespace graphserve {
 namespace {
@@ -183,49 +188,191 @@ TEST_F(LogSettingsTest, FormatsChangeTheLinesWritten) {
 
 // TraceSetting
 
-Status UpdateTrace(const std::map<std::string, std::vector<std::string>>& settings,
-                   inference::TraceSettingResponse* response) {
+using Settings = std::map<std::string, std::vector<std::string>>;
+
+TraceConfig WithFile() {
+  TraceConfig config;
+  config.file = "/operator/trace.json";
+  return config;
+}
+
+Status UpdateTrace(TraceSettings& traces, const Settings& settings, inference::TraceSettingResponse* response,
+                   const std::string& model = "") {
   inference::TraceSettingRequest request;
+  request.set_model_name(model);
   for (const auto& [key, values] : settings) {
     auto& value = (*request.mutable_settings())[key];
     for (const std::string& v : values) value.add_value(v);
   }
-  return UpdateTraceSettings(request, response);
+  return traces.Update(request, response);
 }
 
-TEST(TraceSettingsTest, AReadAnswersTritonsKeysWithTracingOff) {
+// The settings in force, one value per key (trace_level's first).
+std::map<std::string, std::string> Read(TraceSettings& traces, const std::string& model = "") {
   inference::TraceSettingResponse response;
-  ASSERT_TRUE(UpdateTrace({}, &response).ok());
-  const auto& settings = response.settings();
-  auto only = [&](const std::string& key) {
-    EXPECT_EQ(settings.at(key).value_size(), 1) << key;
-    return settings.at(key).value(0);
-  };
-  EXPECT_EQ(only("trace_level"), "OFF");
-  EXPECT_EQ(only("trace_rate"), "1000");
-  EXPECT_EQ(only("trace_count"), "-1");
-  EXPECT_EQ(only("log_frequency"), "0");
-  EXPECT_EQ(only("trace_mode"), "triton");
-}
-
-TEST(TraceSettingsTest, TracingOffAndResetsSucceedAnythingThatWouldTraceIsUnimplemented) {
-  inference::TraceSettingResponse response;
-  EXPECT_TRUE(UpdateTrace({{"trace_level", {"OFF"}}, {"trace_rate", {}}}, &response).ok());
-  EXPECT_EQ(response.settings().at("trace_level").value(0), "OFF");
-
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"trace_level", "TIMESTAMPS"}, {"trace_rate", "1"}, {"trace_mode", "opentelemetry"}}) {
-    inference::TraceSettingResponse refused;
-    const Status status = UpdateTrace({{key, {value}}}, &refused);
-    EXPECT_EQ(status.code(), StatusCode::kUnimplemented) << key;
-    EXPECT_NE(status.message().find("settings['" + key + "']"), std::string::npos) << status.message();
-    EXPECT_NE(status.message().find("does not trace requests"), std::string::npos);
-    EXPECT_NE(status.message().find("ModelStatistics and on /metrics"), std::string::npos);
-    EXPECT_EQ(refused.settings_size(), 0);
+  EXPECT_TRUE(UpdateTrace(traces, {}, &response, model).ok());
+  std::map<std::string, std::string> read;
+  for (const auto& [key, value] : response.settings()) {
+    EXPECT_EQ(value.value_size(), 1) << key;
+    read[key] = value.value(0);
   }
-  const Status unknown = UpdateTrace({{"trace_file", {"/tmp/trace.json"}}}, &response);
-  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(unknown.message().find("settings['trace_file']: unknown trace setting"), std::string::npos);
+  return read;
+}
+
+// Which of `requests` requests to `model` are sampled (1-based).
+std::vector<int> Sampled(TraceSettings& traces, const std::string& model, int requests) {
+  std::vector<int> sampled;
+  for (int i = 1; i <= requests; ++i) {
+    if (traces.Sample(model)) sampled.push_back(i);
+  }
+  return sampled;
+}
+
+TEST(TraceSettingsTest, AReadAnswersTritonsDefaultsWithoutTheOperatorsFile) {
+  TraceSettings traces(WithFile(), false);
+  EXPECT_EQ(Read(traces), (std::map<std::string, std::string>{{"trace_level", "OFF"},
+                                                              {"trace_rate", "1000"},
+                                                              {"trace_count", "-1"},
+                                                              {"log_frequency", "0"},
+                                                              {"trace_mode", "triton"}}));
+  EXPECT_FALSE(traces.Sample("m"));
+  TraceSettings with_file(WithFile(), true);
+  EXPECT_EQ(Read(with_file).at("trace_file"), "/operator/trace.json");
+}
+
+TEST(TraceSettingsTest, RateSamplesEveryNthRequestAndCountStopsTracing) {
+  TraceSettings traces(WithFile(), false);
+  inference::TraceSettingResponse response;
+  ASSERT_TRUE(UpdateTrace(traces,
+                          {{"trace_level", {"TIMESTAMPS"}},
+                           {"trace_rate", {"3"}},
+                           {"trace_count", {"2"}},
+                           {"log_frequency", {"5"}}},
+                          &response)
+                  .ok());
+  EXPECT_EQ(response.settings().at("trace_level").value(0), "TIMESTAMPS");
+  EXPECT_EQ(Sampled(traces, "m", 3), std::vector<int>{3});
+  EXPECT_FALSE(traces.Sample("m"));
+  EXPECT_FALSE(traces.Sample("m"));
+  const std::optional<TraceTicket> second = traces.Sample("m");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->id, 2u);
+  EXPECT_EQ(second->file, "/operator/trace.json");
+  EXPECT_EQ(second->log_frequency, 5);
+  EXPECT_EQ(Read(traces).at("trace_count"), "0");
+  EXPECT_TRUE(Sampled(traces, "m", 9).empty());  // the count is spent
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_count", {"-1"}}, {"trace_rate", {"1"}}}, &response).ok());
+  EXPECT_EQ(Sampled(traces, "m", 2), (std::vector<int>{1, 2}));
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_level", {"OFF"}}}, &response).ok());
+  EXPECT_TRUE(Sampled(traces, "m", 3).empty());
+}
+
+TEST(TraceSettingsTest, ModelSettingsOverrideTheGlobalOnesKeyByKey) {
+  TraceSettings traces(WithFile(), false);
+  inference::TraceSettingResponse response;
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_level", {"TIMESTAMPS"}}, {"trace_rate", {"1"}}}, &response).ok());
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_rate", {"2"}}}, &response, "a").ok());
+  EXPECT_EQ(response.settings().at("trace_rate").value(0), "2");
+  EXPECT_EQ(response.settings().at("trace_level").value(0), "TIMESTAMPS");  // the global level
+  EXPECT_EQ(Read(traces).at("trace_rate"), "1");
+  EXPECT_EQ(Read(traces, "b").at("trace_rate"), "1");  // a model without settings reads the global ones
+  EXPECT_EQ(Sampled(traces, "a", 4), (std::vector<int>{2, 4}));
+  EXPECT_EQ(Sampled(traces, "b", 2), (std::vector<int>{1, 2}));
+
+  // A key the model does not set follows the global one; the one it sets does not.
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_level", {"OFF"}}, {"trace_rate", {"5"}}}, &response).ok());
+  EXPECT_EQ(Read(traces, "a").at("trace_level"), "OFF");
+  EXPECT_EQ(Read(traces, "a").at("trace_rate"), "2");
+  EXPECT_TRUE(Sampled(traces, "a", 4).empty());
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_level", {"TIMESTAMPS"}}}, &response, "a").ok());
+  EXPECT_EQ(Sampled(traces, "a", 2), std::vector<int>{2});
+  EXPECT_TRUE(Sampled(traces, "b", 4).empty());  // globally off
+
+  // Reset, every key the model set follows the global settings again.
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_level", {}}, {"trace_rate", {}}}, &response, "a").ok());
+  EXPECT_EQ(Read(traces, "a"), Read(traces));
+  // A global reset goes back to what the server started with.
+  ASSERT_TRUE(UpdateTrace(traces, {{"trace_rate", {}}}, &response).ok());
+  EXPECT_EQ(Read(traces).at("trace_rate"), "1000");
+}
+
+TEST(TraceSettingsTest, RefusalsNameTheSettingAndChangeNothing) {
+  TraceSettings traces(TraceConfig{}, false);
+  const std::map<std::string, std::string> before = Read(traces);
+  struct Refusal {
+    Settings settings;
+    StatusCode code;
+    std::string says;
+  };
+  const Refusal refusals[] = {
+      {{{"trace_level", {"TIMESTAMPS"}}},
+       StatusCode::kFailedPrecondition,
+       "settings['trace_level']: no trace file"},
+      {{{"trace_level", {"TENSORS"}}}, StatusCode::kUnimplemented, "'TENSORS' is not supported"},
+      {{{"trace_level", {"OFF", "TIMESTAMPS"}}}, StatusCode::kInvalidArgument, "OFF cannot be given"},
+      {{{"trace_level", {"LOUD"}}}, StatusCode::kInvalidArgument, "'LOUD' is not a trace level"},
+      {{{"trace_mode", {"opentelemetry"}}},
+       StatusCode::kUnimplemented,
+       "no maintained OpenTelemetry C++ SDK"},
+      {{{"trace_file", {"/etc/passwd"}}},
+       StatusCode::kFailedPrecondition,
+       "settings['trace_file']: clients may not"},
+      {{{"trace_rate", {"0"}}, {"trace_count", {"3"}}},
+       StatusCode::kInvalidArgument,
+       "settings['trace_rate']: '0' is not a whole number from 1"},
+      {{{"trace_count", {"-2"}}}, StatusCode::kInvalidArgument, "settings['trace_count']"},
+      {{{"log_frequency", {"1", "2"}}}, StatusCode::kInvalidArgument, "expected one value, got 2"},
+      {{{"trace_rate", {"12x"}}}, StatusCode::kInvalidArgument, "'12x'"},
+      {{{"trace_colour", {"red"}}},
+       StatusCode::kInvalidArgument,
+       "settings['trace_colour']: unknown trace setting"},
+  };
+  for (const Refusal& refusal : refusals) {
+    inference::TraceSettingResponse response;
+    const Status status = UpdateTrace(traces, refusal.settings, &response);
+    EXPECT_EQ(status.code(), refusal.code) << status.message();
+    EXPECT_NE(status.message().find(refusal.says), std::string::npos) << status.message();
+    EXPECT_EQ(response.settings_size(), 0);
+  }
+  EXPECT_EQ(Read(traces), before);
+
+  TraceSettings allowed(TraceConfig{}, true);
+  inference::TraceSettingResponse response;
+  ASSERT_TRUE(
+      UpdateTrace(allowed, {{"trace_file", {"/client/t.json"}}, {"trace_level", {"TIMESTAMPS"}}}, &response)
+          .ok());
+  EXPECT_EQ(response.settings().at("trace_file").value(0), "/client/t.json");
+}
+
+TEST(TraceSettingsTest, TraceConfigFlagsTakeTritonsSpelling) {
+  TraceConfig config;
+  for (const char* flag : {"triton,file=/tmp/t.json", "triton,log-frequency=50", "rate=100",
+                           "level=timestamps", "count=7", "mode=triton"}) {
+    ASSERT_TRUE(ApplyTraceConfigFlag(flag, &config).ok()) << flag;
+  }
+  EXPECT_EQ(config.file, "/tmp/t.json");
+  EXPECT_EQ(config.log_frequency, 50);
+  EXPECT_EQ(config.rate, 100);
+  EXPECT_TRUE(config.timestamps);
+  EXPECT_EQ(config.count, 7);
+  const std::pair<const char*, const char*> refused[] = {
+      {"opentelemetry,url=localhost:4318", "no maintained OpenTelemetry C++ SDK"},
+      {"mode=opentelemetry", "no maintained OpenTelemetry C++ SDK"},
+      {"level=TENSORS", "'TENSORS' is not supported"},
+      {"file=/tmp/t.json", "write it triton,file=VALUE"},
+      {"triton,rate=3", "'rate' takes no mode"},
+      {"rate=0", "'0' is not a whole number from 1"},
+      {"rate", "expected [triton,]SETTING=VALUE"},
+      {"jaeger,file=x", "'jaeger' is not a trace mode"},
+      {"colour=red", "unknown setting"},
+  };
+  for (const auto& [flag, says] : refused) {
+    const Status status = ApplyTraceConfigFlag(flag, &config);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << flag;
+    EXPECT_NE(status.message().find(std::string("--trace-config ") + flag + ": "), std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find(says), std::string::npos) << status.message();
+  }
 }
 
 }  // namespace

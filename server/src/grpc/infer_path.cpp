@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +42,27 @@ void CountFinished(ModelRequestMetrics* metrics, ModelStatisticsRecorder* statis
 
 constexpr ApiGroup kInferenceGroup = GroupOfGrpcMethod("ModelInfer");
 static_assert(GroupOfGrpcMethod("ModelStreamInfer") == kInferenceGroup, "both infer RPCs take this path");
+
+// Writes the request's trace when its model's trace settings sample it; after encoding, so that
+// REQUEST_END covers it.
+void TraceIfSampled(const RequestTracing& tracing, const LoadedModel& model,
+                    const inference::ModelInferRequest& request, int64_t arrival_us,
+                    const RequestTiming& timing, const Clock& clock) {
+  if (tracing.settings == nullptr) return;
+  std::optional<TraceTicket> ticket = tracing.settings->Sample(model.scheduler->spec().name);
+  if (!ticket) return;
+  RequestTrace trace;
+  trace.ticket = std::move(*ticket);
+  trace.model_name = model.scheduler->spec().name;
+  // Triton's versions are numbers; graphserve's flat layout serves version "1".
+  const char* version_end = model.version.data() + model.version.size();
+  if (std::from_chars(model.version.data(), version_end, trace.model_version).ptr != version_end) {
+    trace.model_version = -1;
+  }
+  trace.request_id = request.id();
+  trace.timestamps = TraceTimestamps(arrival_us, timing, clock.NowMicros());
+  tracing.writer->Submit(std::move(trace));
+}
 
 }  // namespace
 
@@ -117,6 +140,7 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
   const Clock* clock = clock_;
   const int64_t arrival_us = prepared.arrival_us;
   ModelStatisticsRecorder* statistics = &scheduler->statistics();
+  const RequestTracing tracing = tracing_;
   const int64_t rows = prepared.pending->item.rows;
   // `done` is the request's own member: it reaches the request through a plain pointer, since a
   // shared one would keep the request alive forever.
@@ -125,10 +149,10 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
   const SharedMemoryTensors* shared_memory = &prepared.shared_memory;
   // Counted before the receiver answers, so that a client that has its answer finds it in the next
   // scrape.
-  prepared.pending->done = [receiver, &request, response, model, model_metrics, statistics, clock,
-                            arrival_us, rows, self, shared_memory](const Status& outcome,
-                                                                  std::vector<HostTensor>&& outputs,
-                                                                  const RequestTiming& timing) {
+  prepared.pending->done = [receiver, &request, response, model, model_metrics, statistics, clock, arrival_us,
+                            rows, self, shared_memory,
+                            tracing](const Status& outcome, std::vector<HostTensor>&& outputs,
+                                     const RequestTiming& timing) {
     const int64_t now_us = clock->NowMicros();
     Status answer = SettleWithClient(outcome, *self, now_us);
     if (answer.ok()) {
@@ -136,6 +160,7 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
                                    response, shared_memory);
     }
     CountFinished(model_metrics, statistics, answer, rows, now_us - arrival_us, timing);
+    TraceIfSampled(tracing, *model, request, arrival_us, timing, *clock);
     receiver->Answered(answer);
   };
   model_metrics->Started(rows, scheduler->spec().has_sequence_length() ? prepared.pending->item.length : -1);

@@ -21,6 +21,7 @@
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/request_codec.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
+#include "graphserve/server/observability/trace_writer.h"
 #include "graphserve/server/repository/model_repository.h"
 #include "grpc_service.pb.h"
 
@@ -67,16 +68,18 @@ struct PreparedInference {
 class InferPath {
  public:
   // `ready`: false while the models load and once the server drains; requests are then refused.
-  // `shared_memory`: the regions requests may name for their tensors (null: none may). `gate`: who
-  // may call the inference group (null: everyone).
+  // `shared_memory`: the regions requests may name for their tensors (null: none may).
+  // `tracing`: samples and writes the traces of requests that reach a scheduler (null members: none).
+  // `gate`: who may call the inference group (null: everyone).
   InferPath(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
-            const std::atomic<bool>* ready, const SharedMemoryRegistry* shared_memory,
+            const std::atomic<bool>* ready, const SharedMemoryRegistry* shared_memory, RequestTracing tracing,
             const GrpcApiGate* gate = nullptr)
       : repository_(repository),
         clock_(clock),
         metrics_(metrics),
         ready_(ready),
         shared_memory_(shared_memory),
+        tracing_(tracing),
         gate_(gate) {}
 
   // OK, or the API gate's refusal of the call (ModelInfer's, or a whole ModelStreamInfer stream's),
@@ -104,6 +107,7 @@ class InferPath {
   const std::atomic<bool>* ready_;
   const SharedMemoryRegistry* shared_memory_;
   const GrpcApiGate* gate_;
+  RequestTracing tracing_;
 };
 
 }  // namespace graphserve

@@ -56,7 +56,7 @@ grpc::Status ToGrpcStatus(const Status& status) {
 }
 
 InferPath InferenceService::infer_path() const {
-  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_, gate_);
+  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_, tracing_, gate_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::Refused(grpc::CallbackServerContext* context,
@@ -125,8 +125,9 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
   response->set_version(GRAPHSERVE_VERSION);
   // The KServe v2 / Triton extensions graphserve serves (on both bindings; binary_tensor_data is the
   // REST binding's).
-  for (const char* extension : {"model_repository", "model_repository(unload_dependents)", "model_configuration",
-                                "statistics", "logging", "binary_tensor_data", "system_shared_memory"}) {
+  for (const char* extension :
+       {"model_repository", "model_repository(unload_dependents)", "model_configuration", "statistics",
+        "logging", "trace", "binary_tensor_data", "system_shared_memory"}) {
     response->add_extensions(extension);
   }
   return FinishNow(context, grpc::Status::OK);

@@ -17,6 +17,7 @@
 
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
+#include "graphserve/server/observability/trace_writer.h"
 #include "graphserve/server/repository/model_repository.h"
 #include "graphserve/server/security/api_groups.h"
 #include "grpc_service.grpc.pb.h"
@@ -69,6 +70,9 @@ class InferenceService final : public InferenceServiceBase {
   // repository must have been added to the metrics (ServerMetrics::AddModel) before the service
   // turns ready.
   void SetReady(bool ready) { ready_.store(ready); }
+  // Where requests' traces are sampled and written, and what TraceSetting changes; set before
+  // serving. Without it requests are not traced and TraceSetting answers tracing off (trace_settings.h).
+  void set_tracing(RequestTracing tracing) { tracing_ = tracing; }
   // Triton's --strict-readiness (ServerOptions::strict_readiness); set before serving.
   void set_strict_readiness(bool strict) { strict_readiness_ = strict; }
   // Who may call which API group (security/grpc_security.h); every RPC asks it first. Null: everyone.
@@ -169,6 +173,7 @@ class InferenceService final : public InferenceServiceBase {
   bool strict_readiness_ = true;
   std::atomic<bool> live_{true};
   const GrpcApiGate* gate_ = nullptr;
+  RequestTracing tracing_;
 };
 
 }  // namespace graphserve

@@ -61,7 +61,11 @@ grpc::ServerUnaryReactor* InferenceService::TraceSetting(
     const Status status = repository_->Find(request->model_name(), "", "model_name", "", &model);
     if (!status.ok()) return FinishNow(context, ToGrpcStatus(status));
   }
-  return FinishNow(context, ToGrpcStatus(UpdateTraceSettings(*request, response)));
+  if (tracing_.settings == nullptr) {
+    return FinishNow(context,
+                     ToGrpcStatus(Status(StatusCode::kUnimplemented, "this server traces no requests")));
+  }
+  return FinishNow(context, ToGrpcStatus(tracing_.settings->Update(*request, response)));
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(

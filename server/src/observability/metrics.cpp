@@ -114,6 +114,14 @@ void AddSample(MetricFamily* family, std::vector<ClientMetric::Label> labels, do
   family->metric.push_back(std::move(metric));
 }
 
+// A counter family of one label, a sample per value.
+MetricFamily CounterByLabel(const char* name, const char* help, const std::string& label,
+                            const std::vector<std::pair<std::string, double>>& counts) {
+  MetricFamily family = NewFamily(name, help, MetricType::Counter);
+  for (const auto& [value, count] : counts) AddSample(&family, {{label, value}}, count);
+  return family;
+}
+
 bool IsCudaDevice(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
 // Triton's per-model families (its metrics.md), labelled model and version, with the value each
@@ -475,6 +483,7 @@ void AddGpuFamilies(const std::vector<GpuReading>& readings, std::vector<MetricF
 ServerMetrics::ServerMetrics(ServerMetricsOptions options)
     : log_limiter_(options.log_limiter),
       gpu_monitor_(options.gpu_monitor),
+      trace_writer_(options.trace_writer),
       registry_(std::make_unique<prometheus::Registry>()),
       collector_(std::make_unique<SchedulerCollector>(std::move(options))) {
   requests_ = &prometheus::BuildCounter()
@@ -600,18 +609,29 @@ std::string ServerMetrics::TextExposition() const {
   std::vector<MetricFamily> collected = collector_->Collect();
   families.insert(families.end(), std::make_move_iterator(collected.begin()),
                   std::make_move_iterator(collected.end()));
+  // Counted where they happen, read here: every label value from 0, so that an alert has a series.
   if (log_limiter_ != nullptr) {
-    // Counted by the limiter itself, read here: every kind from 0, so that an alert has a series.
-    MetricFamily suppressed = NewFamily("graphserve_log_lines_suppressed_total",
-                                        "Log lines that clients caused and the rate limit dropped, by kind "
-                                        "(auth_failure, refused_connection, batch_failure, libmicrohttpd, grpc, "
-                                        "protobuf)",
-                                        MetricType::Counter);
+    std::vector<std::pair<std::string, double>> suppressed;
     for (LogKind kind : kLogKinds) {
-      AddSample(&suppressed, {{"kind", LogKindLabel(kind)}},
-                static_cast<double>(log_limiter_->SuppressedTotal(kind)));
+      suppressed.emplace_back(LogKindLabel(kind), static_cast<double>(log_limiter_->SuppressedTotal(kind)));
     }
-    families.push_back(std::move(suppressed));
+    families.push_back(
+        CounterByLabel("graphserve_log_lines_suppressed_total",
+                       "Log lines that clients caused and the rate limit dropped, by kind "
+                       "(auth_failure, refused_connection, batch_failure, libmicrohttpd, grpc, "
+                       "protobuf)",
+                       "kind", suppressed));
+  }
+  if (trace_writer_ != nullptr) {
+    std::vector<std::pair<std::string, double>> dropped;
+    for (TraceDrop reason : {TraceDrop::kQueueFull, TraceDrop::kWriteFailed, TraceDrop::kFileFull}) {
+      dropped.emplace_back(TraceDropLabel(reason), static_cast<double>(trace_writer_->Dropped(reason)));
+    }
+    families.push_back(CounterByLabel("graphserve_trace_dropped_total",
+                                      "Sampled request traces not written: the writer's queue was full "
+                                      "(queue_full), the trace file could not be written (write_failed) or "
+                                      "held --trace-max-traces-per-file already (file_full)",
+                                      "reason", dropped));
   }
   if (gpu_monitor_ != nullptr) AddGpuFamilies(gpu_monitor_->Read(), &families);
   return prometheus::TextSerializer().Serialize(families);

@@ -15,6 +15,7 @@
 
 #include "graphserve/server/batching/batch_planner.h"
 #include "graphserve/server/observability/log_settings.h"
+#include "graphserve/server/observability/trace_settings.h"
 #include "graphserve/server/security/auth.h"
 
 namespace graphserve {
@@ -37,8 +38,6 @@ constexpr const char* kNoBackends =
 constexpr const char* kMemoryPools =
     "graphserve sizes each model's pinned staging buffers and CUDA graph pool from its bucket grid "
     "(docs/configuration.md)";
-constexpr const char* kNoTracing =
-    "graphserve traces no requests; per-stage durations are in ModelStatistics and on /metrics";
 constexpr const char* kTls =
     "graphserve's TLS covers every port: --tls-cert-file, --tls-key-file and --tls-client-ca-file";
 constexpr const char* kGrpcChannel =
@@ -70,12 +69,6 @@ constexpr RefusedTritonFlag kRefusedTritonFlags[] = {
     {"--buffer-manager-thread-count", nullptr, "graphserve has no buffer manager threads"},
     {"--host-policy", nullptr, "graphserve places instances by instance_group alone"},
     {"--log-file", "", "graphserve logs to stdout only"},
-    {"--trace-file", nullptr, kNoTracing},
-    {"--trace-level", "off", kNoTracing},
-    {"--trace-rate", nullptr, kNoTracing},
-    {"--trace-count", nullptr, kNoTracing},
-    {"--trace-log-frequency", nullptr, kNoTracing},
-    {"--trace-config", nullptr, kNoTracing},
     {"--grpc-use-ssl", kFalse, kTls},
     {"--grpc-use-ssl-mutual", kFalse, kTls},
     {"--grpc-server-cert", nullptr, kTls},
@@ -190,6 +183,9 @@ struct TritonValues {
   std::string model_store;
   std::string log_verbose, log_info, log_warning, log_error;
   std::string exit_on_error, strict_readiness, strict_model_config, allow_gpu_metrics;
+  // Triton's --trace-config values, and its older flags that each set one of them.
+  std::vector<std::string> trace_config;
+  std::string trace_file, trace_level, trace_rate, trace_count, trace_log_frequency;
   int repository_poll_secs = 15;
   double exit_timeout_secs = 30;
   // Triton's restricted APIs, one value per occurrence (api_groups.h reads them).
@@ -300,6 +296,19 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
   app.add_option("--auth-token-file", options.auth.token_file,
                  "file of accepted tokens, one per line; callers send 'authorization: Bearer TOKEN' or "
                  "'x-api-key: TOKEN' (GRAPHSERVE_AUTH_TOKEN in the environment adds tokens too)");
+  app.add_flag("--trace-file-from-clients", options.trace.clients_may_set_file,
+               "let clients set trace_file over the trace API: the server then writes wherever a client "
+               "asks (off: only --trace-config triton,file=PATH chooses it)");
+  app.add_option("--trace-queue-capacity", options.trace.queue_capacity,
+                 "sampled traces waiting to be written to the trace file; more are dropped and counted in "
+                 "graphserve_trace_dropped_total")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--trace-max-traces-per-file", options.trace.max_traces_per_file,
+                 "traces written to one trace file (its rolled files together) while the server runs; more "
+                 "are dropped and counted in graphserve_trace_dropped_total, so tracing cannot fill the disk")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_flag("--auth-health", options.auth.protect_health,
                "health probes (grpc.health.v1, ServerLive/Ready, /v2/health/*) need a token too");
   app.add_flag("--metrics-auth", options.auth.protect_metrics, "/metrics needs a token too");
@@ -376,6 +385,20 @@ void AddTritonFlags(CLI::App& app, TritonValues* triton) {
   app.add_option("--exit-timeout-secs", triton->exit_timeout_secs, "Triton's: --drain-timeout-s")
       ->check(CLI::Range(0.0, 86400.0))
       ->group(kTritonGroup);
+  app.add_option("--trace-config", triton->trace_config,
+                 "Triton's request tracing, repeatable: triton,file=PATH, triton,log-frequency=N, "
+                 "level=OFF|TIMESTAMPS, rate=N, count=N (docs/running.md, \"Tracing\")")
+      ->group(kTritonGroup);
+  const std::pair<const char*, std::string*> old_trace_flags[] = {
+      {"--trace-file", &triton->trace_file},
+      {"--trace-level", &triton->trace_level},
+      {"--trace-rate", &triton->trace_rate},
+      {"--trace-count", &triton->trace_count},
+      {"--trace-log-frequency", &triton->trace_log_frequency},
+  };
+  for (const auto& [flag, value] : old_trace_flags) {
+    app.add_option(flag, *value, "Triton's older spelling of a --trace-config setting")->group(kTritonGroup);
+  }
   // Hidden from --help (they do nothing graphserve can), refused after parsing with their reason.
   for (size_t i = 0; i < std::size(kRefusedTritonFlags); ++i) {
     app.add_option(kRefusedTritonFlags[i].name, triton->refused_values[i])->group("");
@@ -593,6 +616,32 @@ Status ParseLogFormatFlag(const std::string& text, LogFormat* format) {
   return ParseLogFormat(text, format);
 }
 
+// Triton's older trace flags first, as the --trace-config settings they are, then --trace-config's
+// own, in order: a later value of a setting wins, as in Triton.
+Status ApplyTraceFlags(const CLI::App& app, const TritonValues& triton, TraceConfig* config) {
+  const std::pair<const char*, std::pair<const char*, const std::string*>> old_flags[] = {
+      {"--trace-file", {"triton,file=", &triton.trace_file}},
+      {"--trace-level", {"level=", &triton.trace_level}},
+      {"--trace-rate", {"rate=", &triton.trace_rate}},
+      {"--trace-count", {"count=", &triton.trace_count}},
+      {"--trace-log-frequency", {"triton,log-frequency=", &triton.trace_log_frequency}},
+  };
+  std::vector<std::string> settings;
+  for (const auto& [flag, setting] : old_flags) {
+    if (Given(app, flag)) settings.push_back(setting.first + *setting.second);
+  }
+  settings.insert(settings.end(), triton.trace_config.begin(), triton.trace_config.end());
+  for (const std::string& setting : settings) {
+    const Status status = ApplyTraceConfigFlag(setting, config);
+    if (!status.ok()) return status;
+  }
+  if (config->timestamps && config->file.empty()) {
+    return InvalidArgument(
+        "--trace-config level=TIMESTAMPS needs a trace file: --trace-config triton,file=PATH");
+  }
+  return Status::Ok();
+}
+
 // Everything after CLI11 has read the command line.
 Status Interpret(const CLI::App& app, const GraphserveValues& values, const TritonValues& triton, CommandLine* line) {
   ServerOptions& options = line->server;
@@ -618,6 +667,7 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
   if (status.ok()) status = ApplyLogFlags(app, triton, line);
   if (status.ok()) status = ApplyRepositoryFlags(app, triton, line);
   if (status.ok()) status = ApplyRestrictionFlags(values, triton, &options.api_access);
+  if (status.ok()) status = ApplyTraceFlags(app, triton, &options.trace.global);
   if (status.ok()) status = ValidateSecurity(options);
   return status;
 }

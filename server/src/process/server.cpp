@@ -16,6 +16,7 @@
 #include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/observability/metrics.h"
 #include "graphserve/server/observability/metrics_endpoint.h"
+#include "graphserve/server/observability/trace_writer.h"
 #include "grpc/grpc_acceptor.h"
 #include "grpc/infer_path.h"
 #include "grpc/inference_service.h"
@@ -86,6 +87,11 @@ Status GraphServer::Start(const ServerOptions& options) {
     }
   }
   metrics_options.gpu_monitor = gpu_monitor_.get();
+  trace_settings_ = std::make_unique<TraceSettings>(options.trace.global, options.trace.clients_may_set_file);
+  trace_writer_ =
+      std::make_unique<TraceWriter>(options.trace.queue_capacity, options.trace.max_traces_per_file);
+  trace_writer_->Start();
+  metrics_options.trace_writer = trace_writer_.get();
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
 
   Status status = LoadCredentials(options);
@@ -168,6 +174,7 @@ void GraphServer::CreateRepositoryAndService() {
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get(), shared_memory_.get());
   service_->set_strict_readiness(options_.strict_readiness);
   service_->set_api_gate(grpc_gate_.get());
+  service_->set_tracing(RequestTracing{trace_settings_.get(), trace_writer_.get()});
 }
 
 Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const RequestLimits& limits,
@@ -380,6 +387,8 @@ void GraphServer::Shutdown() {
   }
   // Only now: the queues' threads deliver the last answers, then their completion queues shut down.
   if (infer_queues_) infer_queues_->Stop();
+  // Every request is answered, and traced: the traces still queued are written.
+  if (trace_writer_) trace_writer_->Stop();
   grpc_server_.reset();
   infer_queues_.reset();
   grpc_acceptor_.reset();

@@ -25,6 +25,7 @@
 #include "graphserve/server/batching/scheduler.h"
 #include "graphserve/server/common/thread_annotations.h"
 #include "graphserve/server/observability/log_limiter.h"
+#include "graphserve/server/observability/trace_writer.h"
 
 namespace prometheus {
 class Counter;
@@ -100,6 +101,9 @@ struct ServerMetricsOptions {
   // Read at scrape time for Triton's per-GPU families (nv_gpu_*, nv_energy_consumption); null: no
   // such families (no NVML, or --allow-gpu-metrics=false). Must outlive the ServerMetrics.
   const GpuMonitor* gpu_monitor = nullptr;
+  // Its dropped traces are read at scrape time (graphserve_trace_dropped_total); null: no such
+  // family. Must outlive the ServerMetrics' scrapes.
+  const TraceWriter* trace_writer = nullptr;
 };
 
 // Every graphserve metric: the RPC edge's registry and the collector over the schedulers and their
@@ -144,8 +148,10 @@ class ServerMetrics {
   std::string TextExposition() const;
 
  private:
-  const LogLimiter* const log_limiter_;  // first two: read from the options before they move on
+  // The first three are read from the options before they move on.
+  const LogLimiter* const log_limiter_;
   const GpuMonitor* const gpu_monitor_;
+  const TraceWriter* const trace_writer_;
   std::unique_ptr<prometheus::Registry> registry_;
   std::unique_ptr<SchedulerCollector> collector_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;

@@ -16,6 +16,7 @@
 #include "graphserve/engine/status.h"
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
+#include "graphserve/server/observability/trace_settings.h"
 #include "graphserve/server/repository/model_repository.h"
 #include "graphserve/server/security/api_groups.h"
 #include "graphserve/server/security/auth.h"
@@ -34,6 +35,7 @@ class InferenceService;
 class MetricsEndpoint;
 class RestEndpoint;
 class ServerMetrics;
+class TraceWriter;
 class UnaryInferQueues;
 
 struct ServerOptions {
@@ -78,6 +80,8 @@ struct ServerOptions {
   // Triton's --allow-gpu-metrics: export nv_gpu_* readings of the GPUs NVML sees (gpu_monitor.h);
   // without the driver's NVML library there are none either way.
   bool gpu_metrics = true;
+  // Triton's request tracing (--trace-config; trace_settings.h).
+  TraceOptions trace;
 };
 
 class GraphServer {
@@ -141,6 +145,10 @@ class GraphServer {
   std::unique_ptr<ModelRepository> repository_;
   // Before service_, which registers regions in it and whose requests read and write them.
   std::unique_ptr<SharedMemoryRegistry> shared_memory_;
+  // Before service_, which samples requests and answers TraceSetting with them; the writer outlives
+  // the repository, whose drained requests are still traced, and goes before metrics_, which reads it.
+  std::unique_ptr<TraceSettings> trace_settings_;
+  std::unique_ptr<TraceWriter> trace_writer_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<GrpcAcceptor> grpc_acceptor_;
   std::unique_ptr<grpc::Server> grpc_server_;
