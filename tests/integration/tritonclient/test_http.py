@@ -129,7 +129,7 @@ class HttpTest(server_fixture.ServerTestCase):
         self.assert_http_error(
             lambda: self.http.infer(MODEL, http_inputs(ids, mask), headers={"Content-Encoding": "br"}),
             415, "Content-Encoding: 'br'")
-        # Trace settings are answered as on gRPC: tracing off, and refused on.
+        # Trace settings are answered as on gRPC: off, and without a trace file refused on.
         settings = self.http.get_trace_settings()
         self.assertEqual(settings["trace_level"], ["OFF"])
         self.assertEqual(settings["trace_rate"], "1000")
@@ -137,7 +137,7 @@ class HttpTest(server_fixture.ServerTestCase):
         self.assertEqual(self.http.update_trace_settings(settings={"trace_level": ["OFF"], "trace_rate": None}),
                          settings)
         self.assert_http_error(lambda: self.http.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
-                               501, "does not trace requests")
+                               400, "no trace file")
         self.assert_http_error(lambda: self.http.get_trace_settings("no_such_model"), 404, "no_such_model")
         self.assert_http_error(lambda: self.http.update_log_settings({"log_file": "/tmp/x"}), 501, "log_file")
         # The server keeps serving after each refusal.

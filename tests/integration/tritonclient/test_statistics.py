@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Triton's statistics, log and trace RPCs through Triton's own client: statistics count known
-traffic exactly, log settings change what the server writes, tracing stays off, and a request whose
-client deadline passes while it waits behind slow work is DEADLINE_EXCEEDED on the client and counted
-as deadline_exceeded in /metrics. (Shared memory: test_shared_memory.py.)"""
+traffic exactly, log settings change what the server writes, tracing without a trace file stays off,
+and a request whose client deadline passes while it waits behind slow work is DEADLINE_EXCEEDED on
+the client and counted as deadline_exceeded in /metrics. (Shared memory: test_shared_memory.py;
+tracing to a file: test_trace.py.)"""
 import queue
 import re
 import time
@@ -195,7 +196,7 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
                                                        as_json=True)["settings"]
         self.assertEqual(restored, settings)
 
-    def test_tracing_stays_off(self):
+    def test_tracing_without_a_trace_file_stays_off(self):
         settings = self.client.get_trace_settings(as_json=True)["settings"]
         self.assertEqual(settings["trace_level"]["value"], ["OFF"])
         self.assertEqual(settings["trace_rate"]["value"], ["1000"])
@@ -204,8 +205,14 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
         self.assertEqual(self.client.update_trace_settings(settings={"trace_level": ["OFF"]}, as_json=True)["settings"],
                          settings)
         self.assertEqual(self.client.get_trace_settings(COUNTED, as_json=True)["settings"], settings)
+        # Started without --trace-config triton,file=...: there is nowhere to write traces to.
         self.assert_status(lambda: self.client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
-                           "UNIMPLEMENTED", "does not trace requests", "ModelStatistics", "/metrics")
+                           "FAILED_PRECONDITION", "trace_level", "no trace file", "--trace-config triton,file=")
+        # Nor may a client name a file for the server to write (no --trace-file-from-clients).
+        self.assert_status(lambda: self.client.update_trace_settings(settings={"trace_file": "/tmp/trace.json"}),
+                           "FAILED_PRECONDITION", "trace_file", "--trace-file-from-clients")
+        self.assertNotIn("trace_file", settings)
+        self.assertEqual(self.client.get_trace_settings(as_json=True)["settings"], settings)  # nothing changed
         self.assert_status(lambda: self.client.get_trace_settings("no_such_model"), "NOT_FOUND", "no_such_model")
 
 
