@@ -1,8 +1,9 @@
 #pragma once
 // What ModelInfer and every request of a ModelStreamInfer stream share: find the model, decode and
-// validate the request, queue it in the model's scheduler, and once it has run, encode the answer and
-// count it in the metrics. One path, so that a request is refused, batched, answered and counted alike
-// whichever RPC carried it (stream requests share batches with unary ones).
+// validate the request, queue it in the model's scheduler, and once it has run, encode the answer,
+// count it in the metrics and, when sampled, trace it. One path, so that a request is refused,
+// batched, answered, counted and traced alike whichever RPC carried it (stream requests share batches
+// with unary ones).
 //
 // Two steps, so that the caller makes what the answer goes to (a unary reactor, a stream's entry)
 // only for a request that will be queued: Prepare refuses a request or readies it, Start queues it.

@@ -383,7 +383,7 @@ struct RestApi {
   }
 
   // Triton's trace settings, server-wide or for one model: read and answered as the gRPC binding does
-  // (tracing stays off; trace_settings.h).
+  // (trace_settings.h).
   void TraceSetting(const std::string& method, const HttpRequest& http, const std::string& model, HttpReply reply) {
     if (method != "GET" && method != "POST") return MethodNotAllowed("GET, POST", std::move(reply));
     inference::TraceSettingRequest request;

@@ -114,10 +114,9 @@ void AddSample(MetricFamily* family, std::vector<ClientMetric::Label> labels, do
   family->metric.push_back(std::move(metric));
 }
 
-// A counter family of one label, a sample per value.
-MetricFamily CounterByLabel(const char* name, const char* help, const std::string& label,
+// `family`, a counter of one label, with a sample per value of the label.
+MetricFamily CounterByLabel(MetricFamily family, const std::string& label,
                             const std::vector<std::pair<std::string, double>>& counts) {
-  MetricFamily family = NewFamily(name, help, MetricType::Counter);
   for (const auto& [value, count] : counts) AddSample(&family, {{label, value}}, count);
   return family;
 }
@@ -616,10 +615,11 @@ std::string ServerMetrics::TextExposition() const {
       suppressed.emplace_back(LogKindLabel(kind), static_cast<double>(log_limiter_->SuppressedTotal(kind)));
     }
     families.push_back(
-        CounterByLabel("graphserve_log_lines_suppressed_total",
-                       "Log lines that clients caused and the rate limit dropped, by kind "
-                       "(auth_failure, refused_connection, batch_failure, libmicrohttpd, grpc, "
-                       "protobuf)",
+        CounterByLabel(NewFamily("graphserve_log_lines_suppressed_total",
+                                 "Log lines that clients caused and the rate limit dropped, by "
+                                 "kind (auth_failure, refused_connection, batch_failure, "
+                                 "libmicrohttpd, grpc, protobuf)",
+                                 MetricType::Counter),
                        "kind", suppressed));
   }
   if (trace_writer_ != nullptr) {
@@ -627,10 +627,12 @@ std::string ServerMetrics::TextExposition() const {
     for (TraceDrop reason : {TraceDrop::kQueueFull, TraceDrop::kWriteFailed, TraceDrop::kFileFull}) {
       dropped.emplace_back(TraceDropLabel(reason), static_cast<double>(trace_writer_->Dropped(reason)));
     }
-    families.push_back(CounterByLabel("graphserve_trace_dropped_total",
-                                      "Sampled request traces not written: the writer's queue was full "
-                                      "(queue_full), the trace file could not be written (write_failed) or "
-                                      "held --trace-max-traces-per-file already (file_full)",
+    families.push_back(CounterByLabel(NewFamily("graphserve_trace_dropped_total",
+                                                "Sampled request traces not written: the writer's queue was "
+                                                "full (queue_full), the trace file could not be written "
+                                                "(write_failed) or held --trace-max-traces-per-file already "
+                                                "(file_full)",
+                                                MetricType::Counter),
                                       "reason", dropped));
   }
   if (gpu_monitor_ != nullptr) AddGpuFamilies(gpu_monitor_->Read(), &families);
