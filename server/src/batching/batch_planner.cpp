@@ -101,7 +101,10 @@ BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& option
   oversize.largest_batch =
       bins_.empty() ? spec_.max_batch_size : bins_.back().largest_batch;
   bins_.push_back(std::move(oversize));
+  SetCosts(costs);
+}
 
+void BatchPlanner::SetCosts(const BucketCosts& costs) {
   // The cost table over the grid's points. A bucket without a measured time is scaled from the
   // largest timed bucket of its length with fewer rows (time grows at most linearly with rows),
   // else from the smallest timed one with more rows (an upper bound), else by elements from the
@@ -122,11 +125,12 @@ BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& option
       largest_timed = &shape;
     }
   }
+  // From the grid, not bins_: exact lengths insert bins of their own after construction.
   const double overhead =
-      lengths.empty() ? 0.0 : static_cast<double>(bins_.front().largest_batch * lengths.front());
+      lengths.empty() ? 0.0 : static_cast<double>(LargestBatchOf(lengths.front()) * lengths.front());
   for (size_t li = 0; li < lengths.size(); ++li) {
     const std::vector<double> timed = cost_us_[li];
-    const size_t points = SmallestAtLeast(batches, bins_[li].largest_batch + 1);
+    const size_t points = SmallestAtLeast(batches, LargestBatchOf(lengths[li]) + 1);
     for (size_t bi = 0; bi < points; ++bi) {
       if (timed[bi] > 0) continue;
       const double elements = static_cast<double>(batches[bi] * lengths[li]);
@@ -718,6 +722,10 @@ std::optional<DispatchDecision> PriorityPlanner::Next(int64_t now_us, bool execu
     if (decision) return decision;
   }
   return std::nullopt;
+}
+
+void PriorityPlanner::SetCosts(const BucketCosts& costs) {
+  for (BatchPlanner& level : levels_) level.SetCosts(costs);
 }
 
 std::optional<int64_t> PriorityPlanner::NextWakeUp(int64_t now_us, bool executor_idle) const {

@@ -82,12 +82,13 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       clock_(clock),
       executors_(std::move(executors)),
       costs_(CostsOf(executors_)),
-      row_costs_us_(RowCosts(costs_)),
-      cheapest_batch_us_(CheapestBatchUs(costs_)),
       shares_device_(SharesDevice(executors_)),
       device_shared_(std::find(shares_device_.begin(), shares_device_.end(), true) != shares_device_.end()),
       answering_(CallbackPool::DefaultThreads()),
-      planner_(spec, options, costs_) {}
+      learned_(costs_),
+      row_costs_us_(RowCosts(learned_.Costs())),
+      cheapest_batch_us_(CheapestBatchUs(learned_.Costs())),
+      planner_(spec, options, learned_.Costs()) {}
 
 ModelScheduler::~ModelScheduler() { Stop(); }
 
@@ -138,22 +139,29 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
       // Every instance busy on the queue at full batches, none running yet, scaled by what batches
       // really took; then the request's own batch, no shorter than its smallest bucket takes (a
       // full batch of its length would overstate it at low load: on a staircase grid that is
-      // hundreds of rows).
+      // hundreds of rows). The bucket times are the learnt ones, and the scales are measured at
+      // about the 95th percentile: a request is refused only when the estimate itself ends after
+      // its expiry, never to keep headroom, so that a refusal says something true.
+      const BucketShape own_bucket = spec_.BucketFor(request->item.rows, request->item.length);
       const double ahead_us = queued_work_us_ * work_scale_ / static_cast<double>(executors_.size());
       const double own_us =
-          request->work_us > 0
-              ? std::max(request->work_us * work_scale_,
-                         planner_.CostUs(spec_.BucketFor(request->item.rows, request->item.length)))
-              : 0.0;
-      const double done_us = static_cast<double>(now_us) + ahead_us * wait_scale_ + own_us;
-      const double admit_by_us = static_cast<double>(now_us) +
-                                 options_.admission_deadline_fraction * static_cast<double>(expiry_us - now_us);
-      if (done_us > admit_by_us) {
-        ++counters_.rejected_deadline;
-        return Status(StatusCode::kDeadlineExceeded,
-                      "model '" + spec_.name + "': the request's deadline or queue timeout (in " +
-                          std::to_string(expiry_us - now_us) + " us) cannot be met: about " +
-                          std::to_string(static_cast<int64_t>(ahead_us)) + " us of work is queued ahead");
+          request->work_us > 0 ? std::max(request->work_us * work_scale_, planner_.CostUs(own_bucket)) : 0.0;
+      const double end_in_us = ahead_us * wait_scale_ + own_us;
+      const int64_t left_us = expiry_us - now_us;
+      if (end_in_us > static_cast<double>(left_us)) {
+        // An expired request is never a probe: it could not be answered in time whatever it costs.
+        if (!MayProbe(own_bucket, left_us)) {
+          ++counters_.rejected_deadline;
+          return Status(StatusCode::kDeadlineExceeded,
+                        "model '" + spec_.name + "': the request's deadline or queue timeout (in " +
+                            std::to_string(left_us) + " us) cannot be met: it would end in about " +
+                            std::to_string(static_cast<int64_t>(end_in_us)) + " us (" +
+                            std::to_string(static_cast<int64_t>(ahead_us * wait_scale_)) +
+                            " us of work queued ahead, " + std::to_string(static_cast<int64_t>(own_us)) +
+                            " us for its own batch)");
+        }
+        request->probe = true;
+        ++counters_.probes;
       }
       // Only a wait behind work at least a batch long says how good the estimate of that work is.
       if (own_us > 0 && ahead_us >= own_us) {
@@ -213,6 +221,7 @@ SchedulerSnapshot ModelScheduler::Snapshot() const {
     snapshot.queue_depth = planner_.queued_requests();
     snapshot.work_scale = work_scale_;
     snapshot.wait_scale = wait_scale_;
+    snapshot.learned_costs = learned_.Costs();
   }
   // Outside the lock: each executor counts under its own, and a scrape must not hold up the workers.
   snapshot.executors.reserve(executors_.size());
@@ -262,11 +271,14 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
   Status status = run->launch_status;
   if (status.ok()) status = executor->Complete(std::move(run->launched), &outputs);
   const int64_t end_us = clock_->NowMicros();
-  if (status.ok() && run->backlogged && run->work_us > 0) {
-    // Back to back, the time between two batches' ends is what the second cost the device.
-    const double spent_us = static_cast<double>(end_us - std::max(run->start_us, *last_end_us));
-    CalibrateWorkScale(spent_us / run->work_us);
+  // Back to back, the time between two batches' ends is what the second cost the device.
+  const double spent_us = static_cast<double>(end_us - std::max(run->start_us, *last_end_us));
+  {
+    MutexLock lock(&mutex_);
+    --batches_running_;
+    if (status.ok()) LearnFromBatch(decision.padded_shape, spent_us);
   }
+  if (status.ok() && run->backlogged && run->work_us > 0) CalibrateWorkScale(spent_us / run->work_us);
   *last_end_us = std::max(*last_end_us, end_us);
   if (status.ok() && outputs.size() != decision.requests.size()) {
     status = Internal("model '" + spec_.name + "': executor returned " +
@@ -506,9 +518,10 @@ std::vector<ModelScheduler::DoomedRequest> ModelScheduler::TakeDoomed(DispatchDe
                                                                      int64_t now_us, double finish_us) {
   std::vector<DoomedRequest> doomed;
   auto& requests = decision->requests;
+  // A probe runs whatever the estimate says: the estimate is what it is there to check.
   const auto in_time = [finish_us](const std::shared_ptr<PendingRequest>& request) {
     const int64_t expiry_us = request->ExpiryUs();
-    return expiry_us == 0 || static_cast<double>(expiry_us) >= finish_us;
+    return expiry_us == 0 || request->probe || static_cast<double>(expiry_us) >= finish_us;
   };
   // Ride-alongs come last in a decision (batch_planner.h): those dropped no longer ride.
   for (size_t i = requests.size() - static_cast<size_t>(decision->ride_alongs); i < requests.size(); ++i) {
@@ -577,6 +590,25 @@ void ModelScheduler::CalibrateWaitScale(const std::vector<std::shared_ptr<Pendin
   }
   const double over_share = measured == 0 ? 0.0 : static_cast<double>(over) / measured;
   wait_scale_ = std::clamp(wait_scale_ * std::exp(kStep * (over_share - (1.0 - kQuantile))), kMinScale, kMaxScale);
+}
+
+void ModelScheduler::LearnFromBatch(const BucketShape& padded_shape, double spent_us) {
+  // Off-grid batches (oversize, exact lengths) have no bucket of their own to correct.
+  if (!spec_.HasBucket(padded_shape)) return;
+  if (!learned_.Observe(padded_shape, spent_us)) return;
+  const BucketCosts& costs = learned_.Costs();
+  planner_.SetCosts(costs);
+  row_costs_us_ = RowCosts(costs);
+  cheapest_batch_us_ = CheapestBatchUs(costs);
+}
+
+bool ModelScheduler::MayProbe(const BucketShape& bucket, int64_t left_us) const {
+  // Only on an idle scheduler (the probe delays no one), and only while the bucket's figure is not
+  // settled: a figure confirmed by replays is trusted, so a deadline it cannot meet is refused. A
+  // request that not even the cheapest batch could answer in time is no probe: the worker would
+  // drop it unrun (TakeHopeless), and so would a request already expired.
+  return spec_.HasBucket(bucket) && static_cast<double>(left_us) > cheapest_batch_us_ && left_us > 0 &&
+         batches_running_ == 0 && planner_.queued_requests() == 0 && !learned_.Settled(bucket);
 }
 
 double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
@@ -683,6 +715,7 @@ std::optional<ModelScheduler::PlannedBatch> ModelScheduler::PlanBatch(Worker* wo
   if (!decision->requests.empty()) {
     worker->polled = false;
     planned.work_us = CountDispatched(*decision);
+    ++batches_running_;
     planned.backlogged = planner_.queued_requests() > 0;
     // Work may remain that another sleeping worker could take right away.
     if (planned.backlogged && idle_workers_ > 0) WakeAnIdleWorker();

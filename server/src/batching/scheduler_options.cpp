@@ -26,10 +26,6 @@ Status SchedulerOptions::Validate() const {
     return InvalidArgument("dynamic_batching.default_queue_policy.default_timeout_microseconds: " +
                            std::to_string(queue_policy.default_timeout_us) + " must not be negative");
   }
-  if (!(admission_deadline_fraction > 0 && admission_deadline_fraction <= 1)) {
-    return InvalidArgument("admission_deadline_fraction: " + std::to_string(admission_deadline_fraction) +
-                           " is out of range (0, 1]");
-  }
   if (busy_poll_us < 0 || busy_poll_us > kMaxBusyPollUs) {
     return InvalidArgument("--busy-poll-us: " + std::to_string(busy_poll_us) + " is out of range [0, " +
                            std::to_string(kMaxBusyPollUs) + "]");

@@ -24,14 +24,11 @@
 #include "graphserve/engine/executor.h"
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
+#include "graphserve/server/batching/learned_bucket_costs.h"
 #include "graphserve/server/batching/pending_request.h"
 #include "graphserve/server/batching/scheduler_options.h"
 
 namespace graphserve {
-
-// Execution time of one batch of each bucket shape in microseconds, as the executors measured it
-// during warm-up (Executor::Buckets).
-using BucketCosts = std::map<BucketShape, double>;
 
 // One batch the scheduler decided to run, and on which bucket shape.
 struct DispatchDecision {
@@ -103,6 +100,9 @@ class BatchPlanner {
 
   // The execution time the planner assumes for a batch padded to `shape`, in µs.
   double CostUs(const BucketShape& shape) const;
+  // Replaces the cost table (as the constructor's `costs`): the scheduler passes the costs it
+  // learnt from replays (LearnedBucketCosts). Queued requests stay queued.
+  void SetCosts(const BucketCosts& costs);
 
  private:
   struct Bin {
@@ -209,6 +209,7 @@ class PriorityPlanner {
   std::optional<DispatchDecision> Next(int64_t now_us, bool executor_idle);
   std::optional<int64_t> NextWakeUp(int64_t now_us, bool executor_idle) const;
   double CostUs(const BucketShape& shape) const { return levels_.front().CostUs(shape); }
+  void SetCosts(const BucketCosts& costs);
   // The level (0 for the highest) a request of Triton's `priority` queues at.
   size_t LevelOf(uint64_t priority) const;
 

@@ -73,6 +73,9 @@ struct PendingRequest {
   double admitted_ahead_us = 0.0;
   double admitted_own_us = 0.0;
   bool queued = false;  // in a BatchPlanner's queue right now
+  // Admitted to measure its bucket although the estimate said it would end late (ModelScheduler::
+  // Enqueue): it runs even where the estimate says its batch ends after its expiry.
+  bool probe = false;
 
   // The client's deadline has passed by `now_us`, or gRPC has said so.
   bool ClientDeadlinePassed(int64_t now_us) const {

@@ -12,8 +12,8 @@
 // or expired or was cancelled in the queue; the lone request of a batch of one is answered on the
 // executor's worker thread instead (`done` must not wait on the scheduler).
 // Errors: Enqueue refuses a request it cannot queue (RESOURCE_EXHAUSTED, UNAVAILABLE) or whose
-// deadline or queue timeout it cannot meet given the work queued ahead of it (DEADLINE_EXCEEDED, at
-// once rather than after the wait); every other outcome,
+// deadline or queue timeout it cannot meet given the work queued ahead of it and the bucket times
+// learnt from replays (DEADLINE_EXCEEDED, at once rather than after the wait); every other outcome,
 // failures included, reaches the request's `done` callback. A queued request expires at its
 // client's deadline or at the end of its queue timeout (SchedulerOptions::queue_policy), whichever
 // comes first, with DEADLINE_EXCEEDED; it leaves the queue with that status as soon as no batch
@@ -46,6 +46,9 @@ struct SchedulerCounters {
   uint64_t accepted = 0;
   uint64_t rejected_queue_full = 0;
   uint64_t rejected_deadline = 0;  // refused on arrival: their deadline could not be met
+  // Admitted although the estimate said their deadline could not be met, to measure a bucket whose
+  // figure is not settled yet, on an idle scheduler (see ModelScheduler::Enqueue).
+  uint64_t probes = 0;
   uint64_t deadline_exceeded = 0;
   uint64_t cancelled = 0;
   uint64_t batches = 0;
@@ -74,6 +77,7 @@ struct SchedulerSnapshot {
   size_t queue_depth = 0;
   double work_scale = 1.0;  // ModelScheduler::work_scale_
   double wait_scale = 1.0;  // ModelScheduler::wait_scale_
+  BucketCosts learned_costs;  // each bucket's estimate as replays corrected it (LearnedBucketCosts)
   std::vector<ExecutorSnapshot> executors;  // one per instance, in instance order
 };
 
@@ -102,9 +106,13 @@ class ModelScheduler {
 
   // Queues `request` and returns at once; never blocks on inference. On OK the scheduler owns the
   // request until `done` runs. RESOURCE_EXHAUSTED (queue full) and UNAVAILABLE (stopping) mean
-  // "retry later"; DEADLINE_EXCEEDED means that even the fastest batching of the work queued ahead
-  // (measured bucket times, shared by the instances) would end after the request's deadline or
-  // queue timeout. In each case `done` is not called and the caller still owns the request.
+  // "retry later"; DEADLINE_EXCEEDED means that the estimated end of the request (the work queued
+  // ahead at full batches, shared by the instances and scaled by how batches and waits really went,
+  // then its own batch, at the bucket times learnt from replays) comes after its deadline or queue
+  // timeout. The one exception: on an idle scheduler a request whose own bucket's figure is not
+  // settled yet (LearnedBucketCosts::Settled) is admitted as a probe, since its figure may be the
+  // one that is wrong (a busy start-up). In each case `done` is not called and the caller still
+  // owns the request.
   Status Enqueue(std::shared_ptr<PendingRequest> request) EXCLUDES(mutex_);
 
   // Wakes the workers to notice cancelled requests promptly; call after setting `cancelled`.
@@ -116,7 +124,8 @@ class ModelScheduler {
   // batches; the RPC edge records each request's final outcome.
   ModelStatisticsRecorder& statistics() { return statistics_; }
   const ModelStatisticsRecorder& statistics() const { return statistics_; }
-  // The planner's cost table, as read from the executors at construction.
+  // The executors' warm-up figures, as read at construction; the planner starts from them and then
+  // follows the replays (SchedulerSnapshot::learned_costs).
   const BucketCosts& bucket_costs() const { return costs_; }
   SchedulerCounters Counters() const EXCLUDES(mutex_);
   size_t QueueDepth() const EXCLUDES(mutex_);
@@ -143,7 +152,13 @@ class ModelScheduler {
       EXCLUDES(mutex_);
   // Device time `request` needs at the best rows-per-microsecond of its length's buckets; 0 when its
   // length has no measured bucket.
-  double EstimateWorkUs(const PendingRequest& request) const;
+  double EstimateWorkUs(const PendingRequest& request) const REQUIRES(mutex_);
+  // Folds a batch's measured duration into its bucket's learned cost (a grid bucket, run
+  // successfully) and rebuilds what admission and the planner derive from the costs when they moved.
+  void LearnFromBatch(const BucketShape& padded_shape, double spent_us) REQUIRES(mutex_);
+  // Whether a request whose estimate misses its expiry, `left_us` away, is admitted anyway to
+  // measure `bucket`.
+  bool MayProbe(const BucketShape& bucket, int64_t left_us) const REQUIRES(mutex_);
   void LeaveQueue(const PendingRequest& request) REQUIRES(mutex_);
   // A request dropped from a batch, with the status it is answered and counted with.
   struct DoomedRequest {
@@ -216,10 +231,6 @@ class ModelScheduler {
   const Clock* const clock_;
   std::vector<std::unique_ptr<Executor>> executors_;
   const BucketCosts costs_;
-  // (bucket length, fewest µs per row over that length's batch sizes), by length.
-  std::vector<std::pair<int64_t, double>> row_costs_us_;
-  // The fastest bucket's measured time; 0 when none was measured.
-  const double cheapest_batch_us_;
   // Per executor: whether an earlier instance runs on the same device (see WorkerLoop); with any,
   // WakeAnIdleWorker wakes them all.
   const std::vector<bool> shares_device_;
@@ -233,6 +244,16 @@ class ModelScheduler {
 
   mutable Mutex mutex_;
   std::condition_variable work_available_;
+  // Seeded by costs_, corrected by every batch that ran on a grid bucket; the planner, row_costs_us_
+  // and cheapest_batch_us_ follow it.
+  LearnedBucketCosts learned_ GUARDED_BY(mutex_);
+  // (bucket length, fewest µs per row over that length's batch sizes), by length.
+  std::vector<std::pair<int64_t, double>> row_costs_us_ GUARDED_BY(mutex_);
+  // The fastest bucket's time; 0 when none is known.
+  double cheapest_batch_us_ GUARDED_BY(mutex_);
+  // Batches launched and not yet completed, over all workers: with none and an empty queue the
+  // scheduler is idle, and a probe (Enqueue) delays nobody.
+  int batches_running_ GUARDED_BY(mutex_) = 0;
   PriorityPlanner planner_ GUARDED_BY(mutex_);
   SchedulerCounters counters_ GUARDED_BY(mutex_);
   // Sum of the queued requests' work_us.

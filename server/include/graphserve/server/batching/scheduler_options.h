@@ -60,13 +60,6 @@ struct SchedulerOptions {
   // (see BatchPlanner). max_queue_delay_us must then be 0: nothing waits for company.
   bool batching_disabled = false;
   QueuePolicy queue_policy;
-  // Deadline-aware admission accepts a request only if the work queued ahead of it and its own
-  // would end within this fraction of the time left to its deadline or queue timeout. The rest is
-  // headroom for what the estimate leaves out (partial batches, the answer's way back to the
-  // client): admitting up to the deadline itself fills the queue until every answer is late. Half:
-  // on the H200 at 2x overload, 0.8 left the successful answers' p99 at 98.5 ms of 100, while half
-  // a deadline of queued work is still thousands of requests, enough for full batches.
-  double admission_deadline_fraction = 0.5;
   // An idle worker polls the queue without sleeping for this long before it waits on its condition
   // variable: a request arriving then starts without a thread wake-up. A server setting
   // (--busy-poll-us), not a model's; 0: the worker sleeps at once. A second instance on the same
