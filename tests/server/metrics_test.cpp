@@ -275,6 +275,8 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_queue_depth", "gauge"},
       {"graphserve_admission_work_scale", "gauge"},
       {"graphserve_admission_wait_scale", "gauge"},
+      {"graphserve_bucket_cost_estimate_seconds", "gauge"},
+      {"graphserve_admission_probes_total", "counter"},
       {"graphserve_batches_total", "counter"},
       {"graphserve_batch_rows_total", "counter"},
       {"graphserve_bucket_grid_max_batch_tokens", "gauge"},
@@ -337,6 +339,11 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.One("graphserve_queue_depth", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_admission_work_scale", {{"model", "m"}}), 1.0);  // uncalibrated
   EXPECT_EQ(exposition.One("graphserve_admission_wait_scale", {{"model", "m"}}), 1.0);
+  // Nothing ran yet: the warm-up figures (100 us a row plus the length), no probe.
+  EXPECT_DOUBLE_EQ(
+      exposition.One("graphserve_bucket_cost_estimate_seconds", {{"model", "m"}, {"bucket", "2x16"}}),
+      216e-6);
+  EXPECT_EQ(exposition.One("graphserve_admission_probes_total", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_bucket_grid_max_batch_tokens", {{"model", "m"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_request_duration_seconds_count", {{"model", "m"}}), 0.0);
   // 16 finite bounds and +Inf.

@@ -77,6 +77,8 @@ struct SchedulerFamilies {
   MetricFamily queue_depth;
   MetricFamily work_scale;
   MetricFamily wait_scale;
+  MetricFamily cost_estimate;
+  MetricFamily probes;
   MetricFamily batch_rows;
   MetricFamily max_batch_tokens;
   MetricFamily batches;
@@ -186,6 +188,16 @@ SchedulerFamilies EmptySchedulerFamilies() {
       "How much longer requests admitted behind queued work waited than that work promised (about "
       "the 95th percentile); deadline-aware admission scales the work queued ahead by it",
       MetricType::Gauge);
+  f.cost_estimate =
+      NewFamily("graphserve_bucket_cost_estimate_seconds",
+                "Each bucket's execution time as the batcher and admission assume it now: the warm-up figure "
+                "corrected by the batches that really ran (median of the last five, a bounded step each)",
+                MetricType::Gauge);
+  f.probes = NewFamily(
+      "graphserve_admission_probes_total",
+      "Requests admitted on an idle model although the estimate missed their deadline, to measure a "
+      "bucket whose cost estimate has not settled yet",
+      MetricType::Counter);
   f.batch_rows = NewFamily(
       "graphserve_batch_rows_total",
       "Request rows summed over the batches the scheduler dispatched (rows per batch = this rate / "
@@ -317,6 +329,12 @@ void AddModelSamples(const SchedulerSnapshot& snapshot, SchedulerFamilies* famil
   AddSample(&families->queue_depth, {{"model", model}}, static_cast<double>(snapshot.queue_depth));
   AddSample(&families->work_scale, {{"model", model}}, snapshot.work_scale);
   AddSample(&families->wait_scale, {{"model", model}}, snapshot.wait_scale);
+  for (const auto& [shape, cost_us] : snapshot.learned_costs) {
+    AddSample(&families->cost_estimate,
+              {{"model", model}, {"bucket", BucketLabel(shape, snapshot.has_sequence_length)}},
+              cost_us / 1e6);
+  }
+  AddSample(&families->probes, {{"model", model}}, static_cast<double>(snapshot.counters.probes));
   AddSample(&families->batch_rows, {{"model", model}},
             static_cast<double>(snapshot.counters.batch_rows));
   AddSample(&families->max_batch_tokens, {{"model", model}},
@@ -343,10 +361,10 @@ void AddDeviceMemorySamples(const std::set<std::string>& cuda_devices,
 // TYPE lines, so that every name graphserve exports is visible on every machine.
 std::vector<MetricFamily> ListFamilies(SchedulerFamilies&& f) {
   std::vector<MetricFamily> families;
-  for (MetricFamily* family :
-       {&f.build_info, &f.queue_depth, &f.work_scale, &f.wait_scale, &f.batch_rows, &f.max_batch_tokens, &f.batches,
-        &f.replays, &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds,
-        &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
+  for (MetricFamily* family : {&f.build_info, &f.queue_depth, &f.work_scale, &f.wait_scale, &f.cost_estimate,
+                               &f.probes, &f.batch_rows, &f.max_batch_tokens, &f.batches, &f.replays,
+                               &f.eager, &f.real_elements, &f.padded_elements, &f.capture_seconds,
+                               &f.execute_seconds, &f.pool_bytes, &f.memory_allocated, &f.memory_reserved}) {
     families.push_back(std::move(*family));
   }
   for (MetricFamily& family : f.triton) families.push_back(std::move(family));
