@@ -6,7 +6,11 @@ the latency of the successful calls and what became of the others (refused at on
 deadline, expired, ...). Writes OUT/overload.md and OUT/overload.json.
 
   python3 deploy/bench/overload.py --build-dir build-cuda --out OUT [--model bert_base_bf16]
-      [--factors 1.5,2,4] [--deadline-ms 100]
+      [--factors 1.5,2,4] [--deadline-ms 100] [--protocol grpc|http] [--busy-start-processes N]
+
+--busy-start-processes starts the server while N Python busy loops hold the host's cores, and stops
+them once it is ready: the warm-up then measures the buckets on a busy host, as a server started
+beside other work does, and the run shows whether admission recovers from those figures.
 
 Built on deploy/bench/bench_support (model export, repository, server, loadgen, /metrics).
 """
@@ -36,6 +40,8 @@ def open_loop(args, server, rate, json_path):
         command = loadgen_command(args, server, ["--rate", f"{rate / args.clients:.1f}"], part,
                                   extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
                                          "--max-in-flight", str(args.max_in_flight)])
+        if args.protocol == "http":
+            command += ["--http-address", server.http]
         commands.append((part, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     reports = []
     for part, process in commands:
@@ -374,6 +380,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_busy_loops(count):
+    """`count` Python processes that spin until killed: a host busy with other work."""
+    return [subprocess.Popen(["python3", "-c", "while True: pass"]) for _ in range(count)]
+
+
+def stop_busy_loops(loops):
+    for loop in loops:
+        loop.kill()
+        loop.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_arguments(parser)
@@ -386,6 +403,10 @@ def main():
     parser.add_argument("--lengths", default="skewed")
     parser.add_argument("--max-in-flight", type=int, default=65536)
     parser.add_argument("--clients", type=int, default=4, help="loadgen processes sharing the open loop's rate")
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc",
+                        help="send the infer calls over gRPC or to the REST port")
+    parser.add_argument("--busy-start-processes", type=int, default=0,
+                        help="busy loops running while the server starts and warms up (a poisoned start-up)")
     add_load_arguments(parser)
     parser.add_argument("--server-arg", dest="server_args", action="append", default=[],
                         help="a flag for graphserve (repeatable), e.g. --server-arg=--grpc-max-concurrent-streams=256")
@@ -393,12 +414,16 @@ def main():
                         help="an environment variable for graphserve alone, not the loadgens (repeatable), "
                              "e.g. --server-env GRPC_POLL_STRATEGY=poll")
     args = parser.parse_args()
+    busy_loops = start_busy_loops(args.busy_start_processes)
     server = one_model_server(args)
     runs = []
     try:
-        server.wait_ready(args.start_timeout_s)
+        try:
+            server.wait_ready(args.start_timeout_s)
+        finally:
+            stop_busy_loops(busy_loops)
         capacity_report = run_loadgen(args, server, args.capacity_concurrency,
-                                          os.path.join(args.out, "raw", "capacity.json"))
+                                      os.path.join(args.out, "raw", "capacity.json"), protocol=args.protocol)
         capacity = capacity_report["requests_per_s"]
         log(f"capacity: {capacity:,.0f} req/s (closed loop, c={args.capacity_concurrency}, no deadline)")
         for factor in [float(f) for f in csv(args.factors)]:
@@ -443,7 +468,9 @@ def main():
     with open(os.path.join(args.out, "overload.json"), "w") as f:
         json.dump({"settings": vars(args), "capacity": capacity_report, "runs": runs}, f, indent=1)
     lines = [f"# Goodput under overload: {args.model} on `{args.device}`, {time.strftime('%Y-%m-%d')}", "",
-             f"One server, {server_settings(args)}. Capacity: closed loop at c={args.capacity_concurrency} without "
+             f"One server, {server_settings(args)}, calls over {args.protocol}"
+             + (f", started beside {args.busy_start_processes} busy loops" if args.busy_start_processes else "")
+             + f". Capacity: closed loop at c={args.capacity_concurrency} without "
              f"deadline, {capacity:,.0f} successful requests/s. Then `graphserve-loadgen --rate` (Poisson "
              f"arrivals) at multiples of it, every call with a {args.deadline_ms} ms deadline; lengths "
              f"`{args.lengths}`, one row, outputs `{args.outputs or 'all'}`, {args.duration_s} s after "
