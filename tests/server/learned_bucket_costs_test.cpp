@@ -102,11 +102,11 @@ TEST(LearnedBucketCostsTest, DurationsThatCannotBeAreIgnored) {
 TEST(LearnedBucketCostsTest, SmallDriftsAreReportedOnceTheyAddUp) {
   LearnedBucketCosts costs({{k1x16, 100}});
   for (int i = 0; i < 5; ++i) costs.Observe(k1x16, 100);
-  EXPECT_FALSE(costs.Observe(k1x16, 101));  // within 2% of what was last reported: no rebuild
-  EXPECT_FALSE(costs.Observe(k1x16, 101));
-  EXPECT_FALSE(costs.Observe(k1x16, 103));  // the median of the last five stays 101
-  EXPECT_FALSE(costs.Observe(k1x16, 103));
-  EXPECT_TRUE(costs.Observe(k1x16, 103));  // now 103: over 2% from the 100 last reported
+  EXPECT_FALSE(costs.Observe(k1x16, 104));  // within 5% of what was last reported: no rebuild
+  EXPECT_FALSE(costs.Observe(k1x16, 104));
+  EXPECT_FALSE(costs.Observe(k1x16, 106));  // the median of the last five stays 104
+  EXPECT_FALSE(costs.Observe(k1x16, 106));
+  EXPECT_TRUE(costs.Observe(k1x16, 106));  // now 106: over 5% from the 100 last reported
 }
 
 }  // namespace

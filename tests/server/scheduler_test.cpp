@@ -1180,9 +1180,12 @@ TEST_F(ModelSchedulerTest, AdmissionScalesItsEstimateByWhatBacklogBatchesReallyT
   // Then 4 with 4 still queued (1,600 us for 400 us of estimated work: 1 + 0.1 x (4 - 1)), then
   // the last 4 with nothing behind them (not measured).
   EXPECT_DOUBLE_EQ(scheduler_->Snapshot().work_scale, 1.3);
-  // With the executor busy and four rows queued (400 us of estimate, 520 us scaled), a request's
-  // own row (130 us scaled, more than its 1x16 bucket's 100) ends at 650 us: refused with 1,200 us
-  // to go (600), admitted with 1,300 (650); unscaled (500) the first would have been admitted.
+  EXPECT_DOUBLE_EQ(scheduler_->Snapshot().learned_costs.at(BucketShape{1, 16}), 200);
+  EXPECT_DOUBLE_EQ(scheduler_->Snapshot().learned_costs.at(BucketShape{4, 16}), 1600);
+  // The batches also corrected the buckets (1x16 to 200 us, 4x16 to 1,600): 200 us a row. With the
+  // executor busy and four rows queued (800 us of estimate, 1,040 scaled), a request's own row
+  // (260 us scaled, more than its 1x16 bucket's 200) ends at 1,300 us: refused with 1,200 us to go,
+  // admitted with 1,300; unscaled (1,000) the first would have been admitted.
   std::vector<std::future<Outcome>> more;
   BusyWithFourQueued(/*batches_started_before=*/3, &more);
   EXPECT_EQ(scheduler_->Enqueue(DueIn(1200)).code(), StatusCode::kDeadlineExceeded);

@@ -274,11 +274,12 @@ void ModelScheduler::CompleteBatch(Executor* executor, std::unique_ptr<InFlightB
   // Back to back, the time between two batches' ends is what the second cost the device.
   const double spent_us = static_cast<double>(end_us - std::max(run->start_us, *last_end_us));
   {
+    // One lock for both: this runs once per batch, tens of thousands a second on a GPU.
     MutexLock lock(&mutex_);
     --batches_running_;
     if (status.ok()) LearnFromBatch(decision.padded_shape, spent_us);
+    if (status.ok() && run->backlogged && run->work_us > 0) CalibrateWorkScale(spent_us / run->work_us);
   }
-  if (status.ok() && run->backlogged && run->work_us > 0) CalibrateWorkScale(spent_us / run->work_us);
   *last_end_us = std::max(*last_end_us, end_us);
   if (status.ok() && outputs.size() != decision.requests.size()) {
     status = Internal("model '" + spec_.name + "': executor returned " +
@@ -564,7 +565,6 @@ void ModelScheduler::CalibrateWorkScale(double sample) {
   constexpr double kSmoothing = 0.1;
   constexpr double kMinScale = 0.5;
   constexpr double kMaxScale = 50.0;
-  MutexLock lock(&mutex_);
   work_scale_ = std::clamp(work_scale_ + kSmoothing * (sample - work_scale_), kMinScale, kMaxScale);
 }
 

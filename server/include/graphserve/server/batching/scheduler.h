@@ -145,7 +145,7 @@ class ModelScheduler {
   // Returns the batch's work_us summed.
   double CountDispatched(const DispatchDecision& decision) REQUIRES(mutex_);
   // Folds in one batch's device time over its requests' estimated work (see work_scale_).
-  void CalibrateWorkScale(double sample) EXCLUDES(mutex_);
+  void CalibrateWorkScale(double sample) REQUIRES(mutex_);
   // Folds in how long a completed batch's requests waited against what admission expected of the
   // work queued ahead of them (see wait_scale_).
   void CalibrateWaitScale(const std::vector<std::shared_ptr<PendingRequest>>& requests, int64_t end_us)
