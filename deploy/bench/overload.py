@@ -37,11 +37,17 @@ def open_loop(args, server, rate, json_path):
     commands = []
     for client in range(args.clients):
         part = f"{json_path}.{client}"
-        command = loadgen_command(args, server, ["--rate", f"{rate / args.clients:.1f}"], part,
-                                  extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
-                                         "--max-in-flight", str(args.max_in_flight)])
         if args.protocol == "http":
-            command += ["--http-address", server.http]
+            # graphserve-loadgen's REST transport runs closed loops only: as many callers as would
+            # keep `rate` calls a second in flight if each took the whole deadline (Little's law).
+            callers = max(1, round(rate * args.deadline_ms / 1000 / args.clients))
+            command = loadgen_command(args, server, ["--concurrency", str(callers)], part,
+                                      extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
+                                             "--http-address", server.http])
+        else:
+            command = loadgen_command(args, server, ["--rate", f"{rate / args.clients:.1f}"], part,
+                                      extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
+                                             "--max-in-flight", str(args.max_in_flight)])
         commands.append((part, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     reports = []
     for part, process in commands:
@@ -403,8 +409,12 @@ def main():
     parser.add_argument("--lengths", default="skewed")
     parser.add_argument("--max-in-flight", type=int, default=65536)
     parser.add_argument("--clients", type=int, default=4, help="loadgen processes sharing the open loop's rate")
+    parser.add_argument("--max-batch-size", type=int, help="the model's max_batch_size, cut (a smaller grid "
+                        "warms up in seconds on a CPU)")
+    parser.add_argument("--max-sequence-length", type=int, help="the model's max_sequence_length, cut")
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc",
-                        help="send the infer calls over gRPC or to the REST port")
+                        help="send the infer calls over gRPC (Poisson arrivals) or to the REST port (closed "
+                             "loops of rate x deadline callers: the loadgen's REST transport has no open loop)")
     parser.add_argument("--busy-start-processes", type=int, default=0,
                         help="busy loops running while the server starts and warms up (a poisoned start-up)")
     add_load_arguments(parser)

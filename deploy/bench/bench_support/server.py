@@ -202,11 +202,12 @@ def resolve_paths(args):
 
 def one_model_server(args):
     """The server of the single-server benchmarks (REST against gRPC, overload): --model's default
-    config in a repository under --out, BERT exported first when missing. Not yet ready."""
+    config in a repository under --out (its limits cut where the benchmark has --max-batch-size /
+    --max-sequence-length), BERT exported first when missing. Not yet ready."""
     # What the repository helpers read, left at the model's own settings.
     args.instance_devices = ""
-    args.max_batch_size = None
-    args.max_sequence_length = None
+    args.max_batch_size = getattr(args, "max_batch_size", None)
+    args.max_sequence_length = getattr(args, "max_sequence_length", None)
     resolve_paths(args)
     for sub in ("raw", "logs"):
         os.makedirs(os.path.join(args.out, sub), exist_ok=True)
