@@ -232,11 +232,11 @@ SchedulerFamilies EmptySchedulerFamilies() {
       NewFamily("graphserve_graph_capture_seconds",
                 "Time spent warming up, capturing and verifying the model's CUDA graphs on the device",
                 MetricType::Gauge);
-  f.execute_seconds = NewFamily(
-      "graphserve_bucket_execution_seconds",
-      "Each bucket's execution time as measured at warm-up (graph replay or eager; mean over the "
-      "device's instances): the cost table the batcher plans with and a grid is planned from",
-      MetricType::Gauge);
+  f.execute_seconds =
+      NewFamily("graphserve_bucket_execution_seconds",
+                "Each bucket's execution time as measured at warm-up (graph replay or eager; mean over the "
+                "device's instances): where the batcher's cost table starts, and what a grid is planned from",
+                MetricType::Gauge);
   f.pool_bytes =
       NewFamily("graphserve_graph_pool_bytes",
                 "Device memory held by the model's CUDA graph pool on the device", MetricType::Gauge);
