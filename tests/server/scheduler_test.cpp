@@ -1260,15 +1260,15 @@ TEST_F(WaitScaleTest, TheWaitScaleFallsWhenWaitsKeepWithinIt) {
 }
 
 // A start-up on a busy host measured 1x16 at 15,000 us, 150 times what it really takes (100 us);
-// 4x16's 400 us is right. Every batch advances the clock by its real time.
+// 4x16 at `four_warmup_us` (it takes 400). Every batch advances the clock by its real time.
 class PoisonedWarmupTest : public ModelSchedulerTest {
  protected:
-  void SetUp() override {
+  void Start(double four_warmup_us = 400) {
     BucketInfo one, four;
     one.shape = BucketShape{1, 16};
     one.execute_time_us = 15'000;
     four.shape = BucketShape{4, 16};
-    four.execute_time_us = 400;
+    four.execute_time_us = four_warmup_us;
     std::vector<std::unique_ptr<Executor>> executors;
     executors.push_back(std::make_unique<FakeExecutor>(shared_, 0, std::vector<BucketInfo>{one, four}));
     shared_->clock = &clock_;
@@ -1300,6 +1300,7 @@ class PoisonedWarmupTest : public ModelSchedulerTest {
 };
 
 TEST_F(PoisonedWarmupTest, ReplaysCorrectTheFigureUntilAMeetableDeadlineIsAdmitted) {
+  Start();
   // 15,000 us, then halved twice (two replays while settling), then a quarter: 937.5 us after three
   // replays, within the 1,000 us deadline. Without learning every one of them would be refused.
   EXPECT_EQ(ProbeUntilAdmitted(), 3);
@@ -1313,7 +1314,20 @@ TEST_F(PoisonedWarmupTest, ReplaysCorrectTheFigureUntilAMeetableDeadlineIsAdmitt
   scheduler_->Stop();
 }
 
+// Every bucket poisoned, the cheapest too: no figure says a batch could end within the deadline,
+// yet the probes run (they are not dropped as hopeless) and correct 1x16, and 4x16 follows it down.
+TEST_F(PoisonedWarmupTest, ProbesRunEvenWhenEveryBucketIsPoisoned) {
+  Start(/*four_warmup_us=*/60'000);
+  EXPECT_EQ(ProbeUntilAdmitted(), 3);
+  const BucketCosts costs = scheduler_->Snapshot().learned_costs;
+  EXPECT_DOUBLE_EQ(costs.at(BucketShape{1, 16}), 937.5 / 4);  // after the fourth replay
+  // Never replayed: bounded by twice 1x16's time scaled by elements.
+  EXPECT_DOUBLE_EQ(costs.at(BucketShape{4, 16}), 2 * (937.5 / 4) * 4);
+  scheduler_->Stop();
+}
+
 TEST_F(PoisonedWarmupTest, EveryRefusedDeadlineReallyCouldNotHaveBeenMet) {
+  Start();
   ASSERT_EQ(ProbeUntilAdmitted(), 3);
   ASSERT_FALSE(SendOneInTime(5));  // settled at 100 us
   // The executor busy with one request and four queued behind it; then requests with ever shorter

@@ -149,7 +149,6 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
       const double end_in_us = ahead_us * wait_scale_ + own_us;
       const int64_t left_us = expiry_us - now_us;
       if (end_in_us > static_cast<double>(left_us)) {
-        // An expired request is never a probe: it could not be answered in time whatever it costs.
         if (!MayProbe(own_bucket, left_us)) {
           ++counters_.rejected_deadline;
           return Status(StatusCode::kDeadlineExceeded,
@@ -162,6 +161,7 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
         }
         request->probe = true;
         ++counters_.probes;
+        ++probes_queued_;
       }
       // Only a wait behind work at least a batch long says how good the estimate of that work is.
       if (own_us > 0 && ahead_us >= own_us) {
@@ -604,11 +604,10 @@ void ModelScheduler::LearnFromBatch(const BucketShape& padded_shape, double spen
 
 bool ModelScheduler::MayProbe(const BucketShape& bucket, int64_t left_us) const {
   // Only on an idle scheduler (the probe delays no one), and only while the bucket's figure is not
-  // settled: a figure confirmed by replays is trusted, so a deadline it cannot meet is refused. A
-  // request that not even the cheapest batch could answer in time is no probe: the worker would
-  // drop it unrun (TakeHopeless), and so would a request already expired.
-  return spec_.HasBucket(bucket) && static_cast<double>(left_us) > cheapest_batch_us_ && left_us > 0 &&
-         batches_running_ == 0 && planner_.queued_requests() == 0 && !learned_.Settled(bucket);
+  // settled: a figure confirmed by replays is trusted, so a deadline it cannot meet is refused. An
+  // expired request is no probe: it cannot be answered in time whatever it costs.
+  return spec_.HasBucket(bucket) && left_us > 0 && batches_running_ == 0 && planner_.queued_requests() == 0 &&
+         !learned_.Settled(bucket);
 }
 
 double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
@@ -620,6 +619,7 @@ double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
 }
 
 void ModelScheduler::LeaveQueue(const PendingRequest& request) {
+  if (request.probe) --probes_queued_;
   queued_work_us_ -= request.work_us;
   // Sums of doubles drift: an empty queue holds no work.
   if (planner_.queued_requests() == 0 || queued_work_us_ < 0) queued_work_us_ = 0;
@@ -695,7 +695,10 @@ std::vector<ModelScheduler::DoomedRequest> ModelScheduler::TakeHopeless(int64_t 
   // under overload batches fill with requests that can still make it rather than shrink when the
   // doomed are taken out of them. With several instances another may be idle: only the cheapest
   // batch is then certain to come first.
-  const double hopeless_us = cheapest_batch_us_ + (executors_.size() == 1 ? ahead_us : 0.0);
+  // While a probe waits, the cheapest bucket's figure may be the poisoned one it is there to check
+  // (every bucket can be): only the work already launched counts then.
+  const double cheapest_us = probes_queued_ > 0 ? 0.0 : cheapest_batch_us_;
+  const double hopeless_us = cheapest_us + (executors_.size() == 1 ? ahead_us : 0.0);
   std::vector<std::shared_ptr<PendingRequest>> dead = planner_.TakeDead(now_us + static_cast<int64_t>(hopeless_us));
   if (dead.empty()) return {};
   return CountDead(std::move(dead), now_us);

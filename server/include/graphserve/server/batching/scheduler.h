@@ -254,6 +254,8 @@ class ModelScheduler {
   // Batches launched and not yet completed, over all workers: with none and an empty queue the
   // scheduler is idle, and a probe (Enqueue) delays nobody.
   int batches_running_ GUARDED_BY(mutex_) = 0;
+  // Probes (Enqueue) still queued: TakeHopeless then leaves the cheapest bucket's figure out.
+  int probes_queued_ GUARDED_BY(mutex_) = 0;
   PriorityPlanner planner_ GUARDED_BY(mutex_);
   SchedulerCounters counters_ GUARDED_BY(mutex_);
   // Sum of the queued requests' work_us.
