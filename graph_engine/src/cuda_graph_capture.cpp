@@ -102,9 +102,11 @@ Status CudaGraphExecutor::Warmup() {
       return ea != eb ? ea > eb : a->info.shape.batch > b->info.shape.batch;
     });
     pool_ = at::cuda::graph_pool_handle();
-    for (GraphBucket* bucket : order) {
-      status = PrepareBucket(bucket);
+    const int total = static_cast<int>(order.size());
+    for (int done = 0; done < total; ++done) {
+      status = PrepareBucket(order[done]);
       if (!status.ok()) return status;
+      ReportWarmupProgress(WarmupStage::kCapturing, done + 1, total);
     }
   } catch (const std::exception& error) {
     return Internal("model '" + spec_.name + "': warm-up on " + device() + " failed: " +
@@ -167,7 +169,9 @@ Status CudaGraphExecutor::PrepareBucket(GraphBucket* bucket) {
     message << "disabled (" << EagerReasonName(reason) << "): " << failure
             << "; its batches run eagerly";
   }
-  EngineLog(failure.empty() ? LogLevel::kInfo : LogLevel::kWarning, message.str());
+  // One line per bucket is hundreds at start-up: the captured ones are detail (the grid's summary
+  // and the progress lines say how far capture got); a disabled one is worth a warning.
+  EngineLog(failure.empty() ? LogLevel::kDebug : LogLevel::kWarning, message.str());
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,17 @@ class EagerExecutor : public Executor {
   // what libtorch throws.
   Status Forward(const BucketShape& shape, const std::vector<at::Tensor>& inputs,
                  std::vector<at::Tensor>* outputs);
-  // Runs one bucket twice on warm-up inputs and returns the second run's wall time.
-  Status WarmupBucket(const BucketShape& shape, double* execute_time_us);
-  // Fills the execution time of the buckets Warmup skipped from measured ones of the same length.
+  // Runs one bucket on warm-up inputs, timed kTimedRuns times (after one untimed run when asked),
+  // and returns its fastest run's wall time.
+  Status WarmupBucket(const BucketShape& shape, bool untimed_first_run, double* execute_time_us);
+  // The buckets Warmup runs: every one on CUDA, a sample on a CPU (eager_executor.cpp says which).
+  std::set<BucketShape> WarmupSample() const;
+  // Fills the execution time of the buckets Warmup skipped: from measured ones of the same length
+  // (TimeAtMeasuredLength), or interpolated between the nearest measured lengths.
   void EstimateUnmeasuredBuckets();
+  // `batch` rows at a length with measured buckets: measured, or interpolated between the nearest
+  // measured batch sizes, or scaled in rows from the largest; 0 when none is measured. Needs mutex_.
+  double TimeAtMeasuredLength(int64_t batch, int64_t length) const;
   EagerReason ReasonFor(const BucketShape& shape) const;
 
   const ModelSpec spec_;

@@ -30,6 +30,10 @@ Status Executor::Complete(std::unique_ptr<LaunchedBatch> launched, BatchOutputs*
   return Status::Ok();
 }
 
+void Executor::ReportWarmupProgress(WarmupStage stage, int done, int total) const {
+  if (warmup_progress_) warmup_progress_(WarmupProgress{stage, done, total});
+}
+
 const char* EagerReasonName(EagerReason reason) {
   switch (reason) {
     case EagerReason::kOversize: return "oversize";

@@ -86,10 +86,12 @@ Status CreateExecutor(const ModelSpec& spec, const ExecutorOptions& options,
     // A model marked non-capturable in its config runs eagerly (counted as "disabled").
     if (device.is_cuda() && !spec.cuda_graphs_disabled) {
       *executor = std::make_unique<CudaGraphExecutor>(spec, std::move(model), device);
+      (*executor)->set_warmup_progress(options.warmup_progress);
       return Status::Ok();
     }
 #endif
     *executor = std::make_unique<EagerExecutor>(spec, std::move(model), device);
+    (*executor)->set_warmup_progress(options.warmup_progress);
     return Status::Ok();
   } catch (const std::exception& error) {
     return Internal("model '" + spec.name + "': creating the executor on " + options.device +

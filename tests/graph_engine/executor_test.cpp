@@ -251,6 +251,49 @@ TEST(EagerExecutorTest, CpuWarmupScalesLargeBucketsFromMeasuredOnes) {
   EXPECT_DOUBLE_EQ(scaled.execute_time_us, 2.0 * buckets.at({2, 256}).execute_time_us);
 }
 
+TEST(EagerExecutorTest, CpuWarmupSamplesTheGridAndInterpolatesTheOthers) {
+  ModelSpec spec = EncoderSpec();
+  spec.max_sequence_length = 64;
+  spec.bucket_batch_sizes = {1, 2, 3, 4};                 // more than the CPU samples at a length
+  spec.bucket_lengths = {8, 16, 24, 32, 40, 48, 56, 64};  // and more lengths than it samples
+  std::vector<WarmupProgress> reports;
+  std::unique_ptr<Executor> executor;
+  ExecutorOptions options;
+  options.warmup_progress = [&reports](const WarmupProgress& progress) { reports.push_back(progress); };
+  ASSERT_TRUE(CreateExecutor(spec, options, &executor).ok());
+  ASSERT_TRUE(executor->Warmup().ok());
+  std::map<BucketShape, BucketInfo> buckets;
+  std::vector<BucketShape> measured;
+  for (const BucketInfo& bucket : executor->Buckets()) {
+    buckets[bucket.shape] = bucket;
+    EXPECT_GT(bucket.execute_time_us, 0.0) << bucket.shape.ToString();
+    if (bucket.time_measured) measured.push_back(bucket.shape);
+  }
+  // Lengths at evenly spaced positions (0, 1, 3, 5, 7 of 8), and at each the batch sizes at positions
+  // 0, 1 and 3 of 4.
+  std::vector<BucketShape> expected;
+  for (int64_t batch : {1, 2, 4}) {
+    for (int64_t length : {8, 16, 32, 48, 64}) expected.push_back({batch, length});
+  }
+  EXPECT_EQ(measured, expected);
+  auto time = [&buckets](int64_t batch, int64_t length) {
+    return buckets.at({batch, length}).execute_time_us;
+  };
+  // 3 rows lie halfway between 2 and 4, and 24 halfway between 16 and 32: their times are the means.
+  EXPECT_DOUBLE_EQ(time(3, 16), (time(2, 16) + time(4, 16)) / 2);
+  EXPECT_DOUBLE_EQ(time(3, 32), (time(2, 32) + time(4, 32)) / 2);
+  for (int64_t batch : {1, 2, 3, 4}) {
+    EXPECT_DOUBLE_EQ(time(batch, 24), (time(batch, 16) + time(batch, 32)) / 2) << batch;
+  }
+  // One report per measured bucket, counting up to the number measured.
+  ASSERT_EQ(reports.size(), expected.size());
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].stage, WarmupStage::kWarmingUp);
+    EXPECT_EQ(reports[i].done, static_cast<int>(i) + 1);
+    EXPECT_EQ(reports[i].total, static_cast<int>(reports.size()));
+  }
+}
+
 TEST(EagerExecutorTest, Bf16EncoderReturnsFp32CloseToFp32) {
   auto fp32 = MakeExecutor(EncoderSpec(Precision::kFp32));
   auto bf16 = MakeExecutor(EncoderSpec(Precision::kBf16));

@@ -15,11 +15,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
 #include "graphserve/engine/tensor.h"
+#include "graphserve/engine/warmup_progress.h"
 
 namespace graphserve {
 
@@ -116,10 +118,14 @@ class Executor {
  public:
   virtual ~Executor() = default;
 
-  // Runs every bucket at least once so that the first request pays no start-up cost, measures each
-  // bucket's execution time, and (on CUDA) captures and verifies the graphs. Call once, before the
-  // first Execute; returns an error when the model cannot run at all (e.g. wrong outputs).
+  // Pays the model's one-time costs so that the first request does not, learns each bucket's
+  // execution time, and (on CUDA) captures and verifies every bucket's graph. A CUDA executor runs
+  // every bucket; a CPU one runs a sample of them and estimates the others (BucketInfo::
+  // time_measured). Call once, before the first Execute; returns an error when the model cannot run
+  // at all (e.g. wrong outputs). Reports its progress to set_warmup_progress's callback.
   virtual Status Warmup() = 0;
+  // Where Warmup reports how far it has got; none by default. Call before Warmup.
+  void set_warmup_progress(WarmupProgressCallback callback) { warmup_progress_ = std::move(callback); }
 
   // Runs `batch` and fills `outputs` (resized to the batch's items). Blocks until the results are in
   // host memory. A failure fails the whole batch.
@@ -141,6 +147,13 @@ class Executor {
   virtual CaptureSummary capture_summary() const { return CaptureSummary{}; }
   // "cpu" or "cuda:N".
   virtual std::string device() const = 0;
+
+ protected:
+  // Calls set_warmup_progress's callback, if any.
+  void ReportWarmupProgress(WarmupStage stage, int done, int total) const;
+
+ private:
+  WarmupProgressCallback warmup_progress_;
 };
 
 struct ExecutorOptions {
@@ -151,6 +164,8 @@ struct ExecutorOptions {
   // The model file's name in model_dir; empty: the platform's (kAotInductorFileName,
   // kTorchScriptFileName).
   std::string model_filename;
+  // Given to the executor's set_warmup_progress.
+  WarmupProgressCallback warmup_progress;
 };
 
 // Loads the model that `spec` describes onto `options.device`. Fails with INVALID_ARGUMENT for a
