@@ -13,11 +13,12 @@
 #include <set>
 #include <string>
 
+#include "common/thread_name.h"
 #include "graphserve/engine/device.h"
 #include "graphserve/server/config/config.h"
 #include "graphserve/server/config/triton_config.h"
 #include "graphserve/server/repository/model_version.h"
-#include "common/thread_name.h"
+#include "graphserve/server/repository/warmup_reporter.h"
 
 namespace graphserve {
 namespace {
@@ -105,13 +106,39 @@ void ReplaceAll(std::string* text, const std::string& from, const std::string& t
   }
 }
 
+// One instance's buckets in a line of bounded length: how many replay as graphs, how many were
+// measured, and the range of their times. InstanceDetail lists every bucket, for the debug level.
 std::string InstanceSummary(const ModelSpec& spec, const Executor& executor) {
+  const std::vector<BucketInfo> buckets = executor.Buckets();
+  size_t graphs = 0, measured = 0;
+  const BucketInfo* fastest = nullptr;
+  const BucketInfo* slowest = nullptr;
+  for (const BucketInfo& bucket : buckets) {
+    graphs += bucket.graph ? 1 : 0;
+    measured += bucket.time_measured ? 1 : 0;
+    if (bucket.execute_time_us <= 0) continue;
+    if (fastest == nullptr || bucket.execute_time_us < fastest->execute_time_us) fastest = &bucket;
+    if (slowest == nullptr || bucket.execute_time_us > slowest->execute_time_us) slowest = &bucket;
+  }
+  std::string line =
+      fmt::format("{} buckets ({} graphs, {} eager; {} measured, {} estimated)", buckets.size(), graphs,
+                  buckets.size() - graphs, measured, buckets.size() - measured);
+  if (fastest != nullptr) {
+    line += fmt::format(", {:.1f} ms ({}) to {:.1f} ms ({}) a batch", fastest->execute_time_us / 1000,
+                        spec.BucketLabel(fastest->shape), slowest->execute_time_us / 1000,
+                        spec.BucketLabel(slowest->shape));
+  }
+  return line;
+}
+
+std::string InstanceDetail(const ModelSpec& spec, const Executor& executor) {
   std::string grid;
   for (const BucketInfo& bucket : executor.Buckets()) {
     grid += " " + spec.BucketLabel(bucket.shape) + (bucket.graph ? "(graph " : "(eager ") +
-            std::to_string(static_cast<int64_t>(bucket.execute_time_us)) + "us)";
+            std::to_string(static_cast<int64_t>(bucket.execute_time_us)) + "us" +
+            (bucket.time_measured ? ")" : " estimated)");
   }
-  return std::to_string(executor.Buckets().size()) + " buckets:" + grid;
+  return grid;
 }
 
 // The grid and what it costs, in one line: its points, largest bucket and token budget, and each
@@ -175,13 +202,21 @@ Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& de
                        const std::string& model_dir, const std::string& model_filename,
                        std::vector<std::unique_ptr<Executor>>* executors) {
   for (const std::string& device : devices) {
+    const std::unique_ptr<WarmupReporter> progress = NewProcessWarmupReporter(
+        fmt::format("model '{}' instance {} on {}", spec.name, executors->size(), device));
     ExecutorOptions executor_options;
     executor_options.device = device;
     executor_options.model_dir = model_dir;
     executor_options.model_filename = model_filename;
+    executor_options.warmup_progress = [reporter = progress.get()](const WarmupProgress& done) {
+      reporter->Report(done);
+    };
     std::unique_ptr<Executor> executor;
     Status status = CreateExecutor(spec, executor_options, &executor);
-    if (status.ok()) status = executor->Warmup();
+    if (status.ok()) {
+      status = executor->Warmup();
+      executor->set_warmup_progress(nullptr);  // the reporter goes with this iteration
+    }
     if (!status.ok()) {
       // The engine's message can quote libtorch (a zip reader's complaint, a stack of TorchScript
       // frames) and host paths: it goes to the log, and the caller of a load gets its code and a
@@ -194,6 +229,8 @@ Status CreateExecutors(const ModelSpec& spec, const std::vector<std::string>& de
     }
     spdlog::info("model '{}' instance {} on {}: {}", spec.name, executors->size(), executor->device(),
                  InstanceSummary(spec, *executor));
+    spdlog::debug("model '{}' instance {} on {}, every bucket:{}", spec.name, executors->size(),
+                  executor->device(), InstanceDetail(spec, *executor));
     executors->push_back(std::move(executor));
   }
   return Status::Ok();
