@@ -16,6 +16,7 @@
 #include "graphserve/grpc_process.h"
 #include "graphserve/server/observability/logging.h"
 #include "graphserve/server/process/command_line.h"
+#include "graphserve/server/process/exit_status.h"
 #include "graphserve/server/process/server.h"
 
 namespace {
@@ -31,7 +32,7 @@ std::optional<int> ReadCommandLine(int argc, char** argv, graphserve::CommandLin
   const graphserve::Status status = graphserve::SetupLogging(line->log_level, line->log_format, line->client_log_limit);
   if (!status.ok()) {
     std::cerr << status.message() << "\n";
-    return graphserve::kBadFlagsExitStatus;
+    return graphserve::kExitBadUsage;
   }
   for (const std::string& note : line->notes) spdlog::info("{}", note);
   return std::nullopt;
@@ -87,7 +88,7 @@ void ExitIfShutdownOutlasts(std::chrono::milliseconds drain_timeout) {
     std::this_thread::sleep_for(deadline);
     spdlog::critical("shutdown still waiting {} ms after the signal: exiting without it", deadline.count());
     spdlog::shutdown();
-    _exit(1);
+    _exit(graphserve::kExitRuntimeFailure);
   }).detach();
 }
 
@@ -105,14 +106,16 @@ int main(int argc, char** argv) {
   graphserve::GraphServer server;
   const graphserve::Status status = server.Start(options);
   if (!status.ok()) {
-    spdlog::critical("cannot start: {}", status.ToString());
+    const int exit_status = graphserve::ExitStatusFor(server.start_failure());
+    spdlog::critical("cannot start: {} (exit status {}: docs/running.md, \"Exit status\")", status.ToString(),
+                     exit_status);
     server.Shutdown();
-    return 1;
+    return exit_status;
   }
   const int stop_signal = ServeUntilStopped(&server, signals);
   spdlog::info("received {}", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
   ExitIfShutdownOutlasts(options.drain_timeout);
   server.Shutdown();
   spdlog::info("stopped");
-  return 0;
+  return graphserve::kExitStopped;
 }

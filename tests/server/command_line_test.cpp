@@ -44,7 +44,7 @@ void ExpectRefused(const std::vector<std::string>& arguments, const std::vector<
   std::string command;
   for (const std::string& argument : arguments) command += " " + argument;
   ASSERT_TRUE(parsed.exit_status.has_value()) << command;
-  EXPECT_EQ(*parsed.exit_status, kBadFlagsExitStatus) << command << ": " << parsed.err;
+  EXPECT_EQ(*parsed.exit_status, kExitBadUsage) << command << ": " << parsed.err;
   for (const std::string& fragment : fragments) {
     EXPECT_NE(parsed.err.find(fragment), std::string::npos) << command << ": " << parsed.err;
   }
@@ -203,19 +203,19 @@ TEST(CommandLineTest, TraceConfigTakesTritonsSettingsInOrderWithItsOlderFlags) {
   ExpectRefused({"--trace-config", "rate=0"}, {"--trace-config rate=0"});
 }
 
-TEST(CommandLineTest, MalformedCommandLinesKeepCli11sStatuses) {
+TEST(CommandLineTest, MalformedCommandLinesAreBadUsageToo) {
   Parsed parsed = Parse({"--frobnicate"});
   ASSERT_TRUE(parsed.exit_status.has_value());
-  EXPECT_EQ(*parsed.exit_status, 109);  // CLI11's ExtrasError, as before
+  EXPECT_EQ(*parsed.exit_status, kExitBadUsage);  // not CLI11's own 109
   EXPECT_NE(parsed.err.find("--frobnicate"), std::string::npos) << parsed.err;
   parsed = Parse({"--grpc-port", "70000"});
   ASSERT_TRUE(parsed.exit_status.has_value());
-  EXPECT_NE(*parsed.exit_status, 0);
+  EXPECT_EQ(*parsed.exit_status, kExitBadUsage);
   EXPECT_NE(parsed.err.find("--grpc-port"), std::string::npos) << parsed.err;
   // Triton takes several repositories; graphserve serves one.
   parsed = Parse({"--model-repository", "/a", "--model-repository", "/b"});
   ASSERT_TRUE(parsed.exit_status.has_value());
-  EXPECT_NE(*parsed.exit_status, 0);
+  EXPECT_EQ(*parsed.exit_status, kExitBadUsage);
   EXPECT_NE(parsed.err.find("--model-repository"), std::string::npos) << parsed.err;
 }
 

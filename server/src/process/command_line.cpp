@@ -155,6 +155,18 @@ std::string PortOf(const std::string& address) { return address.substr(address.r
 
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
+// An endpoint's address as ListenOn takes it, checked here so that a mistake is reported before any
+// port opens: "HOST:PORT" (HOST may be empty or a bracketed IPv6 address), the port 0 to 65535.
+// Whether HOST is an address of this host is known only when listening.
+Status CheckListenAddress(const char* flag, const std::string& address) {
+  if (address.empty()) return Status::Ok();  // the endpoint is off
+  const std::string port = NamesPort(address) ? PortOf(address) : std::string();
+  const bool valid = !port.empty() && port.size() <= 5 &&
+                     port.find_first_not_of("0123456789") == std::string::npos && std::stoi(port) <= 65535;
+  if (valid) return Status::Ok();
+  return InvalidArgument(std::string(flag) + " " + address + ": expected HOST:PORT, the port 0 to 65535");
+}
+
 // The values of graphserve's flags that the options hold in another form.
 struct GraphserveValues {
   double drain_timeout_s = 30.0;
@@ -475,6 +487,13 @@ Status ApplyEndpoints(const CLI::App& app, const TritonValues& triton, ServerOpt
     status = ApplyEndpointFlags(app, triton.metrics, defaults.metrics_address, &options->metrics_address);
   }
   if (!status.ok()) return status;
+  for (const auto& [flag, address] :
+       {std::pair<const char*, const std::string*>{"--grpc-address", &options->grpc_address},
+        {"--http-address", &options->http_address},
+        {"--metrics-address", &options->metrics_address}}) {
+    status = CheckListenAddress(flag, *address);
+    if (!status.ok()) return status;
+  }
   if (options->grpc_address.empty() && options->http_address.empty()) {
     return InvalidArgument("the gRPC and REST endpoints are both off: no endpoint would serve requests");
   }
@@ -695,12 +714,14 @@ std::optional<int> ParseCommandLine(int argc, const char* const* argv, CommandLi
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error, out, err);
+    // CLI11's own statuses (109 for an unknown flag, ...) would be one more set to document.
+    const int cli11_status = app.exit(error, out, err);
+    return cli11_status == 0 ? kExitStopped : kExitBadUsage;
   }
   const Status status = Interpret(app, values, triton, line);
   if (status.ok()) return std::nullopt;
   err << status.message() << "\n";
-  return kBadFlagsExitStatus;
+  return kExitBadUsage;
 }
 
 }  // namespace graphserve

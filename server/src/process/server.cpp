@@ -94,25 +94,34 @@ Status GraphServer::Start(const ServerOptions& options) {
   metrics_options.trace_writer = trace_writer_.get();
   metrics_ = std::make_unique<ServerMetrics>(std::move(metrics_options));
 
-  Status status = LoadCredentials(options);
+  // Every check that needs no port comes first: a mistake ends the start before any port opens,
+  // and a script that retries on "port in use" is not misled.
+  Status status = CheckRepositoryFlags(options.repository);
+  if (!status.ok()) return FailStart(StartFailure::kBadUsage, status);
+  std::vector<std::string> startup_models;
+  status = ListStartupModels(options.repository, &startup_models);
+  if (!status.ok()) return FailStart(StartFailure::kBadRepository, status);
+  status = LoadCredentials(options);
+  if (!status.ok()) return FailStart(StartFailure::kBadUsage, status);
   // Before the long model warm-up: a bad --metrics-address fails at once, and Prometheus sees the
   // target (with graphserve_build_info) while the models load.
-  if (status.ok()) status = StartMetricsEndpoint(options);
-  if (!status.ok()) return status;
+  status = StartMetricsEndpoint(options);
+  if (!status.ok()) return FailStart(StartFailure::kCannotListen, status);
   CreateRepositoryAndService();
   const RequestLimits limits = LimitsFor(options);
   const std::chrono::microseconds busy_poll =
       options.busy_poll.count() >= 0 ? options.busy_poll : DefaultBusyPoll(UsableCores());
-  status = StartGrpcEndpoint(options, limits, busy_poll);
-  if (status.ok() && !options.http_address.empty()) status = StartRestEndpoint(options, limits);
-  if (!status.ok()) return status;
+  status = StartGrpcEndpoint(options, limits, busy_poll);  // says itself when it cannot listen
+  if (!status.ok()) return FailStart(StartFailure::kRuntime, status);
+  if (!options.http_address.empty()) status = StartRestEndpoint(options, limits);
+  if (!status.ok()) return FailStart(StartFailure::kCannotListen, status);
 
   StartHousekeeping();
   RepositoryOptions repository_options = options.repository;
   repository_options.scheduler_busy_poll = busy_poll;
   repository_options.max_request_bytes = limits.grpc_bytes;
   status = repository_->Start(repository_options);
-  if (!status.ok()) return status;
+  if (!status.ok()) return FailStart(StartFailure::kBadRepository, status);
   SetReady(true);
   if (service_->Ready()) {
     spdlog::info("ready: serving {} model(s)", repository_->Serving().size());
@@ -122,6 +131,12 @@ Status GraphServer::Start(const ServerOptions& options) {
                  repository_->Serving().size());
   }
   return Status::Ok();
+}
+
+Status GraphServer::FailStart(StartFailure failure, const Status& status) {
+  // The first failure recorded is the cause; later ones follow from it.
+  if (start_failure_ == StartFailure::kNone) start_failure_ = failure;
+  return status;
 }
 
 Status GraphServer::LoadCredentials(const ServerOptions& options) {
@@ -190,7 +205,7 @@ Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const Reques
                                               : "descriptors_exhausted");
         },
         &grpc_acceptor_);
-    if (!status.ok()) return status;
+    if (!status.ok()) return FailStart(StartFailure::kCannotListen, status);
     grpc_port_ = grpc_acceptor_->port();
   }
 
@@ -378,7 +393,7 @@ void GraphServer::Shutdown() {
       // libtorch throws from the destructors that free it: the process ends here, every call answered.
       spdlog::critical("exiting with status 1 without releasing the models: CUDA fault on {}", fault);
       spdlog::shutdown();
-      _exit(1);
+      _exit(kExitRuntimeFailure);
     }
     // Before the ModelInfer queues stop: a call that gRPC cancelled as it shut down may still be
     // queued or running, and its answer goes through its queue. Stop returns once every request is

@@ -456,11 +456,10 @@ ModelRepository::ModelRepository(const Clock* clock, Listener listener)
 
 ModelRepository::~ModelRepository() { Stop(); }
 
-Status ModelRepository::Start(const RepositoryOptions& options) {
-  options_ = options;
-  Status status = ResolveDevice(options.device, &default_device_);
+Status CheckRepositoryFlags(const RepositoryOptions& options) {
+  std::string device;
+  const Status status = ResolveDevice(options.device, &device);
   if (!status.ok()) return Status(status.code(), "--device: " + status.message());
-
   if (options.model_repository.empty()) {
     if (options.control_mode != ModelControlMode::kNone) {
       return InvalidArgument(std::string("--model-control-mode ") + ModelControlModeName(options.control_mode) +
@@ -469,6 +468,50 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
     if (!options.startup_models.empty()) {
       return InvalidArgument("--load-model: only with --model-repository and --model-control-mode explicit");
     }
+    return Status::Ok();
+  }
+  if (options.control_mode != ModelControlMode::kExplicit && !options.startup_models.empty()) {
+    return InvalidArgument(std::string("--load-model: only with --model-control-mode explicit (") +
+                           ModelControlModeName(options.control_mode) + " loads every model)");
+  }
+  return Status::Ok();
+}
+
+Status ListStartupModels(const RepositoryOptions& options, std::vector<std::string>* startup) {
+  startup->clear();
+  if (options.model_repository.empty()) return Status::Ok();
+  std::vector<std::string> names;
+  const Status status = ListSubdirectories(options.model_repository, &names);
+  if (!status.ok()) return Status(status.code(), "--model-repository " + status.message());
+  if (options.control_mode != ModelControlMode::kExplicit) {
+    // Poll mode may start empty: models can be added later.
+    if (options.control_mode == ModelControlMode::kNone && names.empty()) {
+      return NotFound("--model-repository '" + options.model_repository + "' holds no model folders");
+    }
+    *startup = names;
+    return Status::Ok();
+  }
+  for (const std::string& name : options.startup_models) {
+    if (name == kLoadAllModels) {
+      *startup = names;
+      return Status::Ok();
+    }
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return NotFound("--load-model: no model folder '" + name + "' in the repository");
+    }
+    startup->push_back(name);
+  }
+  return Status::Ok();
+}
+
+Status ModelRepository::Start(const RepositoryOptions& options) {
+  options_ = options;
+  Status status = CheckRepositoryFlags(options);
+  if (!status.ok()) return status;
+  status = ResolveDevice(options.device, &default_device_);
+  if (!status.ok()) return status;
+
+  if (options.model_repository.empty()) {
     spdlog::info("no --model-repository given: serving the built-in model 'encoder'");
     std::shared_ptr<LoadedModel> encoder;
     status = BuildModel(BuiltinEncoderConfig(), "1", "", default_device_, clock_, options.scheduler_busy_poll,
@@ -480,30 +523,9 @@ Status ModelRepository::Start(const RepositoryOptions& options) {
     return Status::Ok();
   }
 
-  std::vector<std::string> names;
-  status = ListSubdirectories(options.model_repository, &names);
-  if (!status.ok()) return Status(status.code(), "--model-repository " + status.message());
-  std::vector<std::string> startup = names;
-  if (options.control_mode == ModelControlMode::kExplicit) {
-    startup.clear();
-    for (const std::string& name : options.startup_models) {
-      if (name == kLoadAllModels) {
-        startup = names;
-        break;
-      }
-      if (std::find(names.begin(), names.end(), name) == names.end()) {
-        return NotFound("--load-model: no model folder '" + name + "' in the repository");
-      }
-      startup.push_back(name);
-    }
-  } else if (!options.startup_models.empty()) {
-    return InvalidArgument(std::string("--load-model: only with --model-control-mode explicit (") +
-                           ModelControlModeName(options.control_mode) + " loads every model)");
-  }
-  // Poll mode may start empty: models can be added later.
-  if (options.control_mode == ModelControlMode::kNone && names.empty()) {
-    return NotFound("--model-repository '" + options.model_repository + "' holds no model folders");
-  }
+  std::vector<std::string> startup;
+  status = ListStartupModels(options, &startup);
+  if (!status.ok()) return status;
   status = LoadAtStart(startup);
   if (!status.ok()) return status;
   control_thread_ = std::thread([this] {

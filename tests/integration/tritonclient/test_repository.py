@@ -280,8 +280,9 @@ class NoneModeTest(unittest.TestCase):
         done = subprocess.run([server_fixture.BINARY, "--grpc-address", "127.0.0.1:0", "--http-address", "",
                                "--metrics-address", "127.0.0.1:0", "--device", "cpu", "--load-model", "foo"],
                               capture_output=True, text=True, timeout=120)
-        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertEqual(done.returncode, 2, done.stdout + done.stderr)  # bad usage, before any port opens
         self.assertIn("--load-model: only with --model-repository", done.stdout + done.stderr)
+        self.assertNotIn("listening", done.stdout + done.stderr)
 
 
 if __name__ == "__main__":

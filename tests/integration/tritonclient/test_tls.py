@@ -284,8 +284,8 @@ class FlagsTest(unittest.TestCase):
         done = subprocess.run([server_fixture.BINARY, "--grpc-address", "127.0.0.1:99999", "--http-address",
                                "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--device", "cpu"],
                               capture_output=True, text=True, timeout=60)
-        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
-        self.assertIn("--grpc-address: cannot listen on 127.0.0.1:99999: expected HOST:PORT, the port 0 to 65535",
+        self.assertEqual(done.returncode, 2, done.stdout + done.stderr)  # refused before any port opens
+        self.assertIn("--grpc-address 127.0.0.1:99999: expected HOST:PORT, the port 0 to 65535",
                       done.stdout + done.stderr)
         # 1e300 s overflowed the drain's deadline: SIGTERM then exited at once, without draining.
         # CLI11 refuses these itself (its own exit code).

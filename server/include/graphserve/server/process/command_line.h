@@ -13,6 +13,7 @@
 
 #include "graphserve/engine/status.h"
 #include "graphserve/server/observability/logging.h"
+#include "graphserve/server/process/exit_status.h"
 #include "graphserve/server/process/server.h"
 #include "graphserve/server/repository/model_repository.h"
 
@@ -32,14 +33,11 @@ struct CommandLine {
   std::vector<std::string> notes;
 };
 
-// The exit status for flags graphserve refuses, values it cannot use, and flags that contradict each
-// other. A command line CLI11 cannot read (an unknown flag, a value of the wrong type or outside its
-// range) keeps CLI11's status (109 for an unknown flag).
-inline constexpr int kBadFlagsExitStatus = 2;
-
 // Reads `argv` into `line`. nullopt: go on and serve. Otherwise the process should exit now with the
-// status returned: 0 after --help or --version (written to `out`), else an error (its message
-// written to `err`): CLI11's status or kBadFlagsExitStatus.
+// status returned: 0 after --help or --version (written to `out`), else kExitBadUsage (exit_status.h)
+// with its message written to `err`: a command line CLI11 cannot read (an unknown flag, a value of
+// the wrong type or outside its range), a flag graphserve refuses, a value it cannot use, or flags
+// that contradict each other.
 std::optional<int> ParseCommandLine(int argc, const char* const* argv, CommandLine* line, std::ostream& out,
                                     std::ostream& err);
 

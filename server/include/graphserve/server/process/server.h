@@ -12,11 +12,13 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "graphserve/engine/status.h"
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
 #include "graphserve/server/observability/trace_settings.h"
+#include "graphserve/server/process/exit_status.h"
 #include "graphserve/server/repository/model_repository.h"
 #include "graphserve/server/security/api_groups.h"
 #include "graphserve/server/security/auth.h"
@@ -89,8 +91,11 @@ class GraphServer {
   GraphServer();
   ~GraphServer();
 
-  // Returns once every model is ready (or failed to load).
+  // Returns once every model is ready (or failed to load). Checks the flags and the repository's
+  // folder before it opens any port; start_failure() then says which kind of failure it was.
   Status Start(const ServerOptions& options);
+  // Why Start failed (kNone before Start, or after it succeeded): what the process exits with.
+  StartFailure start_failure() const { return start_failure_; }
   void Shutdown();
   // SIGHUP: re-reads the token file and the HTTP ports' certificates at once (gRPC's at its next
   // reload interval); on an error keeps what it had, and says so in the log.
@@ -107,6 +112,9 @@ class GraphServer {
   };
   // --max-request-bytes, else what the repository's largest request needs on each binding.
   static RequestLimits LimitsFor(const ServerOptions& options);
+
+  // Records `failure` as start_failure() unless one already is, and returns `status`.
+  Status FailStart(StartFailure failure, const Status& status);
 
   // Start's steps, in order. Each returns the error that stops the start.
   // TLS files and tokens, before any port opens.
@@ -156,6 +164,7 @@ class GraphServer {
   std::mutex readiness_mutex_;
   std::unique_ptr<UnaryInferQueues> infer_queues_;
   int grpc_port_ = 0;
+  StartFailure start_failure_ = StartFailure::kNone;
   // After grpc_server_: it calls the gRPC service through an in-process channel.
   std::unique_ptr<RestEndpoint> rest_endpoint_;
   std::thread trimmer_;

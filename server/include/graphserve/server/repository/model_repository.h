@@ -195,6 +195,17 @@ class ModelRepository {
   std::map<std::string, std::string> fingerprints_;
 };
 
+// What Start checks of the flags before it reads the repository, for a server to check before it
+// opens a port: --device names a device of this host (INVALID_ARGUMENT or UNAVAILABLE naming
+// --device), and --model-control-mode and --load-model fit --model-repository (INVALID_ARGUMENT
+// naming them).
+Status CheckRepositoryFlags(const RepositoryOptions& options);
+
+// The models Start loads: none without a repository folder, else every model folder, or the
+// --load-model ones in kExplicit. NOT_FOUND when the folder cannot be read, holds no model folder in
+// kNone, or lacks a --load-model one; the message may hold the repository's path (for the log).
+Status ListStartupModels(const RepositoryOptions& options, std::vector<std::string>* startup);
+
 // Resolves "auto" to "cuda:0" when a CUDA device is present, else "cpu"; checks the others.
 Status ResolveDevice(const std::string& requested, std::string* resolved);
 
