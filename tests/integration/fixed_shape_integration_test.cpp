@@ -86,7 +86,9 @@ class FixedShapeTest : public ::testing::Test {
   static void SetUpTestSuite() {
     server_ = new ServerProcess(
         GRAPHSERVE_BINARY,
-        {"--device", "cpu", "--model-repository", std::string(FIXED_SHAPE_DIR) + "/repository"},
+        // debug: each bucket's line, which TheGridIsOneBucketPerBatchSizeLabelledBatchByDash reads
+        {"--device", "cpu", "--model-repository", std::string(FIXED_SHAPE_DIR) + "/repository", "--log-level",
+         "debug"},
         std::string(TEST_OUTPUT_DIR) + "/fixed_shape_server.log");
     ASSERT_TRUE(server_->WaitUntilReady(kStartTimeout)) << server_->Log();
   }

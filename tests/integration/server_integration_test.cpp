@@ -202,9 +202,10 @@ TEST_F(BuiltinEncoderTest, StartupLogNamesVersionsDeviceAndBuckets) {
   EXPECT_NE(log.find("libtorch"), std::string::npos) << log;
   EXPECT_NE(log.find("gRPC"), std::string::npos);
   EXPECT_NE(log.find("on cpu"), std::string::npos);
-  EXPECT_NE(log.find("32x512"), std::string::npos) << "the default grid reaches 32x512";
-  // Ready only after warm-up: the warm-up lines come before the ready line.
-  EXPECT_LT(log.find("buckets:"), log.find("ready: serving"));
+  // The default grid: 284 points, the largest 512 rows at length 32.
+  EXPECT_NE(log.find("model 'encoder' bucket grid: 284 buckets, largest 512x32"), std::string::npos) << log;
+  // Ready only after warm-up: the instance's summary comes before the ready line.
+  EXPECT_LT(log.find("instance 0 on cpu: 284 buckets ("), log.find("ready: serving")) << log;
 }
 
 // ---------------------------------------------------------------------------------------------------
