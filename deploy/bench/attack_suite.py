@@ -778,13 +778,52 @@ class DrainCaller(threading.Thread):
                 self.latencies_ms.append((time.monotonic() - started) * 1000)
 
 
+class DrainStream(threading.Thread):
+    """A ModelStreamInfer stream sending a request every 20 ms until the signal, two more after it,
+    then half-closing: every request must get its answer or a refusal naming the shutdown."""
+
+    def __init__(self, server, signalled):
+        super().__init__(daemon=True)
+        self.kind, self.server, self.signalled = "stream", server, signalled
+        self.latencies_ms, self.lost, self.fates = [], [], {}
+
+    def run(self):
+        answers, sent_at = [], {}
+        try:
+            with grpcclient.InferenceServerClient(self.server.grpc) as client:
+                client.start_stream(callback=lambda result, error: answers.append((time.monotonic(), result, error)))
+                inputs = token_inputs(grpcclient)
+                late = 0
+                while late < 2:
+                    if self.signalled.is_set():
+                        late += 1
+                    request_id = str(len(sent_at))
+                    sent_at[request_id] = time.monotonic()
+                    client.async_stream_infer(MODEL, inputs, request_id=request_id)
+                    time.sleep(0.02)
+                client.stop_stream()  # returns once the server has finished the stream
+        except Exception as error:  # noqa: BLE001  (a stream that broke lost what it had sent)
+            self.lost.append(f"stream broke: {type(error).__name__}: {str(error)[:120]}")
+        for answered_at, result, error in answers:
+            if error is None:
+                self.fates["answered"] = self.fates.get("answered", 0) + 1
+                request_id = result.get_response().id
+                self.latencies_ms.append((answered_at - sent_at.get(request_id, answered_at)) * 1000)
+            elif "shutting down" in (error.message() or ""):
+                self.fates["refused (shutting down)"] = self.fates.get("refused (shutting down)", 0) + 1
+            else:
+                self.lost.append(f"stream: {error.status()} {(error.message() or '')[:120]}")
+        if len(answers) < len(sent_at):
+            self.lost.append(f"stream: {len(sent_at) - len(answers)} of {len(sent_at)} requests never answered")
+
+
 def sigterm_drain(args, repository):
-    """SIGTERM while REST and gRPC clients call without pause, over fresh servers: every call is
+    """SIGTERM while REST and gRPC clients and a stream call without pause, over fresh servers: every call is
     answered or refused naming the shutdown, and the process exits 0 (issue #43 point 1, done)."""
     runs = max(1, int(SCALES["sigterm_runs"][1 if args.full else 0] * args.scale))
     log(f"--- sigterm_drain ({runs} runs)")
     row = {"attack": "sigterm_drain", "violations": [], "notes": [], "damage": [], "lost": 0}
-    fates, latencies = {}, {"rest": [], "grpc": []}
+    fates, latencies = {}, {"rest": [], "grpc": [], "stream": []}
     rss = [None, 0, None]
     for run in range(runs):
         server, _ = start_server(args, repository, f"sigterm_drain_{run}")
@@ -795,6 +834,7 @@ def sigterm_drain(args, repository):
         signalled = threading.Event()
         callers = [DrainCaller("rest", server, signalled) for _ in range(6)]
         callers += [DrainCaller("grpc", server, signalled) for _ in range(4)]
+        callers.append(DrainStream(server, signalled))
         for caller in callers:
             caller.start()
         time.sleep(1.0 + (0.3 * run) % 1.0)  # the signal at a different moment of the load each run
@@ -822,6 +862,8 @@ def sigterm_drain(args, repository):
     row["idle"] = {}
     row["rss_mib"] = rss
     row["notes"].append(f"{runs} runs: " + ", ".join(f"{k} {v}" for k, v in sorted(fates.items())))
+    stream = row["normal"]["stream"]
+    row["notes"].append(f"the streams' p50/p99 {figure(stream['p50_ms'])} / {figure(stream['p99_ms'])} ms")
     row["verdict"] = "FAIL" if row["violations"] else "bounded"
     return row
 
