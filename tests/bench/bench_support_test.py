@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """deploy/bench/bench_support's parts that need no server: the /metrics reader on a written
-exposition, and the launcher on a stand-in program (sh) that logs graphserve's listening lines.
+exposition, the launcher on a stand-in program (sh) that logs graphserve's listening lines, and the
+attack suite's hand-written HTTP/2 pieces against RFC 7541's examples and a local socket.
 
   bench_support_test.py SOURCE_DIR OUT_DIR
 """
 import pathlib
 import signal
+import socket
+import struct
 import sys
+import time
 import unittest
 
 SOURCE, OUT = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 sys.path.insert(0, str(SOURCE / "deploy" / "bench"))
 from bench_support import metrics  # noqa: E402
+from bench_support import raw_h2  # noqa: E402
 from bench_support.server import GraphserveProcess, StartError  # noqa: E402
 
 EXPOSITION = """# HELP graphserve_requests_total Requests answered, by model and code.
@@ -78,6 +83,37 @@ class LauncherTest(unittest.TestCase):
         finally:
             self.assertEqual(process.stop(), 3)
         self.assertIn("port 41003", process.log_tail(5))
+
+
+class RawH2Test(unittest.TestCase):
+    def test_integers_are_encoded_as_rfc_7541_appendix_c1(self):
+        self.assertEqual(raw_h2.hpack_integer(10, 5), b"\x0a")
+        self.assertEqual(raw_h2.hpack_integer(1337, 5), b"\x1f\x9a\x0a")
+        self.assertEqual(raw_h2.hpack_integer(42, 8), b"\x2a")
+
+    def test_a_literal_header_is_unindexed_with_its_lengths(self):
+        self.assertEqual(raw_h2.hpack_literal("te", "trailers"), b"\x00\x02te\x08trailers")
+
+    def test_data_waits_for_the_peers_window_and_stops_at_its_deadline(self):
+        """A peer that grants 10 bytes of stream window: exactly 10 bytes go, in a DATA frame on the
+        stream, and the send returns at its deadline instead of waiting for more."""
+        listener = socket.create_server(("127.0.0.1", 0))
+        connection = raw_h2.RawH2(listener.getsockname())
+        peer, _ = listener.accept()
+        peer.sendall(raw_h2.RawH2._frame(raw_h2.SETTINGS, 0, 0, struct.pack(">HI", raw_h2.SETTINGS_INITIAL_WINDOW_SIZE,
+                                                                             10)))
+        self.assertTrue(connection.wait_for(lambda c: c.peer_initial_window == 10, 5))
+        stream = connection.open_stream("/x")
+        self.assertEqual(connection.send_data(stream, b"a" * 100, deadline=time.monotonic() + 0.3), 10)
+        received = b""
+        peer.settimeout(5)
+        while received.count(b"a") < 10:
+            received += peer.recv(4096)
+        data_header = struct.pack(">I", 10)[1:] + bytes([raw_h2.DATA, 0]) + struct.pack(">I", stream)
+        self.assertIn(data_header + b"a" * 10, received)
+        connection.close()
+        peer.close()
+        listener.close()
 
 
 if __name__ == "__main__":
