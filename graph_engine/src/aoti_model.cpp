@@ -120,13 +120,40 @@ Status CheckExportedDim(const ModelSpec& spec, const TensorSpec& input, const Ex
                          " to max_sequence_length " + std::to_string(spec.max_sequence_length));
 }
 
-Status CheckSignature(const ModelSpec& spec, const Signature& signature) {
-  if (signature.inputs.size() != spec.inputs.size()) {
-    return InvalidArgument("the package takes " + std::to_string(signature.inputs.size()) +
-                           " inputs, the config declares " + std::to_string(spec.inputs.size()));
+// A ragged model's argument `input` (a flat ragged input or a batch input): its first dimension
+// spans the grid's token sizes or rows (one more with the zero), the rest are the config's.
+Status CheckRaggedExportedDims(const ModelSpec& spec, const TensorSpec& input,
+                               const ExportedInput& exported) {
+  const std::vector<int64_t> smallest =
+      PaddedShape(input, BucketShape{spec.bucket_batch_sizes.front(), spec.bucket_lengths.front()});
+  const std::vector<int64_t> largest =
+      PaddedShape(input, BucketShape{spec.bucket_batch_sizes.back(), spec.bucket_lengths.back()});
+  if (exported.dims.size() != smallest.size()) {
+    return InvalidArgument("input '" + input.name + "' has rank " + std::to_string(exported.dims.size()) +
+                           " in the package, " + std::to_string(smallest.size()) +
+                           " in the config (ragged: rows end to end, no batch dimension)");
   }
-  for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    const TensorSpec& input = spec.inputs[i];
+  for (size_t d = 0; d < smallest.size(); ++d) {
+    if (!RangeHolds(exported.dims[d], smallest[d], largest[d])) {
+      return InvalidArgument("input '" + input.name + "' dimension " + std::to_string(d) +
+                             ": the package was exported for " + RangeToString(exported.dims[d]) +
+                             ", the grid needs " + std::to_string(smallest[d]) + " to " +
+                             std::to_string(largest[d]));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckSignature(const ModelSpec& spec, const Signature& signature) {
+  // A ragged model's positional arguments are its inputs, then its batch inputs.
+  const std::vector<TensorSpec> arguments = spec.arguments();
+  if (signature.inputs.size() != arguments.size()) {
+    return InvalidArgument("the package takes " + std::to_string(signature.inputs.size()) +
+                           " inputs, the config declares " + std::to_string(arguments.size()) +
+                           (spec.ragged ? " (inputs and batch inputs)" : ""));
+  }
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const TensorSpec& input = arguments[i];
     const ExportedInput& exported = signature.inputs[i];
     if (exported.name != input.name) {
       return InvalidArgument("input " + std::to_string(i) + " is '" + exported.name +
@@ -139,6 +166,11 @@ Status CheckSignature(const ModelSpec& spec, const Signature& signature) {
     if (exported.dtype != config_dtype && !both_floating) {
       return InvalidArgument("input '" + input.name + "' is " + exported.dtype +
                              " in the package, " + config_dtype + " in the config");
+    }
+    if (spec.ragged) {
+      const Status status = CheckRaggedExportedDims(spec, input, exported);
+      if (!status.ok()) return status;
+      continue;
     }
     if (exported.dims.size() != input.dims.size() + 1) {
       return InvalidArgument("input '" + input.name + "' has rank " +
@@ -267,8 +299,9 @@ Status CheckPackageDevice(const Metadata& metadata, const c10::Device& device) {
 // Input dtypes to cast floating-point inputs to: the signature's, or the spec's without one.
 std::vector<at::ScalarType> PackageInputTypes(const ModelSpec& spec, const Signature* signature) {
   std::vector<at::ScalarType> types;
-  for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    at::ScalarType type = ToScalarType(spec.inputs[i].dtype);
+  const std::vector<TensorSpec> arguments = spec.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    at::ScalarType type = ToScalarType(arguments[i].dtype);
     if (signature != nullptr) {
       for (DataType candidate : {DataType::kFp16, DataType::kBf16, DataType::kFp32, DataType::kFp64}) {
         if (LowerCase(DataTypeName(candidate)) == signature->inputs[i].dtype) {

@@ -1,5 +1,6 @@
 #include "batch_accounting.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -18,6 +19,7 @@ std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& ba
   const BucketShape& padded_shape = batch.padded_shape;
   std::vector<OutputSlice> slices;
   int64_t first_row = 0;
+  int64_t first_token = 0;  // ragged: where the item's tokens start
   for (size_t k = 0; k < batch.items.size(); ++k) {
     const InferenceItem& item = *batch.items[k];
     for (size_t o = 0; o < spec.outputs.size(); ++o) {
@@ -28,9 +30,10 @@ std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& ba
       OutputSlice slice;
       slice.item = k;
       slice.output = o;
-      slice.shape = PaddedShape(output, BucketShape{item.rows, item.length});
-      slice.offset = first_row * Product(padded, 1, padded.size());
-      if (variable_dim < 0 || item.length == padded_shape.length) {
+      slice.shape = ItemShape(output, item.rows, item.length);
+      // A scattered output holds the item's tokens end to end: one run from its first token.
+      slice.offset = (output.ragged ? first_token : first_row) * Product(padded, 1, padded.size());
+      if (variable_dim < 0 || item.length == padded_shape.length || output.ragged) {
         slice.width = Product(slice.shape, 0, slice.shape.size());
         slice.pitch = slice.width;
         slice.height = 1;
@@ -46,8 +49,34 @@ std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& ba
       slices.push_back(std::move(slice));
     }
     first_row += item.rows;
+    first_token += item.rows * item.length;
   }
   return slices;
+}
+
+std::vector<int64_t> RaggedRowLengths(const Batch& batch) {
+  std::vector<int64_t> lengths;
+  lengths.reserve(static_cast<size_t>(batch.padded_shape.batch));
+  int64_t tokens = 0;
+  for (const InferenceItem* item : batch.items) {
+    lengths.insert(lengths.end(), static_cast<size_t>(item->rows), item->length);
+    tokens += item->rows * item->length;
+  }
+  // The filler row takes the tail so that the last offset is the bucket's tokens, as the model's
+  // fixed buffers need; no request reads its outputs.
+  if (tokens < batch.padded_shape.length) lengths.push_back(batch.padded_shape.length - tokens);
+  lengths.resize(std::max<size_t>(lengths.size(), static_cast<size_t>(batch.padded_shape.batch)), 0);
+  return lengths;
+}
+
+std::vector<int64_t> BatchInputValues(BatchInputKind kind, const std::vector<int64_t>& lengths) {
+  if (kind == BatchInputKind::kElementCount) return lengths;
+  std::vector<int64_t> sums;
+  sums.reserve(lengths.size() + 1);
+  if (kind == BatchInputKind::kAccumulatedElementCountWithZero) sums.push_back(0);
+  int64_t sum = 0;
+  for (int64_t length : lengths) sums.push_back(sum += length);
+  return sums;
 }
 
 int64_t NanosSince(std::chrono::steady_clock::time_point start) {
@@ -115,8 +144,9 @@ void ExecutionCounter::RecordElements(const Batch& batch) {
   }
   counters_.batches += 1;
   counters_.real_elements += real_elements;
-  counters_.padded_elements +=
-      static_cast<uint64_t>(batch.padded_shape.batch * batch.padded_shape.length);
+  // A ragged bucket computes its tokens, not rows × tokens: its tail is the padding.
+  counters_.padded_elements += static_cast<uint64_t>(
+      ragged_ ? batch.padded_shape.length : batch.padded_shape.batch * batch.padded_shape.length);
 }
 
 void ExecutionCounter::RecordReplay(const Batch& batch) {

@@ -32,6 +32,15 @@ struct OutputSlice {
 // batch is valid for the spec (ValidateBatch).
 std::vector<OutputSlice> PlanOutputSlices(const ModelSpec& spec, const Batch& batch);
 
+// The rows of a ragged batch (ModelSpec::ragged) padded to its bucket, as the model sees them: each
+// item's rows of item.length tokens in item order, then one filler row of the bucket's remaining
+// tokens (when there are any), then empty rows up to the bucket's rows. Assumes a valid batch.
+std::vector<int64_t> RaggedRowLengths(const Batch& batch);
+
+// What a batch input of `kind` holds for rows of `lengths` (kElementCount: the lengths; the
+// accumulated kinds: their running sums, with or without a leading 0).
+std::vector<int64_t> BatchInputValues(BatchInputKind kind, const std::vector<int64_t>& lengths);
+
 // Copies one slice of a host buffer holding a padded output into `destination` (width × height
 // elements of `element_size` bytes, packed).
 void CopySlice(const OutputSlice& slice, size_t element_size, const char* padded, char* destination);
@@ -62,6 +71,10 @@ int64_t NanosSince(std::chrono::steady_clock::time_point start);
 // The ExecutionCounters of one executor. Thread-safe: the worker records, metrics read.
 class ExecutionCounter {
  public:
+  // `ragged`: the model is ragged (ModelSpec::ragged), so a batch's padded elements are its
+  // bucket's tokens.
+  explicit ExecutionCounter(bool ragged = false) : ragged_(ragged) {}
+
   // A batch run as a replay of the graph of its padded shape.
   void RecordReplay(const Batch& batch);
   // A batch run eagerly; returns how many eager runs this counter has recorded, this one included.
@@ -71,6 +84,7 @@ class ExecutionCounter {
  private:
   void RecordElements(const Batch& batch);  // requires mutex_
 
+  const bool ragged_;
   mutable std::mutex mutex_;
   ExecutionCounters counters_;
   uint64_t eager_total_ = 0;

@@ -70,7 +70,7 @@ Status CudaGraphExecutor::AllocateStaticBuffers() {
     }
     bytes += (1 + kStagingSlots) * static_cast<uint64_t>(elements) * ElementSize(tensor.dtype);
   };
-  for (const TensorSpec& input : spec_.inputs) allocate(input, &static_inputs_, &StagingSlot::inputs);
+  for (const TensorSpec& input : spec_.arguments()) allocate(input, &static_inputs_, &StagingSlot::inputs);
   for (const TensorSpec& output : spec_.outputs) allocate(output, &static_outputs_, &StagingSlot::outputs);
   std::lock_guard<std::mutex> lock(mutex_);
   summary_.static_buffer_bytes = bytes;
@@ -96,9 +96,10 @@ Status CudaGraphExecutor::Warmup() {
     // reuse its freed blocks instead of growing it further.
     std::vector<GraphBucket*> order;
     for (GraphBucket& bucket : buckets_) order.push_back(&bucket);
-    std::stable_sort(order.begin(), order.end(), [](const GraphBucket* a, const GraphBucket* b) {
-      const int64_t ea = a->info.shape.batch * a->info.shape.length;
-      const int64_t eb = b->info.shape.batch * b->info.shape.length;
+    const ModelSpec& spec = spec_;
+    std::stable_sort(order.begin(), order.end(), [&spec](const GraphBucket* a, const GraphBucket* b) {
+      const int64_t ea = spec.BucketElements(a->info.shape);
+      const int64_t eb = spec.BucketElements(b->info.shape);
       return ea != eb ? ea > eb : a->info.shape.batch > b->info.shape.batch;
     });
     pool_ = at::cuda::graph_pool_handle();

@@ -33,7 +33,8 @@ CudaGraphExecutor::CudaGraphExecutor(ModelSpec spec, std::unique_ptr<Model> mode
     : spec_(std::move(spec)),
       model_(std::move(model)),
       device_(device),
-      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {
+      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+      counter_(spec_.ragged) {
   for (const BucketShape& shape : spec_.Buckets()) {
     GraphBucket bucket;
     bucket.info.shape = shape;
@@ -57,8 +58,10 @@ std::string CudaGraphExecutor::device() const { return device_.str(); }
 
 std::vector<at::Tensor> CudaGraphExecutor::StaticInputs(const BucketShape& shape) const {
   std::vector<at::Tensor> views;
-  for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-    const std::vector<int64_t> padded = PaddedShape(spec_.inputs[i], shape);
+  // A ragged model's batch inputs follow its inputs, with static buffers of their own.
+  const std::vector<TensorSpec> arguments = spec_.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const std::vector<int64_t> padded = PaddedShape(arguments[i], shape);
     views.push_back(static_inputs_[i].narrow(0, 0, ElementCount(padded)).view(padded));
   }
   return views;
@@ -150,8 +153,9 @@ Status CudaGraphExecutor::LaunchGraph(GraphBucket* bucket, CudaLaunchedBatch* la
     slot.done.synchronize();
     const auto assemble_start = std::chrono::steady_clock::now();
     std::vector<at::Tensor> staging;
-    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-      const std::vector<int64_t> padded = PaddedShape(spec_.inputs[i], shape);
+    const std::vector<TensorSpec> arguments = spec_.arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const std::vector<int64_t> padded = PaddedShape(arguments[i], shape);
       staging.push_back(slot.inputs[i].narrow(0, 0, ElementCount(padded)).view(padded));
     }
     Status status = FillPaddedInputs(spec_, batch, staging);

@@ -50,7 +50,7 @@ std::vector<int64_t> SampleEvenly(const std::vector<int64_t>& values, size_t cou
 }  // namespace
 
 EagerExecutor::EagerExecutor(ModelSpec spec, std::unique_ptr<Model> model, c10::Device device)
-    : spec_(std::move(spec)), model_(std::move(model)), device_(device) {
+    : spec_(std::move(spec)), model_(std::move(model)), device_(device), counter_(spec_.ragged) {
   for (const BucketShape& shape : spec_.Buckets()) {
     BucketInfo info;
     info.shape = shape;

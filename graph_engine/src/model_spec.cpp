@@ -47,8 +47,19 @@ bool IsGridPoint(int64_t batch, int64_t length, int64_t max_batch_size, int64_t 
   return length > 0 && batch <= max_batch_tokens / length;
 }
 
+std::vector<TensorSpec> ModelSpec::arguments() const {
+  std::vector<TensorSpec> all = inputs;
+  all.insert(all.end(), batch_inputs.begin(), batch_inputs.end());
+  return all;
+}
+
 BucketShape ModelSpec::BucketFor(int64_t rows, int64_t length) const {
   if (IsOversize(rows, length)) return BucketShape{rows, length};
+  if (ragged) {
+    const int64_t tokens = bucket_lengths[SmallestAtLeast(bucket_lengths, length)];
+    const int64_t needed = RaggedRowsNeeded(rows, length, tokens);
+    return BucketShape{bucket_batch_sizes[SmallestAtLeast(bucket_batch_sizes, needed)], tokens};
+  }
   return BucketShape{bucket_batch_sizes[SmallestAtLeast(bucket_batch_sizes, rows)],
                      bucket_lengths[SmallestAtLeast(bucket_lengths, length)]};
 }
@@ -60,6 +71,13 @@ bool ModelSpec::IsUnpaddableLength(int64_t length) const {
 }
 
 bool ModelSpec::IsOversize(int64_t rows, int64_t length) const {
+  if (ragged) {
+    // Every (rows, tokens) of the axes is a point; only the filler row may need a larger one.
+    const size_t tokens = SmallestAtLeast(bucket_lengths, length);
+    return tokens == bucket_lengths.size() ||
+           SmallestAtLeast(bucket_batch_sizes, RaggedRowsNeeded(rows, length, bucket_lengths[tokens])) ==
+               bucket_batch_sizes.size();
+  }
   if (IsUnpaddableLength(length)) return true;
   const size_t batch = SmallestAtLeast(bucket_batch_sizes, rows);
   const size_t padded_length = SmallestAtLeast(bucket_lengths, length);
@@ -102,8 +120,10 @@ std::vector<BucketShape> ModelSpec::Buckets() const {
 BucketShape ModelSpec::LargestBucket() const {
   BucketShape largest;
   for (const BucketShape& point : Buckets()) {
-    const double elements = static_cast<double>(point.batch) * static_cast<double>(point.length);
-    const double most = static_cast<double>(largest.batch) * static_cast<double>(largest.length);
+    const double elements = ragged ? static_cast<double>(point.length)
+                                   : static_cast<double>(point.batch) * static_cast<double>(point.length);
+    const double most = ragged ? static_cast<double>(largest.length)
+                               : static_cast<double>(largest.batch) * static_cast<double>(largest.length);
     if (elements > most || (elements == most && point.batch > largest.batch)) largest = point;
   }
   return largest;
@@ -190,11 +210,55 @@ std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length) {
   return lengths;
 }
 
+std::vector<int64_t> DefaultRaggedTokenSizes(int64_t max_sequence_length, int64_t max_batch_tokens) {
+  // Below 16 tokens a bucket costs about a launch whatever it holds.
+  const int64_t smallest = std::min<int64_t>(16, max_sequence_length);
+  std::vector<int64_t> sizes;
+  for (int64_t size : BatchSizeSteps(max_batch_tokens)) {
+    if (size >= smallest && size < max_batch_tokens) sizes.push_back(size);
+  }
+  sizes.push_back(max_batch_tokens);
+  return sizes;
+}
+
 std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape) {
+  switch (tensor.batch_input_kind) {
+    case BatchInputKind::kNone:
+      break;
+    case BatchInputKind::kAccumulatedElementCountWithZero:
+      return {shape.batch + 1};
+    case BatchInputKind::kElementCount:
+    case BatchInputKind::kAccumulatedElementCount:
+      return {shape.batch};
+  }
+  if (tensor.ragged) {
+    // The config keeps a ragged tensor's -1 first: rows end to end along it.
+    std::vector<int64_t> flat{shape.length};
+    flat.insert(flat.end(), tensor.dims.begin() + 1, tensor.dims.end());
+    return flat;
+  }
+  return ItemShape(tensor, shape.batch, shape.length);
+}
+
+const char* BatchInputKindName(BatchInputKind kind) {
+  switch (kind) {
+    case BatchInputKind::kNone:
+      return "none";
+    case BatchInputKind::kElementCount:
+      return "BATCH_ELEMENT_COUNT";
+    case BatchInputKind::kAccumulatedElementCount:
+      return "BATCH_ACCUMULATED_ELEMENT_COUNT";
+    case BatchInputKind::kAccumulatedElementCountWithZero:
+      return "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO";
+  }
+  return "none";
+}
+
+std::vector<int64_t> ItemShape(const TensorSpec& tensor, int64_t rows, int64_t length) {
   std::vector<int64_t> padded;
   padded.reserve(tensor.dims.size() + 1);
-  padded.push_back(shape.batch);
-  for (int64_t dim : tensor.dims) padded.push_back(dim == -1 ? shape.length : dim);
+  padded.push_back(rows);
+  for (int64_t dim : tensor.dims) padded.push_back(dim == -1 ? length : dim);
   return padded;
 }
 
@@ -246,6 +310,30 @@ Status CheckFixedShapeSpec(const ModelSpec& spec) {
   return Status::Ok();
 }
 
+// What the ragged geometry relies on (the config loader says which field is wrong; this guards the
+// engine against a spec built elsewhere).
+Status CheckRaggedSpec(const ModelSpec& spec) {
+  const std::string model = "model '" + spec.name + "' (ragged): ";
+  for (const TensorSpec& input : spec.inputs) {
+    if (!input.ragged || input.dims.empty() || input.dims.front() != -1) {
+      return InvalidArgument(model + "input '" + input.name + "' must be ragged with its -1 first");
+    }
+  }
+  for (const TensorSpec& output : spec.outputs) {
+    const int variable_dim = output.variable_dim();
+    if (output.ragged != (variable_dim >= 0) || variable_dim > 0) {
+      return InvalidArgument(model + "output '" + output.name +
+                             "' must be scattered (ragged, -1 first) exactly when it has a -1");
+    }
+  }
+  for (const TensorSpec& batch_input : spec.batch_inputs) {
+    if (batch_input.batch_input_kind == BatchInputKind::kNone) {
+      return InvalidArgument(model + "batch input '" + batch_input.name + "' has no kind");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckModelSpec(const ModelSpec& spec) {
@@ -264,6 +352,10 @@ Status CheckModelSpec(const ModelSpec& spec) {
   if (spec.max_batch_tokens < 0) {
     return InvalidArgument("model '" + spec.name + "': max_batch_tokens must not be negative, got " +
                            std::to_string(spec.max_batch_tokens));
+  }
+  if (spec.ragged) return CheckRaggedSpec(spec);
+  if (!spec.batch_inputs.empty()) {
+    return InvalidArgument("model '" + spec.name + "': batch inputs need a ragged model");
   }
   return spec.has_sequence_length() ? Status::Ok() : CheckFixedShapeSpec(spec);
 }

@@ -76,6 +76,34 @@ at::ScalarType ToScalarType(DataType dtype) {
   return at::kFloat;
 }
 
+namespace {
+
+// A batch input's values as an int64 host tensor; copy_ converts to the configured dtype.
+at::Tensor BatchInputTensor(BatchInputKind kind, const std::vector<int64_t>& lengths) {
+  const std::vector<int64_t> values = BatchInputValues(kind, lengths);
+  return at::tensor(at::IntArrayRef(values), at::TensorOptions().dtype(at::kLong));
+}
+
+// Input `i` of every item, end to end along the tokens of the ragged `destination` ([tokens,
+// ...]); the tail keeps the pad value the caller wrote.
+void FillRaggedInput(const Batch& batch, size_t i, at::ScalarType scalar_type,
+                     const at::Tensor& destination) {
+  int64_t token_offset = 0;
+  for (const InferenceItem* item : batch.items) {
+    const HostTensor& source = item->inputs[i];
+    const int64_t tokens = item->rows * item->length;
+    // [rows, length, rest...] is its rows' tokens end to end already: a view, no copy.
+    std::vector<int64_t> flat{tokens};
+    flat.insert(flat.end(), source.shape.begin() + 2, source.shape.end());
+    const at::Tensor source_view =
+        at::from_blob(const_cast<char*>(source.bytes.data()), flat, at::TensorOptions().dtype(scalar_type));
+    destination.narrow(0, token_offset, tokens).copy_(source_view);
+    token_offset += tokens;
+  }
+}
+
+}  // namespace
+
 std::string DescribeBucket(const ModelSpec& spec, const BucketShape& shape) {
   return "model '" + spec.name + "' bucket " + spec.BucketLabel(shape);
 }
@@ -95,6 +123,18 @@ Status ValidateBatch(const ModelSpec& spec, const Batch& batch) {
     total_rows += item->rows;
     longest = std::max(longest, item->length);
   }
+  if (spec.ragged) {
+    // The rows go end to end: the tokens must fit the bucket's, and a tail needs a filler row.
+    int64_t tokens = 0;
+    for (const InferenceItem* item : batch.items) tokens += item->rows * item->length;
+    if (tokens > batch.padded_shape.length ||
+        RaggedRowsNeeded(total_rows, tokens, batch.padded_shape.length) > batch.padded_shape.batch) {
+      return InvalidArgument(context + ": the ragged bucket does not hold the batch's " +
+                             std::to_string(total_rows) + " rows of " + std::to_string(tokens) +
+                             " tokens (with a filler row for a tail)");
+    }
+    return Status::Ok();
+  }
   if (total_rows > batch.padded_shape.batch || longest > batch.padded_shape.length) {
     return InvalidArgument(context + ": the padded shape does not hold the batch's " +
                            std::to_string(total_rows) + " rows of length up to " +
@@ -108,13 +148,14 @@ Status FillPaddedInputs(const ModelSpec& spec, const Batch& batch,
   Status status = ValidateBatch(spec, batch);
   if (!status.ok()) return status;
   const std::string context = DescribeBucket(spec, batch.padded_shape);
-  if (destinations.size() != spec.inputs.size()) {
-    return Internal(context + ": " + std::to_string(destinations.size()) +
-                    " destination tensors for " + std::to_string(spec.inputs.size()) + " inputs");
+  const std::vector<TensorSpec> arguments = spec.arguments();
+  if (destinations.size() != arguments.size()) {
+    return Internal(context + ": " + std::to_string(destinations.size()) + " destination tensors for " +
+                    std::to_string(arguments.size()) + " arguments");
   }
   try {
-    for (size_t i = 0; i < spec.inputs.size(); ++i) {
-      const TensorSpec& input = spec.inputs[i];
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const TensorSpec& input = arguments[i];
       const at::Tensor& destination = destinations[i];
       const at::ScalarType scalar_type = ToScalarType(input.dtype);
       const std::vector<int64_t> expected_shape = PaddedShape(input, batch.padded_shape);
@@ -127,7 +168,15 @@ Status FillPaddedInputs(const ModelSpec& spec, const Batch& batch,
                         ", expected " + ShapeToString(expected_shape) + " " +
                         c10::toString(scalar_type));
       }
+      if (input.batch_input_kind != BatchInputKind::kNone) {
+        destination.copy_(BatchInputTensor(input.batch_input_kind, RaggedRowLengths(batch)));
+        continue;
+      }
       destination.fill_(input.pad_value);
+      if (input.ragged) {
+        FillRaggedInput(batch, i, scalar_type, destination);
+        continue;
+      }
       int64_t row_offset = 0;
       for (const InferenceItem* item : batch.items) {
         const HostTensor& source = item->inputs[i];
@@ -149,7 +198,7 @@ Status MakePaddedInputs(const ModelSpec& spec, const Batch& batch,
                         std::vector<at::Tensor>* inputs) {
   inputs->clear();
   try {
-    for (const TensorSpec& input : spec.inputs) {
+    for (const TensorSpec& input : spec.arguments()) {
       inputs->push_back(at::empty(PaddedShape(input, batch.padded_shape),
                                   at::TensorOptions().dtype(ToScalarType(input.dtype))));
     }
@@ -185,10 +234,22 @@ Status MakeWarmupInputs(const ModelSpec& spec, const BucketShape& shape,
       at::Tensor tensor = at::full(PaddedShape(input, shape), input.pad_value,
                                    at::TensorOptions().dtype(ToScalarType(input.dtype)));
       const int variable_dim = input.variable_dim();
-      if (variable_dim >= 0 && shape.length > 0) {
+      if (input.ragged) {
+        tensor.fill_(ClampTo(RangeOf(spec, i), 1.0));  // every token belongs to some row
+      } else if (variable_dim >= 0 && shape.length > 0) {
         tensor.select(variable_dim + 1, 0).fill_(ClampTo(RangeOf(spec, i), 1.0));
       }
       inputs->push_back(std::move(tensor));
+    }
+    // A ragged bucket's tokens spread evenly over its rows, as a full batch of requests would.
+    std::vector<int64_t> lengths(static_cast<size_t>(shape.batch), 0);
+    for (size_t row = 0; row < lengths.size(); ++row) {
+      lengths[row] =
+          shape.length / shape.batch + (static_cast<int64_t>(row) < shape.length % shape.batch ? 1 : 0);
+    }
+    for (const TensorSpec& batch_input : spec.batch_inputs) {
+      inputs->push_back(
+          BatchInputTensor(batch_input.batch_input_kind, lengths).to(ToScalarType(batch_input.dtype)));
     }
   } catch (const std::exception& error) {
     inputs->clear();
@@ -222,7 +283,7 @@ std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const Buck
       values = at::randint(low, std::max(highest, low) + 1, padded, generator, at::TensorOptions().dtype(type));
     }
     const int variable_dim = input.variable_dim();
-    if (variable_dim >= 0) {
+    if (variable_dim >= 0 && !input.ragged) {
       // real[b, ..., l, ...] = l < lengths[b], broadcast over the other dimensions.
       std::vector<int64_t> position_shape(padded.size(), 1);
       position_shape[variable_dim + 1] = shape.length;
@@ -234,6 +295,24 @@ std::vector<at::Tensor> MakeVerificationInputs(const ModelSpec& spec, const Buck
       values = at::where(real, values, at::full({}, input.pad_value, values.options()));
     }
     inputs.push_back(values.contiguous());
+  }
+  if (!spec.batch_inputs.empty()) {
+    // Ragged: the bucket's tokens cut at random places into its rows, some of them empty.
+    const at::Tensor cuts = std::get<0>(
+        at::randint(0, shape.length + 1, {shape.batch - 1}, generator, at::TensorOptions().dtype(at::kLong))
+            .sort());
+    std::vector<int64_t> lengths;
+    int64_t previous = 0;
+    for (int64_t row = 0; row + 1 < shape.batch; ++row) {
+      const int64_t cut = cuts[row].item<int64_t>();
+      lengths.push_back(cut - previous);
+      previous = cut;
+    }
+    lengths.push_back(shape.length - previous);
+    for (const TensorSpec& batch_input : spec.batch_inputs) {
+      inputs.push_back(
+          BatchInputTensor(batch_input.batch_input_kind, lengths).to(ToScalarType(batch_input.dtype)));
+    }
   }
   return inputs;
 }

@@ -200,13 +200,15 @@ Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& path,
     return NotFound("model '" + spec.name + "': " + path + " does not exist or cannot be read");
   }
   std::vector<size_t> input_positions, output_positions;
-  Status status = BindPositions(spec.inputs, "input", /*dense=*/true, &input_positions);
+  // A ragged model's batch inputs are arguments after its inputs.
+  const std::vector<TensorSpec> arguments = spec.arguments();
+  Status status = BindPositions(arguments, "input", /*dense=*/true, &input_positions);
   if (status.ok()) status = BindPositions(spec.outputs, "output", /*dense=*/false, &output_positions);
   if (!status.ok()) return InvalidArgument("model '" + spec.name + "': " + status.message());
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, device);
-    status = BindToSignature(spec.inputs, module.get_method("forward").function().getSchema().arguments(),
+    status = BindToSignature(arguments, module.get_method("forward").function().getSchema().arguments(),
                              &input_positions);
   } catch (const std::exception& error) {
     return InvalidArgument("model '" + spec.name + "': loading " + path +

@@ -16,6 +16,7 @@
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
 #include "graphserve/engine/tensor.h"
+#include "test_batches.h"
 
 namespace graphserve {
 namespace {
@@ -451,6 +452,124 @@ TEST(EngineLogTest, InstalledSinkReceivesMessagesUntilReset) {
   ASSERT_EQ(received.size(), 2u);
   EXPECT_EQ(received[0], std::make_pair(LogLevel::kWarning, std::string("first")));
   EXPECT_EQ(received[1], std::make_pair(LogLevel::kDebug, std::string("second")));
+}
+
+// ---- ragged models ---------------------------------------------------------------------------------
+
+// The engine tests' ragged spec with a second batch input, of per-row counts.
+ModelSpec RaggedGridSpec() {
+  ModelSpec spec = testing::RaggedTestSpec();
+  TensorSpec counts{"counts", DataType::kInt64, {}};
+  counts.batch_input_kind = BatchInputKind::kElementCount;
+  spec.batch_inputs.push_back(counts);
+  return spec;
+}
+
+TEST(RaggedSpecTest, BucketsAreRowsByTotalTokensWithARowSpareForTheTail) {
+  const ModelSpec spec = RaggedGridSpec();
+  ASSERT_TRUE(CheckModelSpec(spec).ok());
+  EXPECT_EQ(spec.BucketFor(1, 5), (BucketShape{4, 16}));
+  EXPECT_EQ(spec.BucketFor(3, 17), (BucketShape{4, 32}));
+  // 4 rows of 16 tokens fill their bucket exactly: no filler row needed.
+  EXPECT_EQ(spec.BucketFor(4, 16), (BucketShape{4, 16}));
+  // 4 rows that leave a tail need a fifth row for it.
+  EXPECT_EQ(spec.BucketFor(4, 15), (BucketShape{8, 16}));
+  EXPECT_FALSE(spec.IsOversize(8, 64));
+  EXPECT_TRUE(spec.IsOversize(8, 63));  // the tail has no row left
+  EXPECT_TRUE(spec.IsOversize(1, 65));
+  EXPECT_EQ(spec.BucketFor(1, 65), (BucketShape{1, 65}));
+  EXPECT_EQ(spec.LargestBucket(), (BucketShape{8, 64}));
+  EXPECT_EQ(spec.BucketElements(BucketShape{8, 64}), 64);
+  EXPECT_EQ(spec.ItemExtent(3, 5), 15);
+}
+
+TEST(RaggedSpecTest, TensorsAreFlatAlongTokensAndBatchInputsAlongRows) {
+  const ModelSpec spec = RaggedGridSpec();
+  const BucketShape bucket{8, 32};
+  EXPECT_EQ(PaddedShape(spec.inputs[0], bucket), (std::vector<int64_t>{32}));
+  EXPECT_EQ(PaddedShape(spec.batch_inputs[0], bucket), (std::vector<int64_t>{9}));
+  EXPECT_EQ(PaddedShape(spec.batch_inputs[1], bucket), (std::vector<int64_t>{8}));
+  EXPECT_EQ(PaddedShape(spec.outputs[0], bucket), (std::vector<int64_t>{32, 4}));
+  EXPECT_EQ(PaddedShape(spec.outputs[1], bucket), (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(ItemShape(spec.outputs[0], 2, 5), (std::vector<int64_t>{2, 5, 4}));
+  const std::vector<TensorSpec> arguments = spec.arguments();
+  ASSERT_EQ(arguments.size(), 3u);
+  EXPECT_EQ(arguments[2].name, "counts");
+}
+
+TEST(RaggedSpecTest, ASpecThatBreaksTheRaggedGeometryIsRefused) {
+  ModelSpec spec = RaggedGridSpec();
+  spec.inputs[0].ragged = false;
+  EXPECT_EQ(CheckModelSpec(spec).code(), StatusCode::kInvalidArgument);
+  spec = RaggedGridSpec();
+  spec.outputs[0].ragged = false;
+  EXPECT_EQ(CheckModelSpec(spec).code(), StatusCode::kInvalidArgument);
+  spec = RaggedGridSpec();
+  spec.ragged = false;
+  spec.inputs[0].ragged = false;
+  EXPECT_EQ(CheckModelSpec(spec).code(), StatusCode::kInvalidArgument);  // batch inputs left
+}
+
+InferenceItem RaggedItem(int64_t rows, int64_t length) {
+  InferenceItem item;
+  item.rows = rows;
+  item.length = length;
+  item.inputs.push_back(HostTensor{
+      DataType::kInt64, {rows, length}, std::string(static_cast<size_t>(rows * length) * 8, '\0')});
+  item.outputs_wanted = {true, true};
+  return item;
+}
+
+TEST(RaggedSpecTest, RowsGoEndToEndThenOneFillerRowThenEmptyRows) {
+  const InferenceItem two_rows = RaggedItem(2, 3);
+  const InferenceItem one_row = RaggedItem(1, 5);
+  Batch batch;
+  batch.items = {&two_rows, &one_row};
+  batch.padded_shape = BucketShape{8, 32};
+  const std::vector<int64_t> lengths = RaggedRowLengths(batch);
+  EXPECT_EQ(lengths, (std::vector<int64_t>{3, 3, 5, 21, 0, 0, 0, 0}));
+  EXPECT_EQ(BatchInputValues(BatchInputKind::kElementCount, lengths), lengths);
+  EXPECT_EQ(BatchInputValues(BatchInputKind::kAccumulatedElementCount, lengths),
+            (std::vector<int64_t>{3, 6, 11, 32, 32, 32, 32, 32}));
+  EXPECT_EQ(BatchInputValues(BatchInputKind::kAccumulatedElementCountWithZero, lengths),
+            (std::vector<int64_t>{0, 3, 6, 11, 32, 32, 32, 32, 32}));
+  batch.padded_shape = BucketShape{3, 11};  // filled exactly: no filler row
+  EXPECT_EQ(RaggedRowLengths(batch), (std::vector<int64_t>{3, 3, 5}));
+}
+
+TEST(RaggedSpecTest, EachRequestGetsItsOwnTokensOfAScatteredOutputAndItsOwnRowsOfAPooledOne) {
+  const ModelSpec spec = RaggedGridSpec();
+  const InferenceItem two_rows = RaggedItem(2, 3);
+  const InferenceItem one_row = RaggedItem(1, 5);
+  Batch batch;
+  batch.items = {&two_rows, &one_row};
+  batch.padded_shape = BucketShape{8, 32};
+  const std::vector<OutputSlice> slices = PlanOutputSlices(spec, batch);
+  ASSERT_EQ(slices.size(), 4u);
+  // Per token: item 0 owns tokens [0, 6), item 1 tokens [6, 11), each one run of 4 features each.
+  EXPECT_EQ(slices[0].shape, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(slices[0].offset, 0);
+  EXPECT_EQ(slices[0].width, 24);
+  EXPECT_EQ(slices[0].height, 1);
+  EXPECT_EQ(slices[2].shape, (std::vector<int64_t>{1, 5, 4}));
+  EXPECT_EQ(slices[2].offset, 6 * 4);
+  EXPECT_EQ(slices[2].width, 20);
+  // Pooled: rows 0-1 and row 2.
+  EXPECT_EQ(slices[1].shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(slices[1].offset, 0);
+  EXPECT_EQ(slices[3].offset, 2 * 4);
+  EXPECT_EQ(slices[3].width, 4);
+}
+
+TEST(RaggedSpecTest, PaddingCountsOnlyTheTailTokens) {
+  ExecutionCounter counter(/*ragged=*/true);
+  const InferenceItem two_rows = RaggedItem(2, 3);
+  Batch batch;
+  batch.items = {&two_rows};
+  batch.padded_shape = BucketShape{8, 16};
+  counter.RecordReplay(batch);
+  EXPECT_EQ(counter.Snapshot().real_elements, 6u);
+  EXPECT_EQ(counter.Snapshot().padded_elements, 16u);
 }
 
 }  // namespace

@@ -7,6 +7,12 @@ Every model takes (input_ids, attention_mask), both int64 [B, L], and computes
     pooled[b, k]       = sum_l per_token[b, l, k] / max(1, sum_l attention_mask[b, l])  FP32 [B, 8]
 so that the C++ test can compute the exact expected values of every request.
 
+`ragged` follows Triton's ragged convention (the server's contract with ragged models): forward(
+input_ids int64 [T], cu_seqlens int32 [R + 1]) with the rows end to end, and computes
+    per_token[t, k] = (k + 1) * (sum of input_ids of t's row up to and including t)   FP32 [T, 4]
+    pooled[r, k]    = mean over row r's tokens of per_token[., k], 0 for an empty row  FP32 [R, 4]
+A running sum per row: a row that leaked into the next would change every later token of it.
+
 `small_cnn` is a fixed-shape model instead: image FP32 [B, 3, 16, 16] -> (logits FP32 [B, 10],
 features FP32 [B, 4, 4, 4]), a seeded ResNet-style stem whose rows are independent (batch norm in
 eval mode), so that a row's outputs do not depend on the rows padded beside it.
@@ -86,6 +92,26 @@ class SmallCnn(torch.nn.Module):
         return self.head(features.mean(dim=(2, 3))), features
 
 
+class RaggedModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("weight", torch.arange(1, 5, dtype=torch.float32))
+
+    def forward(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        offsets = cu_seqlens.to(torch.int64)
+        rows = offsets.shape[0] - 1
+        positions = torch.arange(input_ids.shape[0], device=input_ids.device)
+        # The row of every token; an empty row owns none (searchsorted with right=True skips it).
+        row_of = torch.searchsorted(offsets[1:], positions, right=True)
+        running = torch.cumsum(input_ids.to(torch.float64), 0)
+        before_row = torch.cat([running.new_zeros(1), running])[offsets[:-1]]
+        within_row = (running - before_row[row_of]).to(torch.float32)
+        per_token = within_row.unsqueeze(1) * self.weight
+        sums = torch.zeros(rows, 4, dtype=torch.float32, device=input_ids.device).index_add_(0, row_of, per_token)
+        counts = (offsets[1:] - offsets[:-1]).clamp(min=1).to(torch.float32).unsqueeze(1)
+        return per_token, sums / counts
+
+
 MODELS = {
     "tuple": TupleModel,
     "dict": DictModel,
@@ -94,6 +120,7 @@ MODELS = {
     "extra_output": ExtraOutputModel,
     "int_result": IntResultModel,
     "small_cnn": SmallCnn,
+    "ragged": RaggedModel,
 }
 
 

@@ -95,6 +95,28 @@ double RelativeDifference(const std::vector<float>& actual, const std::vector<fl
   return max_magnitude == 0.0 ? max_difference : max_difference / max_magnitude;
 }
 
+ModelSpec RaggedTestSpec() {
+  ModelSpec spec;
+  spec.name = "ragged";
+  spec.platform = kPlatformTorchScript;
+  spec.ragged = true;
+  spec.max_batch_size = 8;
+  spec.max_sequence_length = 16;
+  TensorSpec ids{"input_ids", DataType::kInt64, {-1}};
+  ids.ragged = true;
+  spec.inputs = {ids};
+  TensorSpec offsets{"cu_seqlens", DataType::kInt32, {}};
+  offsets.batch_input_kind = BatchInputKind::kAccumulatedElementCountWithZero;
+  spec.batch_inputs = {offsets};
+  TensorSpec per_token{"per_token", DataType::kFp32, {-1, 4}};
+  per_token.ragged = true;
+  spec.outputs = {per_token, TensorSpec{"pooled", DataType::kFp32, {4}}};
+  spec.bucket_batch_sizes = {4, 8};
+  spec.bucket_lengths = {16, 32, 64};
+  spec.max_batch_tokens = 64;
+  return spec;
+}
+
 Batch MakeBatch(const std::vector<const InferenceItem*>& items, BucketShape shape) {
   Batch batch;
   batch.items = items;

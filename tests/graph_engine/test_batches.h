@@ -33,6 +33,11 @@ double RelativeDifference(const std::vector<float>& actual, const std::vector<fl
 inline const std::vector<int64_t> kSmallCnnImage = {3, 16, 16};
 ModelSpec SmallCnnSpec();
 
+// make_test_models.py's `ragged` as TorchScript serves it: input_ids INT64 [-1] ragged, the batch
+// input cu_seqlens (INT32, with the zero), per_token FP32 [-1, 4] scattered and pooled FP32 [4];
+// rows {4, 8} × token sizes {16, 32, 64}, at most 16 tokens a row.
+ModelSpec RaggedTestSpec();
+
 // A batch of `items` padded to `shape`.
 Batch MakeBatch(const std::vector<const InferenceItem*>& items, BucketShape shape);
 

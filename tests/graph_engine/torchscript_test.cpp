@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -320,6 +321,113 @@ TEST(TorchScriptTest, WrongOutputShapeFailsWarmup) {
 TEST(TorchScriptTest, ExtraOutputFailsWarmup) { ExpectWarmupFails("extra_output", "3 outputs"); }
 
 TEST(TorchScriptTest, NonTensorResultFailsWarmup) { ExpectWarmupFails("int_result", "Int"); }
+
+// ---- the ragged model (Triton's ragged batching) ----------------------------------------------------
+
+InferenceItem RaggedItem(int64_t rows, int64_t length, uint32_t seed) {
+  InferenceItem item = TokenItem(rows, length, seed, 100, 2);
+  item.inputs.resize(1);  // input_ids only
+  return item;
+}
+
+// make_test_models.py's `ragged`, computed for one request on its own: per row, a running sum of its
+// ids times (k + 1), and its mean.
+void ExpectedRaggedOutputs(const InferenceItem& item, std::vector<float>* per_token,
+                           std::vector<float>* pooled) {
+  std::vector<int64_t> ids(static_cast<size_t>(item.rows * item.length));
+  std::memcpy(ids.data(), item.inputs[0].bytes.data(), ids.size() * sizeof(int64_t));
+  per_token->clear();
+  pooled->assign(static_cast<size_t>(item.rows) * 4, 0.0f);
+  for (int64_t row = 0; row < item.rows; ++row) {
+    double running = 0;
+    for (int64_t position = 0; position < item.length; ++position) {
+      running += static_cast<double>(ids[static_cast<size_t>(row * item.length + position)]);
+      for (int k = 0; k < 4; ++k) {
+        per_token->push_back(static_cast<float>(running * (k + 1)));
+        (*pooled)[static_cast<size_t>(row * 4 + k)] += static_cast<float>(running * (k + 1) / item.length);
+      }
+    }
+  }
+}
+
+std::unique_ptr<Executor> WarmRaggedExecutor() {
+  std::unique_ptr<Executor> executor;
+  const Status created = Create(testing::RaggedTestSpec(), ModelDir("ragged"), &executor);
+  EXPECT_TRUE(created.ok()) << created.ToString();
+  if (!created.ok()) return nullptr;
+  const Status warmup = executor->Warmup();
+  EXPECT_TRUE(warmup.ok()) << warmup.ToString();
+  return executor;
+}
+
+void ExpectRaggedAnswers(const std::vector<InferenceItem>& items, const BatchOutputs& outputs) {
+  ASSERT_EQ(outputs.size(), items.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    std::vector<float> per_token, pooled;
+    ExpectedRaggedOutputs(items[k], &per_token, &pooled);
+    EXPECT_EQ(outputs[k][0].shape, (std::vector<int64_t>{items[k].rows, items[k].length, 4})) << "item " << k;
+    EXPECT_EQ(outputs[k][1].shape, (std::vector<int64_t>{items[k].rows, 4})) << "item " << k;
+    EXPECT_LE(RelativeDifference(Fp32Values(outputs[k][0]), per_token), 1e-6) << "item " << k;
+    EXPECT_LE(RelativeDifference(Fp32Values(outputs[k][1]), pooled), 1e-6) << "item " << k;
+  }
+}
+
+TEST(TorchScriptRaggedTest, ARequestWithSeveralRowsAndATailOfEmptyRowsGetsItsSoloAnswer) {
+  std::unique_ptr<Executor> executor = WarmRaggedExecutor();
+  ASSERT_NE(executor, nullptr);
+  // 2×3 + 1×5 = 11 tokens in a 32-token bucket of 8 rows: a 21-token filler row, 4 empty rows.
+  const std::vector<InferenceItem> items = {RaggedItem(2, 3, 1), RaggedItem(1, 5, 2)};
+  BatchOutputs outputs;
+  const Status status = executor->Execute(MakeBatch({&items[0], &items[1]}, BucketShape{8, 32}), &outputs);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ExpectRaggedAnswers(items, outputs);
+  EXPECT_EQ(executor->Counters().real_elements, 11u);
+  EXPECT_EQ(executor->Counters().padded_elements, 32u);  // the tail is the padding
+}
+
+TEST(TorchScriptRaggedTest, RandomMixesGetWhatEachRequestGetsAlone) {
+  std::unique_ptr<Executor> executor = WarmRaggedExecutor();
+  ASSERT_NE(executor, nullptr);
+  const ModelSpec spec = testing::RaggedTestSpec();
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<InferenceItem> items;
+    int64_t rows = 0, tokens = 0;
+    while (true) {
+      const int64_t item_rows = std::uniform_int_distribution<int64_t>(1, 3)(random);
+      const int64_t length = std::uniform_int_distribution<int64_t>(1, 16)(random);
+      if (spec.IsOversize(rows + item_rows, tokens + item_rows * length)) break;
+      items.push_back(RaggedItem(item_rows, length, static_cast<uint32_t>(trial * 100 + items.size())));
+      rows += item_rows;
+      tokens += item_rows * length;
+    }
+    ASSERT_FALSE(items.empty());
+    std::vector<const InferenceItem*> pointers;
+    for (const InferenceItem& item : items) pointers.push_back(&item);
+    BatchOutputs batched;
+    const Status status = executor->Execute(MakeBatch(pointers, spec.BucketFor(rows, tokens)), &batched);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    ExpectRaggedAnswers(items, batched);
+    for (size_t k = 0; k < items.size(); ++k) {
+      BatchOutputs alone;
+      const BucketShape own = spec.BucketFor(items[k].rows, items[k].rows * items[k].length);
+      ASSERT_TRUE(executor->Execute(MakeBatch({&items[k]}, own), &alone).ok());
+      EXPECT_EQ(alone[0][0].bytes, batched[k][0].bytes) << "trial " << trial << " item " << k;
+      EXPECT_EQ(alone[0][1].bytes, batched[k][1].bytes) << "trial " << trial << " item " << k;
+    }
+  }
+}
+
+TEST(TorchScriptRaggedTest, ABucketWithoutARowForTheTailIsRefused) {
+  std::unique_ptr<Executor> executor = WarmRaggedExecutor();
+  ASSERT_NE(executor, nullptr);
+  const std::vector<InferenceItem> items = {RaggedItem(4, 3, 1)};
+  BatchOutputs outputs;
+  // 4 rows of 12 tokens in a 4-row, 16-token bucket: the 4-token tail has no row of its own.
+  const Status status = executor->Execute(MakeBatch({&items[0]}, BucketShape{4, 16}), &outputs);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("filler row"), std::string::npos) << status.ToString();
+}
 
 }  // namespace
 }  // namespace graphserve

@@ -21,6 +21,16 @@ inline constexpr const char* kPlatformBuiltinEncoder = "graphserve_encoder";
 inline constexpr const char* kTorchScriptFileName = "model.pt";
 inline constexpr const char* kAotInductorFileName = "model.pt2";
 
+// The tensors a ragged model gets besides its inputs, made by the batcher from the rows' lengths
+// (config.pbtxt's batch_input kinds of Triton; the others are refused at load). Each row of a
+// ragged batch is one row of a request: a request of shape [r, L] is r rows of L tokens.
+enum class BatchInputKind {
+  kNone,                             // not a batch input
+  kElementCount,                     // BATCH_ELEMENT_COUNT: [R], each row's tokens
+  kAccumulatedElementCount,          // BATCH_ACCUMULATED_ELEMENT_COUNT: [R], their running sum
+  kAccumulatedElementCountWithZero,  // BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO: [R + 1], 0 first
+};
+
 struct TensorSpec {
   std::string name;
   DataType dtype = DataType::kFp32;
@@ -29,6 +39,12 @@ struct TensorSpec {
   std::vector<int64_t> dims;
   // Inputs only: the value that padding writes.
   double pad_value = 0.0;
+  // A ragged model's input with allow_ragged_batch, or its output scattered back by
+  // BATCH_SCATTER_WITH_INPUT_SHAPE: its -1 is the first dim, and the model sees every row's tokens
+  // end to end, [bucket tokens, dims after the -1...] (PaddedShape).
+  bool ragged = false;
+  // A batch input (ModelSpec::batch_inputs): made by the batcher, never sent by a client.
+  BatchInputKind batch_input_kind = BatchInputKind::kNone;
 
   // Index into `dims` of the -1 entry, or -1 when the tensor has no variable dimension.
   int variable_dim() const;
@@ -37,7 +53,9 @@ struct TensorSpec {
 enum class Precision { kFp32, kFp16, kBf16 };
 const char* PrecisionName(Precision precision);
 
-// A (batch rows × sequence length) shape that batches are padded to.
+// A (batch rows × sequence length) shape that batches are padded to. For a ragged model
+// (ModelSpec::ragged) `batch` is the rows and `length` the total tokens of the bucket: its requests'
+// rows end to end, the tail tokens one filler row, the rest of the rows empty.
 struct BucketShape {
   int64_t batch = 0;
   int64_t length = 0;
@@ -97,14 +115,32 @@ struct ModelSpec {
   double verify_rtol = 0.0;  // 0: the precision's default
   // One per input, in input order, or empty when no input is bounded.
   std::vector<ValueRange> input_ranges;
+  // Triton's ragged batching: every input is ragged (TensorSpec::ragged), requests of any lengths
+  // share a batch with no padding between them, and the buckets are (rows, total tokens):
+  // bucket_batch_sizes are the rows, bucket_lengths the token sizes (up to max_batch_tokens, the
+  // token budget of a batch), every pair of them a point. max_sequence_length still bounds one row.
+  bool ragged = false;
+  // The model's arguments after its inputs, in config order (ragged models only).
+  std::vector<TensorSpec> batch_inputs;
 
-  // Whether a batch may pad the variable dimension: the model names its mask input, or it has no
-  // variable dimension (its one length is never padded).
-  bool masks_padding() const { return !sequence_mask_input.empty() || !has_sequence_length(); }
+  // Whether a batch may pad the variable dimension: the model names its mask input, it has no
+  // variable dimension (its one length is never padded), or it is ragged (nothing is padded
+  // inside a row).
+  bool masks_padding() const { return ragged || !sequence_mask_input.empty() || !has_sequence_length(); }
+  // The model's positional arguments: its inputs, then its batch inputs.
+  std::vector<TensorSpec> arguments() const;
+  // What a request of `rows` × `length` adds to a batch along BucketShape::length: its length, or
+  // for a ragged model its tokens (rows × length).
+  int64_t ItemExtent(int64_t rows, int64_t length) const { return ragged ? rows * length : length; }
+  // The elements a batch of `shape` computes: batch × length, or a ragged bucket's tokens.
+  int64_t BucketElements(const BucketShape& shape) const {
+    return ragged ? shape.length : shape.batch * shape.length;
+  }
   // The smallest bucket that holds `rows` × `length`: the smallest bucket length >= length (for a
   // model that does not mask padding, `length` itself, when it is a bucket length), and at it the
   // smallest batch size >= rows among those that are points there; {rows, length} itself (an
-  // off-grid batch, run eagerly) when none does.
+  // off-grid batch, run eagerly) when none does. Ragged: `length` is the total tokens, and a
+  // bucket with more tokens than that needs a spare row for the filler (RaggedRowsNeeded).
   BucketShape BucketFor(int64_t rows, int64_t length) const;
   // Whether no bucket holds `rows` × `length` (BucketFor's off-grid case): longer or wider than the
   // grid, or, for a model that does not mask padding, a length that is no bucket length.
@@ -131,9 +167,23 @@ struct ModelSpec {
 // oversize value). The one bucket lookup of the engine, the batcher and the tools.
 size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value);
 
+// Rows a ragged bucket of `bucket_tokens` needs for `rows` real rows of `tokens` tokens: one more
+// for the filler row when the tokens do not fill it.
+inline int64_t RaggedRowsNeeded(int64_t rows, int64_t tokens, int64_t bucket_tokens) {
+  return tokens < bucket_tokens ? rows + 1 : rows;
+}
+
 // [shape.batch, tensor.dims...] with the variable dimension replaced by shape.length: the shape of a
-// tensor padded to a bucket.
+// tensor padded to a bucket. A ragged tensor: [shape.length, dims after the -1...]; a batch input:
+// [shape.batch] or, with the zero, [shape.batch + 1].
 std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape);
+
+// [rows, tensor.dims...] with the variable dimension replaced by `length`: one request's own shape
+// of the tensor, ragged or not.
+std::vector<int64_t> ItemShape(const TensorSpec& tensor, int64_t rows, int64_t length);
+
+// The config name of a batch input kind ("BATCH_ELEMENT_COUNT", ...).
+const char* BatchInputKindName(BatchInputKind kind);
 
 // A tensor's dims as graphserve serves them: each >= 1, or -1 for its one variable dimension.
 // INVALID_ARGUMENT naming the tensor otherwise (the config loader and the engine both check this).
@@ -166,5 +216,9 @@ std::vector<int64_t> BatchSizeSteps(int64_t limit);
 std::vector<int64_t> DefaultBucketBatchSizes(int64_t max_batch_size, int64_t max_batch_tokens = 0,
                                              int64_t shortest_length = 1);
 std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length);
+// A ragged model's default token sizes: BatchSizeSteps from the smaller of 16 and
+// max_sequence_length up to `max_batch_tokens`, which ends them (at most a third of a bucket is
+// tail).
+std::vector<int64_t> DefaultRaggedTokenSizes(int64_t max_sequence_length, int64_t max_batch_tokens);
 
 }  // namespace graphserve
