@@ -343,16 +343,19 @@ void PrintTo(const BadConfigCase& bad, std::ostream* out) { *out << bad.expected
 
 class BadConfigTest : public testing::TestWithParam<BadConfigCase> {};
 
-TEST_P(BadConfigTest, NamesTheField) {
-  inference::ModelConfig config = Parse(kValidConfig);
+// `base` with the case's edit merged over it must be refused, naming the case's field.
+void ExpectRefusedNamingTheField(const char* base, const BadConfigCase& bad) {
+  inference::ModelConfig config = Parse(base);
   inference::ModelConfig edit;
-  ASSERT_TRUE(ParseModelConfig(GetParam().edit, "edit", &edit).ok());
+  ASSERT_TRUE(ParseModelConfig(bad.edit, "edit", &edit).ok());
   config.MergeFrom(edit);
   ModelSpec spec;
   Status status = ModelSpecFromConfig(config, &spec);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find(GetParam().expected_field), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find(bad.expected_field), std::string::npos) << status.message();
 }
+
+TEST_P(BadConfigTest, NamesTheField) { ExpectRefusedNamingTheField(kValidConfig, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(
     Fields, BadConfigTest,
@@ -519,7 +522,7 @@ TEST(ConfigTest, DocumentedExamplesParse) {
     }
     ++examples;
   }
-  EXPECT_EQ(examples, 3);
+  EXPECT_EQ(examples, 4);  // the ragged model's among them
 }
 
 TEST(ConfigTest, LoadFromFileAndMissingFile) {
@@ -534,6 +537,159 @@ TEST(ConfigTest, LoadFromFileAndMissingFile) {
   EXPECT_EQ(LoadModelConfig(std::string(dir) + "/absent.pbtxt", &config).code(), StatusCode::kNotFound);
   unlink(path.c_str());
   rmdir(dir);
+}
+
+// ---- ragged batching (Triton's allow_ragged_batch, batch_input, batch_output) -------------------
+
+constexpr const char* kRaggedConfig = R"pb(
+  name: "ragged"
+  platform: "pytorch_libtorch"
+  max_batch_size: 8
+  max_sequence_length: 128
+  input {
+    name: "input_ids"
+    data_type: TYPE_INT64
+    dims: [ -1 ]
+    allow_ragged_batch: true
+  }
+  batch_input {
+    kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO
+    target_name: "cu_seqlens"
+    data_type: TYPE_INT32
+    source_input: "input_ids"
+  }
+  output {
+    name: "last_hidden_state"
+    data_type: TYPE_FP32
+    dims: [ -1, 4 ]
+  }
+  output {
+    name: "pooled"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+  batch_output {
+    target_name: "last_hidden_state"
+    kind: BATCH_SCATTER_WITH_INPUT_SHAPE
+    source_input: "input_ids"
+  }
+  buckets { max_batch_tokens: 1024 }
+)pb";
+
+TEST(RaggedConfigTest, TritonsRaggedConfigBecomesARaggedSpec) {
+  ModelSpec spec;
+  const Status status = ModelSpecFromConfig(Parse(kRaggedConfig), &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(spec.ragged);
+  EXPECT_TRUE(spec.masks_padding());
+  ASSERT_EQ(spec.inputs.size(), 1u);
+  EXPECT_TRUE(spec.inputs[0].ragged);
+  ASSERT_EQ(spec.batch_inputs.size(), 1u);
+  EXPECT_EQ(spec.batch_inputs[0].name, "cu_seqlens");
+  EXPECT_EQ(spec.batch_inputs[0].dtype, DataType::kInt32);
+  EXPECT_EQ(spec.batch_inputs[0].batch_input_kind, BatchInputKind::kAccumulatedElementCountWithZero);
+  EXPECT_TRUE(spec.outputs[0].ragged);
+  EXPECT_FALSE(spec.outputs[1].ragged);
+  // Default grid: one row size (rows are nearly free), token sizes in steps ending at the budget.
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{8}));
+  EXPECT_EQ(spec.bucket_lengths.front(), 16);
+  EXPECT_EQ(spec.bucket_lengths.back(), 1024);
+  EXPECT_EQ(spec.max_batch_tokens, 1024);
+  EXPECT_TRUE(CheckModelSpec(spec).ok());
+}
+
+TEST(RaggedConfigTest, TheServedBatchInputKindsAreRead) {
+  inference::ModelConfig config = Parse(kRaggedConfig);
+  inference::ModelConfig edit;
+  ASSERT_TRUE(ParseModelConfig(R"pb(
+                                 batch_input {
+                                   kind: BATCH_ELEMENT_COUNT
+                                   target_name: "counts"
+                                   data_type: TYPE_INT64
+                                   source_input: "input_ids"
+                                 }
+                                 batch_input {
+                                   kind: BATCH_ACCUMULATED_ELEMENT_COUNT
+                                   target_name: "ends"
+                                   data_type: TYPE_INT32
+                                   source_input: "input_ids"
+                                 }
+                                 buckets {
+                                   batch_sizes: [ 2, 8 ]
+                                   sequence_lengths: [ 128, 512 ]
+                                 }
+                               )pb",
+                               "edit", &edit)
+                  .ok());
+  config.MergeFrom(edit);
+  ModelSpec spec;
+  const Status status = ModelSpecFromConfig(config, &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(spec.batch_inputs.size(), 3u);
+  EXPECT_EQ(spec.batch_inputs[1].batch_input_kind, BatchInputKind::kElementCount);
+  EXPECT_EQ(spec.batch_inputs[2].batch_input_kind, BatchInputKind::kAccumulatedElementCount);
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{128, 512}));
+}
+
+class BadRaggedConfigTest : public testing::TestWithParam<BadConfigCase> {};
+
+TEST_P(BadRaggedConfigTest, NamesTheField) { ExpectRefusedNamingTheField(kRaggedConfig, GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadRaggedConfigTest,
+    testing::Values(
+        BadConfigCase{
+            "batch_input { kind: BATCH_MAX_ELEMENT_COUNT_AS_SHAPE target_name: \"m\" data_type: TYPE_INT32 "
+            "source_input: \"input_ids\" }",
+            "batch_input[1].kind: BATCH_MAX_ELEMENT_COUNT_AS_SHAPE is not served"},
+        BadConfigCase{"batch_input { kind: BATCH_ITEM_SHAPE target_name: \"m\" data_type: TYPE_INT32 "
+                      "source_input: \"input_ids\" }",
+                      "batch_input[1].kind: BATCH_ITEM_SHAPE is not served"},
+        BadConfigCase{"batch_input { kind: BATCH_ITEM_SHAPE_FLATTEN target_name: \"m\" data_type: TYPE_INT32 "
+                      "source_input: \"input_ids\" }",
+                      "batch_input[1].kind: BATCH_ITEM_SHAPE_FLATTEN is not served"},
+        BadConfigCase{"batch_input { kind: BATCH_ELEMENT_COUNT target_name: \"m\" data_type: TYPE_FP32 "
+                      "source_input: \"input_ids\" }",
+                      "batch_input[1].data_type: TYPE_FP32"},
+        BadConfigCase{"batch_input { kind: BATCH_ELEMENT_COUNT target_name: \"m\" data_type: TYPE_INT32 "
+                      "source_input: \"tokens\" }",
+                      "batch_input[1].source_input: 'tokens'"},
+        BadConfigCase{
+            "batch_input { kind: BATCH_ELEMENT_COUNT target_name: \"input_ids\" data_type: TYPE_INT32 "
+            "source_input: \"input_ids\" }",
+            "batch_input[1].target_name: 'input_ids'"},
+        BadConfigCase{
+            "batch_input { kind: BATCH_ELEMENT_COUNT data_type: TYPE_INT32 source_input: \"input_ids\" }",
+            "batch_input[1].target_name"},
+        BadConfigCase{"input { name: \"mask\" data_type: TYPE_INT64 dims: [ -1 ] }",
+                      "input[1].allow_ragged_batch"},
+        BadConfigCase{
+            "input { name: \"pairs\" data_type: TYPE_INT64 dims: [ -1, 2 ] allow_ragged_batch: true }",
+            "input[1].dims: a ragged input is [ -1 ]"},
+        BadConfigCase{"output { name: \"per_token\" data_type: TYPE_FP32 dims: [ -1 ] }",
+                      "output[2].dims: -1 in 'per_token'"},
+        BadConfigCase{"batch_output { target_name: \"nothing\" source_input: \"input_ids\" }",
+                      "batch_output[1].target_name: 'nothing'"},
+        BadConfigCase{"batch_output { target_name: \"pooled\" source_input: \"input_ids\" }",
+                      "batch_output[1].target_name: 'pooled' must have dims [ -1, ... ]"},
+        BadConfigCase{"batch_output { target_name: \"last_hidden_state\" source_input: \"x\" }",
+                      "batch_output[1].source_input"},
+        BadConfigCase{"buckets { max_batch_tokens: 64 }",
+                      "buckets.max_batch_tokens: 64 is below max_sequence_length"},
+        BadConfigCase{"buckets { sequence_lengths: [ 2048 ] }",
+                      "buckets.sequence_lengths: 2048 is outside [1, 1024]"},
+        BadConfigCase{"buckets { sequence_lengths: [ 64 ] }",
+                      "buckets.sequence_lengths: the largest token size 64"},
+        BadConfigCase{"buckets { batch_sizes: [ 16 ] }", "buckets.batch_sizes: 16 is outside [1, 8]"},
+        BadConfigCase{"sequence_mask_input: \"input_ids\"", "sequence_mask_input: a ragged model"}));
+
+TEST(RaggedConfigTest, BatchInputsAndOutputsNeedARaggedInput) {
+  ExpectRefusedNamingTheField(kValidConfig, {"batch_input { kind: BATCH_ELEMENT_COUNT target_name: \"n\" "
+                                             "data_type: TYPE_INT32 source_input: \"ids\" }",
+                                             "batch_input: needs inputs with allow_ragged_batch"});
+  ExpectRefusedNamingTheField(kValidConfig, {"batch_output { target_name: \"hidden\" source_input: \"ids\" }",
+                                             "batch_output: needs inputs with allow_ragged_batch"});
 }
 
 }  // namespace

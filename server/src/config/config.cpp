@@ -303,6 +303,157 @@ Status OutputsFromConfig(const inference::ModelConfig& config, std::vector<Tenso
   return Status::Ok();
 }
 
+// ---- ragged batching (Triton's allow_ragged_batch, batch_input, batch_output) -------------------
+
+bool AnyRaggedInput(const inference::ModelConfig& config) {
+  return std::any_of(config.input().begin(), config.input().end(),
+                     [](const inference::ModelInput& input) { return input.allow_ragged_batch(); });
+}
+
+// A batch_input or batch_output's one source input: a ragged input of the model.
+Status RaggedSource(const google::protobuf::RepeatedPtrField<std::string>& sources, const std::string& field,
+                    const ModelSpec& spec) {
+  if (sources.size() != 1) {
+    return InvalidArgument(field + ".source_input: names " + std::to_string(sources.size()) +
+                           " inputs; graphserve takes exactly one");
+  }
+  const bool ragged = std::any_of(spec.inputs.begin(), spec.inputs.end(), [&](const TensorSpec& input) {
+    return input.name == sources[0] && input.ragged;
+  });
+  if (!ragged) {
+    return InvalidArgument(field + ".source_input: '" + sources[0] +
+                           "' is not an input with allow_ragged_batch");
+  }
+  return Status::Ok();
+}
+
+// The kinds served: each a fixed-size buffer of a bucket's rows, which a CUDA graph can replay.
+// BATCH_MAX_ELEMENT_COUNT_AS_SHAPE's shape would change with every batch (a graph fixes it) and the
+// item-shape kinds describe requests, not rows.
+Status BatchInputKindFromConfig(inference::BatchInput::Kind kind, const std::string& field,
+                                BatchInputKind* served) {
+  switch (kind) {
+    case inference::BatchInput::BATCH_ELEMENT_COUNT:
+      *served = BatchInputKind::kElementCount;
+      return Status::Ok();
+    case inference::BatchInput::BATCH_ACCUMULATED_ELEMENT_COUNT:
+      *served = BatchInputKind::kAccumulatedElementCount;
+      return Status::Ok();
+    case inference::BatchInput::BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO:
+      *served = BatchInputKind::kAccumulatedElementCountWithZero;
+      return Status::Ok();
+    default:
+      break;
+  }
+  const std::string name = inference::BatchInput::Kind_Name(kind);
+  return InvalidArgument(field + ".kind: " + (name.empty() ? "unknown value " + std::to_string(kind) : name) +
+                         " is not served (BATCH_ELEMENT_COUNT, BATCH_ACCUMULATED_ELEMENT_COUNT and "
+                         "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO are)");
+}
+
+Status BatchInputsFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  std::set<std::string> names;
+  for (const TensorSpec& input : spec->inputs) names.insert(input.name);
+  for (int i = 0; i < config.batch_input_size(); ++i) {
+    const inference::BatchInput& batch_input = config.batch_input(i);
+    const std::string field = "batch_input[" + std::to_string(i) + "]";
+    TensorSpec tensor;
+    Status status = BatchInputKindFromConfig(batch_input.kind(), field, &tensor.batch_input_kind);
+    if (!status.ok()) return status;
+    if (batch_input.target_name_size() != 1 || batch_input.target_name(0).empty()) {
+      return InvalidArgument(field + ".target_name: names " + std::to_string(batch_input.target_name_size()) +
+                             " tensors; graphserve takes exactly one");
+    }
+    tensor.name = batch_input.target_name(0);
+    if (!names.insert(tensor.name).second) {
+      return InvalidArgument(field + ".target_name: '" + tensor.name +
+                             "' is already an input's or batch input's name");
+    }
+    if (batch_input.data_type() != inference::TYPE_INT32 &&
+        batch_input.data_type() != inference::TYPE_INT64) {
+      return InvalidArgument(field + ".data_type: " + inference::DataType_Name(batch_input.data_type()) +
+                             " for '" + tensor.name + "' is not served (TYPE_INT32 or TYPE_INT64)");
+    }
+    tensor.dtype = *DataTypeFromConfig(batch_input.data_type());
+    status = RaggedSource(batch_input.source_input(), field, *spec);
+    if (!status.ok()) return status;
+    spec->batch_inputs.push_back(std::move(tensor));
+  }
+  return Status::Ok();
+}
+
+Status BatchOutputsFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  for (int i = 0; i < config.batch_output_size(); ++i) {
+    const inference::BatchOutput& batch_output = config.batch_output(i);
+    const std::string field = "batch_output[" + std::to_string(i) + "]";
+    if (batch_output.kind() != inference::BatchOutput::BATCH_SCATTER_WITH_INPUT_SHAPE) {
+      return InvalidArgument(field + ".kind: unknown value " + std::to_string(batch_output.kind()) +
+                             " (BATCH_SCATTER_WITH_INPUT_SHAPE is served)");
+    }
+    Status status = RaggedSource(batch_output.source_input(), field, *spec);
+    if (!status.ok()) return status;
+    if (batch_output.target_name_size() == 0) return InvalidArgument(field + ".target_name: names no output");
+    for (const std::string& name : batch_output.target_name()) {
+      const auto output = std::find_if(spec->outputs.begin(), spec->outputs.end(),
+                                       [&](const TensorSpec& candidate) { return candidate.name == name; });
+      if (output == spec->outputs.end()) {
+        return InvalidArgument(field + ".target_name: '" + name + "' is not one of the model's outputs");
+      }
+      if (output->dims.empty() || output->dims.front() != -1) {
+        return InvalidArgument(field + ".target_name: '" + name +
+                               "' must have dims [ -1, ... ] (its tokens first)");
+      }
+      output->ragged = true;
+    }
+  }
+  return Status::Ok();
+}
+
+// A ragged model: every input ragged and one token per position ([ -1 ]), so that a row's element
+// count is its length; every output either scattered (its -1 first) or one per row (no -1).
+Status RaggedFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  spec->ragged = AnyRaggedInput(config);
+  spec->batch_inputs.clear();
+  if (!spec->ragged) {
+    if (config.batch_input_size() > 0) {
+      return InvalidArgument("batch_input: needs inputs with allow_ragged_batch: true (ragged batching)");
+    }
+    if (config.batch_output_size() > 0) {
+      return InvalidArgument("batch_output: needs inputs with allow_ragged_batch: true (ragged batching)");
+    }
+    return Status::Ok();
+  }
+  if (config.platform() == kPlatformBuiltinEncoder) {
+    return InvalidArgument(std::string("input.allow_ragged_batch: the ") + kPlatformBuiltinEncoder +
+                           " platform pads; ragged models are TorchScript or AOTInductor");
+  }
+  for (size_t i = 0; i < spec->inputs.size(); ++i) {
+    const std::string field = "input[" + std::to_string(i) + "]";
+    if (!config.input(static_cast<int>(i)).allow_ragged_batch()) {
+      return InvalidArgument(field + ".allow_ragged_batch: '" + spec->inputs[i].name +
+                             "' must be ragged too: in a ragged model every input is");
+    }
+    if (spec->inputs[i].dims != std::vector<int64_t>{-1}) {
+      return InvalidArgument(field + ".dims: a ragged input is [ -1 ] (one element per token), '" +
+                             spec->inputs[i].name + "' has " + ShapeToString(spec->inputs[i].dims));
+    }
+    spec->inputs[i].ragged = true;
+  }
+  if (!config.sequence_mask_input().empty()) {
+    return InvalidArgument("sequence_mask_input: a ragged model pads nothing inside a row; leave it out");
+  }
+  Status status = BatchInputsFromConfig(config, spec);
+  if (status.ok()) status = BatchOutputsFromConfig(config, spec);
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < spec->outputs.size(); ++i) {
+    if (spec->outputs[i].variable_dim() >= 0 && !spec->outputs[i].ragged) {
+      return InvalidArgument("output[" + std::to_string(i) + "].dims: -1 in '" + spec->outputs[i].name +
+                             "' of a ragged model needs a batch_output BATCH_SCATTER_WITH_INPUT_SHAPE");
+    }
+  }
+  return Status::Ok();
+}
+
 Status TensorsFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   Status status = InputsFromConfig(config, &spec->inputs, &spec->input_ranges);
   if (!status.ok()) return status;
@@ -312,7 +463,7 @@ Status TensorsFromConfig(const inference::ModelConfig& config, ModelSpec* spec) 
     status = CheckUniqueNames(*tensors, field);
     if (!status.ok()) return status;
   }
-  return Status::Ok();
+  return RaggedFromConfig(config, spec);
 }
 
 // The length limit of a model with a variable dimension; a fixed-shape model has none to configure,
@@ -383,7 +534,41 @@ Status SequenceMaskFromConfig(const inference::ModelConfig& config, ModelSpec* s
 // is the configured one, else the default where the batch sizes are the default too (a length-
 // varying model's: a fixed-shape model has none); the batch sizes above max_batch_size must fit
 // it at the shortest length, so that each is a point of the grid.
+// A ragged model's grid: rows up to max_batch_size, token sizes up to the token budget, which must
+// hold one row of max_sequence_length; every pair a point.
+Status RaggedGridFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  const inference::BucketGrid& buckets = config.buckets();
+  spec->max_batch_tokens =
+      buckets.has_max_batch_tokens() ? buckets.max_batch_tokens() : kDefaultMaxBatchTokens;
+  if (spec->max_batch_tokens < spec->max_sequence_length) {
+    return InvalidArgument("buckets.max_batch_tokens: " + std::to_string(spec->max_batch_tokens) +
+                           " is below max_sequence_length " + std::to_string(spec->max_sequence_length) +
+                           "; a ragged batch must hold one row of the longest length");
+  }
+  Status status = GridAxis(buckets.sequence_lengths(), spec->max_batch_tokens, "buckets.sequence_lengths",
+                           "buckets.max_batch_tokens: a ragged model's token sizes", &spec->bucket_lengths);
+  if (!status.ok()) return status;
+  if (spec->bucket_lengths.empty()) {
+    spec->bucket_lengths = DefaultRaggedTokenSizes(spec->max_sequence_length, spec->max_batch_tokens);
+  }
+  if (spec->bucket_lengths.back() < spec->max_sequence_length) {
+    return InvalidArgument("buckets.sequence_lengths: the largest token size " +
+                           std::to_string(spec->bucket_lengths.back()) + " is below max_sequence_length " +
+                           std::to_string(spec->max_sequence_length) +
+                           "; one row of the longest length must fit");
+  }
+  if (buckets.batch_sizes().empty()) {
+    // Rows are nearly free in a ragged bucket (an offset and a pooled vector each; the tokens are
+    // the work), so one row size, the most a batch may hold, captures one graph per token size.
+    spec->bucket_batch_sizes = {spec->max_batch_size};
+    return Status::Ok();
+  }
+  return GridAxis(buckets.batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
+                  "max_batch_size: a ragged bucket's rows", &spec->bucket_batch_sizes);
+}
+
 Status BucketGridFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
+  if (spec->ragged) return RaggedGridFromConfig(config, spec);
   const inference::BucketGrid& buckets = config.buckets();
   Status status = GridAxis(buckets.sequence_lengths(), spec->max_sequence_length,
                            "buckets.sequence_lengths", "max_sequence_length", &spec->bucket_lengths);

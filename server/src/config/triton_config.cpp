@@ -70,6 +70,11 @@ bool HasVariableDimension(const inference::ModelConfig& config) {
   return false;
 }
 
+bool IsRagged(const inference::ModelConfig& config) {
+  return std::any_of(config.input().begin(), config.input().end(),
+                     [](const inference::ModelInput& input) { return input.allow_ragged_batch(); });
+}
+
 // ---- platform ----------------------------------------------------------------------------------
 
 Status ResolvePlatform(const std::string& model_dir, inference::ModelConfig* config,
@@ -148,12 +153,8 @@ Status CheckHeader(const inference::ModelConfig& config) {
     return InvalidArgument("model_transaction_policy.decoupled: true: graphserve answers each request "
                            "with exactly one response");
   }
-  if (config.batch_input_size() > 0) {
-    return InvalidArgument("batch_input: inputs made by the batcher are not served");
-  }
-  if (config.batch_output_size() > 0) {
-    return InvalidArgument("batch_output: outputs scattered by the batcher are not served");
-  }
+  // batch_input, batch_output and allow_ragged_batch (ragged batching) are checked where the spec
+  // is built (ModelSpecFromConfig), with the tensors they name.
   return Status::Ok();
 }
 
@@ -175,10 +176,6 @@ Status CheckTensors(const inference::ModelConfig& config, Warnings* warnings) {
     const std::string field = "input[" + std::to_string(i) + "]";
     const Status shape = CheckTensorShape(input, field);
     if (!shape.ok()) return shape;
-    if (input.allow_ragged_batch()) {
-      return InvalidArgument(field + ".allow_ragged_batch: ragged batches are not served; graphserve "
-                             "pads along the -1 dimension");
-    }
     if (input.optional()) {
       return InvalidArgument(field + ".optional: every input must be given in every request");
     }
@@ -551,6 +548,12 @@ Status GraphSpecPoint(const inference::ModelConfig& config, int index, bool vari
 Status ResolveGraphSpecs(inference::ModelConfig* config) {
   const int count = config->optimization().cuda().graph_spec_size();
   if (count == 0) return Status::Ok();
+  if (IsRagged(*config)) {
+    // Its shapes are per request; a ragged bucket is rows × total tokens.
+    return InvalidArgument(
+        "optimization.cuda.graph_spec: not served for a ragged model; give its grid as "
+        "buckets (batch_sizes: rows, sequence_lengths: total tokens)");
+  }
   const bool variable = HasVariableDimension(*config);
   std::set<BucketShape> points;
   std::set<int64_t> batches, lengths;
@@ -638,7 +641,9 @@ Status ResolvePreferredBatchSizes(inference::ModelConfig* config, Warnings* warn
 
 void DefaultLengthLimit(inference::ModelConfig* config, Warnings* warnings) {
   if (config->max_sequence_length() != 0 || !HasVariableDimension(*config)) return;
-  const auto& lengths = config->buckets().sequence_lengths();
+  // A ragged model's bucket lengths are total tokens, no bound on one row.
+  const auto& lengths =
+      IsRagged(*config) ? google::protobuf::RepeatedField<int64_t>() : config->buckets().sequence_lengths();
   const int64_t limit =
       lengths.empty() ? kDefaultMaxSequenceLength : *std::max_element(lengths.begin(), lengths.end());
   warnings->Add("max_sequence_length: not set (nor " + Quoted(kParameterMaxSequenceLength) +
@@ -733,6 +738,29 @@ std::string Joined(const std::vector<int64_t>& values) {
   return text;
 }
 
+// A ragged model's batch inputs and scattered outputs, as config.pbtxt gave them (every input is a
+// source: the config loader makes a ragged model's inputs all ragged, of one length per row).
+void AddRaggedBatching(const ModelSpec& spec, inference::ModelConfig* config) {
+  if (!spec.ragged) return;
+  for (const TensorSpec& tensor : spec.batch_inputs) {
+    inference::BatchInput* batch_input = config->add_batch_input();
+    inference::BatchInput::Kind kind = inference::BatchInput::BATCH_ELEMENT_COUNT;
+    inference::BatchInput::Kind_Parse(BatchInputKindName(tensor.batch_input_kind), &kind);
+    batch_input->set_kind(kind);
+    batch_input->add_target_name(tensor.name);
+    batch_input->set_data_type(DataTypeToConfig(tensor.dtype));
+    batch_input->add_source_input(spec.inputs.front().name);
+  }
+  inference::BatchOutput scattered;
+  for (const TensorSpec& tensor : spec.outputs) {
+    if (tensor.ragged) scattered.add_target_name(tensor.name);
+  }
+  if (scattered.target_name_size() == 0) return;
+  scattered.set_kind(inference::BatchOutput::BATCH_SCATTER_WITH_INPUT_SHAPE);
+  scattered.add_source_input(spec.inputs.front().name);
+  *config->add_batch_output() = std::move(scattered);
+}
+
 }  // namespace
 
 inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
@@ -760,6 +788,7 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
     input->set_name(tensor.name);
     input->set_data_type(DataTypeToConfig(tensor.dtype));
     input->mutable_dims()->Add(tensor.dims.begin(), tensor.dims.end());
+    input->set_allow_ragged_batch(tensor.ragged);
     SetParameter(kParameterPadValue + tensor.name, Number(tensor.pad_value), &config);
     if (i < spec.input_ranges.size()) {
       const ValueRange& range = spec.input_ranges[i];
@@ -773,6 +802,7 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
     output->set_data_type(DataTypeToConfig(tensor.dtype));
     output->mutable_dims()->Add(tensor.dims.begin(), tensor.dims.end());
   }
+  AddRaggedBatching(spec, &config);
 
   inference::ModelDynamicBatching* batching = config.mutable_dynamic_batching();
   batching->set_max_queue_delay_microseconds(static_cast<uint64_t>(model.scheduler.max_queue_delay_us));
@@ -810,7 +840,8 @@ inference::ModelConfig EffectiveModelConfig(const ServedModel& model) {
 
   inference::ModelOptimizationPolicy::Cuda* cuda = config.mutable_optimization()->mutable_cuda();
   cuda->set_graphs(!model.graph_buckets.empty());
-  for (const BucketShape& bucket : model.graph_buckets) {
+  // A ragged bucket (rows × total tokens) has no graph_spec form: buckets in the parameters say it.
+  for (const BucketShape& bucket : spec.ragged ? std::vector<BucketShape>() : model.graph_buckets) {
     auto* graph = cuda->add_graph_spec();
     graph->set_batch_size(static_cast<int32_t>(bucket.batch));
     for (const TensorSpec& tensor : spec.inputs) {

@@ -487,7 +487,16 @@ Status DecodeInferRequest(const ModelSpec& spec, inference::ModelInferRequest* r
     const std::string field = InputField(i, input.name());
     size_t index = 0;
     while (index < spec.inputs.size() && spec.inputs[index].name != input.name()) ++index;
-    if (index == spec.inputs.size()) return InvalidArgument(model + field + ": unknown input");
+    if (index == spec.inputs.size()) {
+      const bool made_by_server =
+          std::any_of(spec.batch_inputs.begin(), spec.batch_inputs.end(),
+                      [&](const TensorSpec& made) { return made.name == input.name(); });
+      // Offsets a client chose could point outside the batch's buffers: the server makes them.
+      if (made_by_server) {
+        return InvalidArgument(model + field + ": a batch input, made by the server from the rows; not sent");
+      }
+      return InvalidArgument(model + field + ": unknown input");
+    }
     if (seen[index]) return InvalidArgument(model + field + ": given twice");
     seen[index] = true;
     const TensorSpec& tensor = spec.inputs[index];

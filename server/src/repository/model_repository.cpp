@@ -147,7 +147,10 @@ std::string GridSummary(const ModelSpec& spec, const std::vector<std::unique_ptr
   const BucketShape largest = spec.LargestBucket();
   std::string line = std::to_string(spec.Buckets().size()) + " buckets, largest " +
                      spec.BucketLabel(largest);
-  if (spec.has_sequence_length()) {
+  if (spec.ragged) {
+    line += " (rows x total tokens: ragged, packed end to end), max_batch_tokens " +
+            std::to_string(spec.max_batch_tokens);
+  } else if (spec.has_sequence_length()) {
     line += " (" + std::to_string(largest.batch * largest.length) + " tokens), max_batch_tokens " +
             std::to_string(spec.max_batch_tokens);
     line += spec.max_batch_tokens == 0
@@ -263,6 +266,13 @@ void WarnOfUnboundedIndexInputs(const ModelSpec& spec, const std::vector<std::st
 // at exact lengths, which a user switching from Triton should know (and may change).
 void LogLengthPadding(const ModelSpec& spec) {
   if (!spec.has_sequence_length()) return;
+  if (spec.ragged) {
+    spdlog::info(
+        "model '{}' is ragged: requests of any lengths are packed end to end into buckets of "
+        "rows x total tokens, each padded only by the tail of its tokens",
+        spec.name);
+    return;
+  }
   if (spec.masks_padding()) {
     spdlog::info("model '{}' pads lengths to its bucket lengths: input '{}' (sequence_mask_input) marks "
                  "padded positions",
