@@ -1015,5 +1015,117 @@ TEST(SchedulerOptionsTest, ValidateNamesTheField) {
       << status.message();
 }
 
+// ---------------------------------------------------------------------------------------------------
+// A ragged model: rows of any lengths packed end to end, buckets of (rows, total tokens).
+
+ModelSpec RaggedTestSpec() {
+  ModelSpec spec = TestSpec("ragged");
+  spec.ragged = true;
+  spec.sequence_mask_input.clear();
+  spec.inputs[0].ragged = true;
+  spec.outputs[0].dims = {4};
+  spec.max_batch_size = 8;
+  spec.max_sequence_length = 32;
+  spec.bucket_batch_sizes = {4, 8};
+  spec.bucket_lengths = {16, 32, 64};
+  spec.max_batch_tokens = 64;
+  return spec;
+}
+
+int64_t Tokens(const DispatchDecision& decision) {
+  int64_t tokens = 0;
+  for (const auto& r : decision.requests) tokens += r->item.rows * r->item.length;
+  return tokens;
+}
+
+TEST(RaggedPlannerTest, RequestsOfAnyLengthsShareABatchInTheSmallestBucketHoldingTheirTokens) {
+  FakeClock clock;
+  BatchPlanner planner(RaggedTestSpec(), Options(1000));
+  AddAt(planner, clock, MakeRequest(1, 5));
+  AddAt(planner, clock, MakeRequest(2, 3));
+  AddAt(planner, clock, MakeRequest(1, 17));
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // neither full nor due
+  clock.Advance(1000);
+  const auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{5, 3, 17}));  // arrival order, lengths mixed
+  EXPECT_EQ(Tokens(*decision), 28);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 32}));  // 4 rows + the filler row
+}
+
+TEST(RaggedPlannerTest, ABatchGoesOnceTheNextRequestsTokensWouldNotFit) {
+  FakeClock clock;
+  BatchPlanner planner(RaggedTestSpec(), Options(1'000'000));
+  AddAt(planner, clock, MakeRequest(1, 30));
+  AddAt(planner, clock, MakeRequest(1, 30));
+  EXPECT_FALSE(planner.Next(clock.NowMicros(), false));  // 60 of 64 tokens: more may fit
+  AddAt(planner, clock, MakeRequest(1, 10));
+  const auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Lengths(*decision), (std::vector<int64_t>{30, 30}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 64}));
+  EXPECT_EQ(planner.queued_requests(), 1u);
+}
+
+TEST(RaggedPlannerTest, RowsAreBoundedTooWithARowKeptForTheTail) {
+  FakeClock clock;
+  BatchPlanner planner(RaggedTestSpec(), Options(1'000'000));
+  // 7 one-token rows fill the 8-row bucket with its filler row: an eighth needs a ninth row.
+  for (int i = 0; i < 8; ++i) AddAt(planner, clock, MakeRequest(1, 1));
+  const auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 7u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 16}));
+}
+
+TEST(RaggedPlannerTest, AnIdleExecutorTakesALoneRequestAtOnceAndARequestBeyondTheGridGoesAlone) {
+  FakeClock clock;
+  BatchPlanner planner(RaggedTestSpec(), Options(1'000'000));
+  AddAt(planner, clock, MakeRequest(3, 30));  // 90 tokens: beyond the 64-token budget
+  AddAt(planner, clock, MakeRequest(1, 4));
+  auto decision = planner.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Rows(*decision), (std::vector<int64_t>{3}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{3, 90}));  // its exact shape, run eagerly
+
+  BatchPlanner quiet(RaggedTestSpec(), Options(1'000'000));
+  AddAt(quiet, clock, MakeRequest(1, 4));
+  EXPECT_FALSE(quiet.Next(clock.NowMicros(), false));
+  decision = quiet.Next(clock.NowMicros(), true);  // no arrival rate known: waiting cannot help
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{4, 16}));
+}
+
+TEST(RaggedPlannerTest, RandomArrivalsAreEachAnsweredOnceInBucketsThatHoldThem) {
+  const ModelSpec spec = RaggedTestSpec();
+  FakeClock clock;
+  BatchPlanner planner(spec, Options(500));
+  std::mt19937 random(3);
+  size_t added = 0, taken = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (step < 300) {
+      AddAt(planner, clock,
+            MakeRequest(std::uniform_int_distribution<int64_t>(1, 3)(random),
+                        std::uniform_int_distribution<int64_t>(1, 20)(random)));
+      ++added;
+    }
+    clock.Advance(std::uniform_int_distribution<int64_t>(0, 300)(random));
+    while (auto decision = planner.Next(clock.NowMicros(), step % 2 == 0)) {
+      taken += decision->requests.size();
+      int64_t rows = 0;
+      for (const auto& r : decision->requests) rows += r->item.rows;
+      const int64_t tokens = Tokens(*decision);
+      if (decision->requests.size() > 1) {
+        EXPECT_TRUE(spec.HasBucket(decision->padded_shape)) << decision->padded_shape.ToString();
+      }
+      EXPECT_GE(decision->padded_shape.length, tokens);
+      EXPECT_GE(decision->padded_shape.batch, RaggedRowsNeeded(rows, tokens, decision->padded_shape.length));
+    }
+  }
+  clock.Set(BatchPlanner::kEndOfTime);
+  while (auto decision = planner.Next(clock.NowMicros(), true)) taken += decision->requests.size();
+  EXPECT_EQ(taken, added);
+}
+
 }  // namespace
 }  // namespace graphserve

@@ -50,6 +50,12 @@
 //     A length on the grid still replays its bucket, rows padded (rows never meet in a batched
 //     model); any other runs at its exact shape. What Triton does for such models, with graphs
 //     where the grid has the length.
+//   - Ragged models (ModelSpec::ragged). Rows of any lengths go end to end with no padding
+//     between them, so there is one bin: the oldest requests while their rows and tokens fit the
+//     largest bucket (a spare row kept for the tail's filler row), in the smallest bucket holding
+//     them, the tail of its tokens the only padding. It goes when the next request would not fit,
+//     when the oldest is due, or (not under FIFO) when an executor is idle and waiting cannot help,
+//     as a bin does above. Packing in arrival order is FIFO already, with no length to bin by.
 //   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
 //     what a server without a batcher does, kept as a mode of its own so that its cost can be
 //     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
@@ -88,10 +94,12 @@ BatchPlanner::BatchPlanner(const ModelSpec& spec, const SchedulerOptions& option
       exact_lengths_(!spec.masks_padding()),
       largest_bucket_(spec.LargestBucket()) {
   // Exact lengths start with the grid's lengths too: the cost table below is built over them.
+  // Ragged: one bin, packed up to the largest token size, whatever the lengths.
   for (int64_t length : spec_.bucket_lengths) {
+    if (spec_.ragged && !bins_.empty()) break;
     Bin bin;
-    bin.length = length;
-    bin.largest_batch = LargestBatchOf(length);
+    bin.length = spec_.ragged ? spec_.bucket_lengths.back() : length;
+    bin.largest_batch = LargestBatchOf(bin.length);
     bins_.push_back(std::move(bin));
   }
   // The oversize bin sorts last, so that "the first bin whose length holds the request" finds it.
@@ -120,20 +128,21 @@ void BatchPlanner::SetCosts(const BucketCosts& costs) {
     const size_t li = SmallestAtLeast(lengths, shape.length);
     const size_t bi = SmallestAtLeast(batches, shape.batch);
     cost_us_[li][bi] = time_us;
-    if (largest_timed == nullptr ||
-        shape.batch * shape.length > largest_timed->batch * largest_timed->length) {
+    if (largest_timed == nullptr || spec_.BucketElements(shape) > spec_.BucketElements(*largest_timed)) {
       largest_timed = &shape;
     }
   }
   // From the grid, not bins_: exact lengths insert bins of their own after construction.
   const double overhead =
-      lengths.empty() ? 0.0 : static_cast<double>(LargestBatchOf(lengths.front()) * lengths.front());
+      lengths.empty()
+          ? 0.0
+          : static_cast<double>(spec_.BucketElements({LargestBatchOf(lengths.front()), lengths.front()}));
   for (size_t li = 0; li < lengths.size(); ++li) {
     const std::vector<double> timed = cost_us_[li];
     const size_t points = SmallestAtLeast(batches, LargestBatchOf(lengths[li]) + 1);
     for (size_t bi = 0; bi < points; ++bi) {
       if (timed[bi] > 0) continue;
-      const double elements = static_cast<double>(batches[bi] * lengths[li]);
+      const double elements = static_cast<double>(spec_.BucketElements({batches[bi], lengths[li]}));
       double estimate = 0;
       for (size_t j = bi; j-- > 0;) {
         if (timed[j] > 0) {
@@ -145,8 +154,8 @@ void BatchPlanner::SetCosts(const BucketCosts& costs) {
         if (timed[j] > 0) estimate = timed[j];
       }
       if (estimate == 0 && largest_timed != nullptr) {
-        estimate = costs.at(*largest_timed) * elements /
-                   static_cast<double>(largest_timed->batch * largest_timed->length);
+        estimate =
+            costs.at(*largest_timed) * elements / static_cast<double>(spec_.BucketElements(*largest_timed));
       }
       cost_us_[li][bi] = estimate > 0 ? estimate : elements + overhead;
     }
@@ -160,10 +169,9 @@ double BatchPlanner::CostUs(const BucketShape& shape) const {
     return cost_us_[SmallestAtLeast(lengths, shape.length)][SmallestAtLeast(batches, shape.batch)];
   }
   // Off the grid (an oversize batch): by elements, from the largest bucket.
-  const double elements = static_cast<double>(shape.batch * shape.length);
+  const double elements = static_cast<double>(spec_.BucketElements(shape));
   if (largest_bucket_.batch == 0) return elements;
-  return CostUs(largest_bucket_) * elements /
-         static_cast<double>(largest_bucket_.batch * largest_bucket_.length);
+  return CostUs(largest_bucket_) * elements / static_cast<double>(spec_.BucketElements(largest_bucket_));
 }
 
 int64_t BatchPlanner::LargestBatchOf(int64_t length) const {
@@ -174,6 +182,7 @@ int64_t BatchPlanner::LargestBatchOf(int64_t length) const {
 }
 
 size_t BatchPlanner::BinIndex(int64_t length) const {
+  if (spec_.ragged) return 0;  // one bin: rows of any length share a batch
   // Padded: the oversize bin when no bucket length holds it.
   if (!exact_lengths_) return SmallestAtLeast(spec_.bucket_lengths, length);
   const auto end = bins_.end() - 1;  // the oversize bin stays last, empty
@@ -538,13 +547,47 @@ std::optional<DispatchDecision> BatchPlanner::TakeOldestAlone() {
   alone.take.assign(bins_.size(), 0);
   alone.take[oldest] = 1;
   const InferenceItem& item = bins_[oldest].requests.front()->item;
-  alone.shape = spec_.cuda_graphs_disabled ? BucketShape{item.rows, item.length}
-                                           : spec_.BucketFor(item.rows, item.length);
+  const int64_t extent = spec_.ItemExtent(item.rows, item.length);
+  alone.rows = item.rows;
+  alone.shape =
+      spec_.cuda_graphs_disabled ? BucketShape{item.rows, extent} : spec_.BucketFor(item.rows, extent);
   return Take(alone);
+}
+
+std::optional<DispatchDecision> BatchPlanner::NextRagged(int64_t now_us, bool executor_idle) {
+  const Bin& bin = bins_.front();
+  if (bin.requests.empty()) return std::nullopt;
+  Candidate packed;
+  packed.take.assign(bins_.size(), 0);
+  int64_t tokens = 0;
+  bool full = false;
+  for (const auto& request : bin.requests) {
+    const int64_t rows = packed.rows + request->item.rows;
+    const int64_t more_tokens = tokens + request->item.rows * request->item.length;
+    // The front request always goes, alone and off the grid when no bucket holds it.
+    if (packed.take[0] > 0 && spec_.IsOversize(rows, more_tokens)) {
+      full = true;
+      break;
+    }
+    ++packed.take[0];
+    packed.rows = rows;
+    tokens = more_tokens;
+  }
+  // Nothing more can join a batch at the largest token size or rows, nor an oversize one.
+  full = full || tokens >= spec_.bucket_lengths.back() || packed.rows >= spec_.bucket_batch_sizes.back() ||
+         spec_.IsOversize(packed.rows, tokens);
+  const bool may_go_early =
+      options_.policy != BatchingPolicy::kFifo && executor_idle && WaitingCannotHelp(0, now_us);
+  if (!full && !Overdue(*bin.requests.front(), now_us) && !may_go_early) return std::nullopt;
+  packed.real_elements = static_cast<double>(tokens);
+  packed.shape = spec_.BucketFor(packed.rows, tokens);
+  packed.cost_us = CostUs(packed.shape);
+  return Take(packed);
 }
 
 std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {
   if (options_.batching_disabled) return TakeOldestAlone();
+  if (spec_.ragged) return NextRagged(now_us, executor_idle);
   if (options_.policy == BatchingPolicy::kFifo) return NextInArrivalOrder(now_us);
   // An overdue request goes first, oldest first.
   size_t oldest_overdue = bins_.size();

@@ -142,7 +142,9 @@ Status ModelScheduler::Enqueue(std::shared_ptr<PendingRequest> request) {
       // hundreds of rows). The bucket times are the learnt ones, and the scales are measured at
       // about the 95th percentile: a request is refused only when the estimate itself ends after
       // its expiry, never to keep headroom, so that a refusal says something true.
-      const BucketShape own_bucket = spec_.BucketFor(request->item.rows, request->item.length);
+      // A ragged model's bucket is found by the request's tokens (ItemExtent), a padded one's by its length.
+      const BucketShape own_bucket =
+          spec_.BucketFor(request->item.rows, spec_.ItemExtent(request->item.rows, request->item.length));
       const double ahead_us = queued_work_us_ * work_scale_ / static_cast<double>(executors_.size());
       const double own_us =
           request->work_us > 0 ? std::max(request->work_us * work_scale_, planner_.CostUs(own_bucket)) : 0.0;

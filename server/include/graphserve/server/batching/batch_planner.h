@@ -63,6 +63,9 @@ struct DispatchDecision {
 //     made as requests of that length arrive; a batch holds one bin's requests only (no riders, no
 //     arrival-order batch across lengths), at that length: its bucket where the length is a bucket
 //     length (only its rows padded), else its exact rows × length, off the grid.
+//   - A ragged model (ModelSpec::ragged): one bin; the oldest requests packed end to end while
+//     their rows and tokens fit the largest bucket, in the smallest (rows, tokens) bucket holding
+//     them; they go when full, due, or (not under FIFO) an idle executor cannot gain by waiting.
 //   - Batching disabled (SchedulerOptions::batching_disabled): the oldest request goes alone as soon
 //     as an executor asks, at its own rows × length when the model's CUDA graphs are disabled (no
 //     graph to fit, so no padding), else padded to its smallest bucket so that it still replays.
@@ -164,6 +167,8 @@ class BatchPlanner {
   bool Compose(size_t bin, const std::vector<size_t>& must, size_t bucket, int64_t now_us,
                Candidate* candidate) const;
   DispatchDecision Take(const Candidate& candidate);
+  // A ragged model's batch: the oldest requests packed by rows and tokens (batch_planner.cpp).
+  std::optional<DispatchDecision> NextRagged(int64_t now_us, bool executor_idle);
   // Batching disabled: the oldest queued request alone; nullopt when none is queued.
   std::optional<DispatchDecision> TakeOldestAlone();
   // Expected µs until the next arrival that could join bin `bin`'s batch: its own, or a shorter
