@@ -119,7 +119,7 @@ std::set<BucketShape> EagerExecutor::WarmupSample() const {
     std::vector<int64_t> batches;
     for (int64_t batch : spec_.bucket_batch_sizes) {
       if (!spec_.HasBucket({batch, length})) continue;
-      if (!batches.empty() && batch * length > kCpuMeasuredTokens) break;
+      if (!batches.empty() && spec_.BucketElements({batch, length}) > kCpuMeasuredTokens) break;
       batches.push_back(batch);
     }
     for (int64_t batch : SampleEvenly(batches, kCpuSampledBatches)) sample.insert({batch, length});
@@ -190,6 +190,8 @@ double EagerExecutor::TimeAtMeasuredLength(int64_t batch, int64_t length) const 
   if (below == nullptr) return above == nullptr ? 0.0 : above->execute_time_us;
   const double rows = static_cast<double>(batch);
   if (above == nullptr) {
+    // A ragged bucket's rows cost next to nothing: its tokens (the length) are the work.
+    if (spec_.ragged) return below->execute_time_us;
     // Beyond the largest measured: eager CPU time grows about linearly with rows at a fixed length,
     // and a little less (fixed per-call costs): scaling the largest errs on the safe side.
     return below->execute_time_us * rows / static_cast<double>(below->shape.batch);

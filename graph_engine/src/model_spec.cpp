@@ -240,6 +240,18 @@ std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& sh
   return ItemShape(tensor, shape.batch, shape.length);
 }
 
+TensorSpec RaggedTokenInput(const std::string& name, DataType dtype) {
+  TensorSpec tensor{name, dtype, {-1}};
+  tensor.ragged = true;
+  return tensor;
+}
+
+TensorSpec BatchInputOf(const std::string& name, BatchInputKind kind, DataType dtype) {
+  TensorSpec tensor{name, dtype, {}};
+  tensor.batch_input_kind = kind;
+  return tensor;
+}
+
 const char* BatchInputKindName(BatchInputKind kind) {
   switch (kind) {
     case BatchInputKind::kNone:

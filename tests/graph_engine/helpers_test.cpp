@@ -459,9 +459,7 @@ TEST(EngineLogTest, InstalledSinkReceivesMessagesUntilReset) {
 // The engine tests' ragged spec with a second batch input, of per-row counts.
 ModelSpec RaggedGridSpec() {
   ModelSpec spec = testing::RaggedTestSpec();
-  TensorSpec counts{"counts", DataType::kInt64, {}};
-  counts.batch_input_kind = BatchInputKind::kElementCount;
-  spec.batch_inputs.push_back(counts);
+  spec.batch_inputs.push_back(BatchInputOf("counts", BatchInputKind::kElementCount, DataType::kInt64));
   return spec;
 }
 

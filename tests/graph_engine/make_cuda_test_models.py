@@ -8,6 +8,8 @@ Both take (input_ids, attention_mask) INT64 [B, L] and return (per_token [B, L, 
 
   small_cnn    make_test_models.py's fixed-shape CNN, which CUDA graphs do serve: one graph per
                batch size
+  ragged       make_test_models.py's ragged model (Triton's ragged batching), served as graphs
+               over fixed buffers: one per (rows, total tokens) bucket
 
 Where CUDA is available (the CUDA host; CI has none and its CUDA tests skip), also
   encoder_pt2     the built-in encoder as a CUDA AOTInductor package (deploy/models/export_encoder.py,
@@ -20,7 +22,7 @@ import sys
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from make_test_models import SmallCnn  # noqa: E402  (the one definition of the CNN)
+from make_test_models import RaggedModel, SmallCnn  # noqa: E402  (the one definition of each)
 
 
 class ItemModel(torch.nn.Module):
@@ -53,7 +55,7 @@ def main():
     root = pathlib.Path(sys.argv[1])
     torch.manual_seed(7)
     for name, module in (("item_model", ItemModel()), ("counting_model", CountingModel()),
-                         ("small_cnn", SmallCnn())):
+                         ("small_cnn", SmallCnn()), ("ragged", RaggedModel())):
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         torch.jit.script(module.eval()).save(str(folder / "model.pt"))

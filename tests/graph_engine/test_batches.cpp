@@ -102,12 +102,9 @@ ModelSpec RaggedTestSpec() {
   spec.ragged = true;
   spec.max_batch_size = 8;
   spec.max_sequence_length = 16;
-  TensorSpec ids{"input_ids", DataType::kInt64, {-1}};
-  ids.ragged = true;
-  spec.inputs = {ids};
-  TensorSpec offsets{"cu_seqlens", DataType::kInt32, {}};
-  offsets.batch_input_kind = BatchInputKind::kAccumulatedElementCountWithZero;
-  spec.batch_inputs = {offsets};
+  spec.inputs = {RaggedTokenInput("input_ids", DataType::kInt64)};
+  spec.batch_inputs = {
+      BatchInputOf("cu_seqlens", BatchInputKind::kAccumulatedElementCountWithZero, DataType::kInt32)};
   TensorSpec per_token{"per_token", DataType::kFp32, {-1, 4}};
   per_token.ragged = true;
   spec.outputs = {per_token, TensorSpec{"pooled", DataType::kFp32, {4}}};

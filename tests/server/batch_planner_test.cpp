@@ -1022,7 +1022,7 @@ ModelSpec RaggedTestSpec() {
   ModelSpec spec = TestSpec("ragged");
   spec.ragged = true;
   spec.sequence_mask_input.clear();
-  spec.inputs[0].ragged = true;
+  spec.inputs = {RaggedTokenInput("x", DataType::kInt64)};
   spec.outputs[0].dims = {4};
   spec.max_batch_size = 8;
   spec.max_sequence_length = 32;

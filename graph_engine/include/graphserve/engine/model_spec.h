@@ -182,6 +182,11 @@ std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& sh
 // of the tensor, ragged or not.
 std::vector<int64_t> ItemShape(const TensorSpec& tensor, int64_t rows, int64_t length);
 
+// A ragged input `name` of one element per token (dims [-1], TensorSpec::ragged), and a batch input
+// of `kind`: the tensors a ragged spec is made of.
+TensorSpec RaggedTokenInput(const std::string& name, DataType dtype);
+TensorSpec BatchInputOf(const std::string& name, BatchInputKind kind, DataType dtype);
+
 // The config name of a batch input kind ("BATCH_ELEMENT_COUNT", ...).
 const char* BatchInputKindName(BatchInputKind kind);
 
