@@ -83,7 +83,10 @@ bool ChooseMemoryCap(const PlanGridFlags& flags, Report* report, std::string* er
       return false;
     }
     report->cap_tokens = static_cast<int64_t>(flags.memory_budget_mib * kMiB / report->bytes_per_token);
-    const int64_t least = report->limits.max_batch_size * report->limits.max_sequence_length;
+    // A ragged bucket needs to hold one row; a padded one a full request.
+    const int64_t least = report->limits.ragged
+                              ? report->limits.max_sequence_length
+                              : report->limits.max_batch_size * report->limits.max_sequence_length;
     if (report->cap_tokens < least) {
       *error = "--memory-budget-mib " + Format("%g", flags.memory_budget_mib) + " holds a largest bucket of " +
                std::to_string(report->cap_tokens) + " padded tokens; every grid holds max_batch_size x " +
@@ -131,18 +134,21 @@ bool BuildReport(const std::string& address, const ClientOptions& options, const
                                       &report->traffic, error)) {
     return false;
   }
-  if (!planner::FitCost(report->scraped.measured, &report->fit, error)) {
+  const bool ragged = report->limits.ragged;
+  if (!(ragged ? planner::FitRaggedCost : planner::FitCost)(report->scraped.measured, &report->fit, error)) {
     *error = "cannot fit the cost model: " + *error;
     return false;
   }
   const planner::CostModel cost(report->scraped.measured, report->fit);
-  report->today.figures = planner::Evaluate(report->today.grid, report->limits, report->traffic, cost);
+  report->today.figures = (ragged ? planner::EvaluateRagged : planner::Evaluate)(
+      report->today.grid, report->limits, report->traffic, cost);
   if (!ChooseMemoryCap(flags, report, error)) return false;
   planner::SearchOptions search;
   search.max_lengths = flags.max_lengths;
   search.max_bucket_tokens = report->cap_tokens;
   search.current = report->today.grid;
-  return planner::SearchGrid(report->limits, report->traffic, cost, search, &report->proposal, error);
+  return (ragged ? planner::SearchRaggedGrid : planner::SearchGrid)(report->limits, report->traffic, cost,
+                                                                    search, &report->proposal, error);
 }
 
 json PlanJson(const Report& report, const planner::Plan& plan) {
@@ -167,33 +173,34 @@ json ReportJson(const Report& report) {
   for (const planner::LengthBin& bin : report.traffic.lengths) {
     bins.push_back({{"low", bin.low}, {"high", bin.high}, {"requests", bin.requests}});
   }
-  return {{"model", report.model},
-          {"device", report.scraped.device},
-          {"devices", report.scraped.devices},
-          {"max_batch_size", report.limits.max_batch_size},
-          {"max_sequence_length", report.limits.max_sequence_length},
-          {"traffic",
-           {{"requests", report.traffic.requests()},
-            {"mean_rows", report.traffic.mean_rows},
-            {"length_bins", bins},
-            {"observed_rows_per_batch", report.scraped.observed_rows_per_batch}}},
-          {"cost_fit",
-           {{"formula", "seconds = c0 + c1*b*L + c2*b*L^2"},
-            {"c0", report.fit.c0},
-            {"c1", report.fit.c1},
-            {"c2", report.fit.c2},
-            {"points", report.fit.points},
-            {"worst_relative_error", report.fit.worst_relative_error},
-            {"worst_bucket", planner::ShapeLabel(report.fit.worst_shape)}}},
-          {"memory",
-           {{"graph_pool_bytes", report.scraped.graph_pool_bytes},
-            {"bytes_per_padded_token", report.bytes_per_token > 0 ? json(report.bytes_per_token) : json(nullptr)},
-            {"max_bucket_tokens", report.cap_tokens},
-            {"how", report.memory_how}}},
-          {"assumptions", kAssumptions},
-          {"today", PlanJson(report, report.today)},
-          {"proposal", PlanJson(report, report.proposal)},
-          {"config_fragment", planner::GridConfigText(report.proposal.grid)}};
+  return {
+      {"model", report.model},
+      {"device", report.scraped.device},
+      {"devices", report.scraped.devices},
+      {"max_batch_size", report.limits.max_batch_size},
+      {"max_sequence_length", report.limits.max_sequence_length},
+      {"traffic",
+       {{"requests", report.traffic.requests()},
+        {"mean_rows", report.traffic.mean_rows},
+        {"length_bins", bins},
+        {"observed_rows_per_batch", report.scraped.observed_rows_per_batch}}},
+      {"cost_fit",
+       {{"formula", report.fit.ragged ? "seconds = c0 + c1*T" : "seconds = c0 + c1*b*L + c2*b*L^2"},
+        {"c0", report.fit.c0},
+        {"c1", report.fit.c1},
+        {"c2", report.fit.c2},
+        {"points", report.fit.points},
+        {"worst_relative_error", report.fit.worst_relative_error},
+        {"worst_bucket", planner::ShapeLabel(report.fit.worst_shape)}}},
+      {"memory",
+       {{"graph_pool_bytes", report.scraped.graph_pool_bytes},
+        {"bytes_per_padded_token", report.bytes_per_token > 0 ? json(report.bytes_per_token) : json(nullptr)},
+        {"max_bucket_tokens", report.cap_tokens},
+        {"how", report.memory_how}}},
+      {"assumptions", kAssumptions},
+      {"today", PlanJson(report, report.today)},
+      {"proposal", PlanJson(report, report.proposal)},
+      {"config_fragment", planner::GridConfigText(report.proposal.grid)}};
 }
 
 std::string TableRow(const Report& report, const char* name, const planner::Plan& plan) {
@@ -214,11 +221,13 @@ void PrintText(const Report& report) {
   std::cout << "; " << Format("%.0f", traffic.requests()) << " requests, " << Format("%.2f", traffic.mean_rows)
             << " rows each on average, lengths " << traffic.lengths.front().low + 1 << ".."
             << traffic.lengths.back().high << "\n";
-  std::cout << "cost: seconds = c0 + c1*b*L + c2*b*L^2 fitted to the " << fit.points
-            << " bucket times the server reports: c0 " << Format("%.4g s", fit.c0) << ", c1 "
-            << Format("%.4g s", fit.c1) << ", c2 " << Format("%.4g s", fit.c2) << "; worst relative error "
-            << Format("%.1f %%", 100 * fit.worst_relative_error) << " (" << planner::ShapeLabel(fit.worst_shape)
-            << ")\n";
+  std::cout << "cost: seconds = "
+            << (fit.ragged ? "c0 + c1*T (T: a ragged bucket's tokens)" : "c0 + c1*b*L + c2*b*L^2")
+            << " fitted to the " << fit.points << " bucket times the server reports: c0 "
+            << Format("%.4g s", fit.c0) << ", c1 " << Format("%.4g s", fit.c1) << ", c2 "
+            << Format("%.4g s", fit.c2) << "; worst relative error "
+            << Format("%.1f %%", 100 * fit.worst_relative_error) << " ("
+            << planner::ShapeLabel(fit.worst_shape) << ")\n";
   if (fit.worst_relative_error > kPoorFit) {
     std::cout << "warning: the fit misses a measured bucket by more than " << Format("%.0f %%", 100 * kPoorFit)
               << "; the proposal's unmeasured buckets are uncertain\n";

@@ -34,12 +34,15 @@ constexpr Contender kContenders[] = {
     {"FIFO, pad to longest", Policy::kFifoPadToLongest, EncoderGrid::kRowsOnly},
     {"greedy bins, 6x6 grid", Policy::kGreedyFullBins, EncoderGrid::kSixBySix},
     {"greedy bins, 32-row grid", Policy::kGreedyFullBins, EncoderGrid::kRowsOnly},
+    {"planner, ragged (est.)", Policy::kPlanner, EncoderGrid::kRagged},
 };
 
 SimulationConfig Config(const Contender& contender, int executors) {
   SimulationConfig config;
   config.policy = contender.policy;
   config.spec = EncoderSpec(contender.grid);
+  // A ragged bucket is (rows, total tokens): priced by its tokens, an estimate until measured.
+  if (config.spec.ragged) config.cost = H200BertBaseRaggedUs;
   config.options.max_queue_delay_us = kDelayUs;
   config.executors = executors;
   return config;

@@ -235,6 +235,7 @@ bool TrafficFromHistograms(const std::vector<HistogramBucket>& lengths,
 }
 
 double CostFit::Seconds(const Shape& shape) const {
+  if (ragged) return c0 + c1 * static_cast<double>(shape.length);
   const double tokens = static_cast<double>(shape.batch) * static_cast<double>(shape.length);
   return c0 + c1 * tokens + c2 * tokens * static_cast<double>(shape.length);
 }
@@ -431,6 +432,129 @@ bool SearchGrid(const ModelLimits& limits, const Traffic& traffic, const CostMod
     if (best == nullptr || rank(candidate) < rank(*best)) best = &candidate;
   }
   *plan = *best;
+  return true;
+}
+
+bool FitRaggedCost(const std::vector<MeasuredBucket>& measured, CostFit* fit, std::string* error) {
+  std::set<int64_t> sizes;
+  for (const MeasuredBucket& bucket : measured) {
+    if (bucket.seconds <= 0) {
+      *error = "bucket " + ShapeLabel(bucket.shape) + " has a non-positive time";
+      return false;
+    }
+    sizes.insert(bucket.shape.length);
+  }
+  if (sizes.size() < 2) {
+    *error = "a ragged model's fit needs buckets of at least 2 token sizes measured, got " +
+             std::to_string(sizes.size());
+    return false;
+  }
+  // Weighted least squares on y = c0 + c1·T with weights 1/y² (relative errors); a negative
+  // coefficient is dropped and the other refitted alone.
+  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  for (const MeasuredBucket& bucket : measured) {
+    const double w = 1.0 / (bucket.seconds * bucket.seconds);
+    const double t = static_cast<double>(bucket.shape.length);
+    s00 += w;
+    s01 += w * t;
+    s11 += w * t * t;
+    r0 += w * bucket.seconds;
+    r1 += w * t * bucket.seconds;
+  }
+  const double determinant = s00 * s11 - s01 * s01;
+  CostFit result;
+  result.ragged = true;
+  result.c0 = (r0 * s11 - r1 * s01) / determinant;
+  result.c1 = (s00 * r1 - s01 * r0) / determinant;
+  if (result.c1 < 0) {
+    result.c1 = 0;
+    result.c0 = r0 / s00;
+  } else if (result.c0 < 0) {
+    result.c0 = 0;
+    result.c1 = r1 / s11;
+  }
+  for (const MeasuredBucket& bucket : measured) {
+    const double fitted = result.c0 + result.c1 * static_cast<double>(bucket.shape.length);
+    const double relative = std::abs(fitted - bucket.seconds) / bucket.seconds;
+    if (relative >= result.worst_relative_error) {
+      result.worst_relative_error = relative;
+      result.worst_shape = bucket.shape;
+    }
+    ++result.points;
+  }
+  *fit = result;
+  return true;
+}
+
+GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, const Traffic& traffic,
+                           const CostModel& cost) {
+  GridFigures figures;
+  figures.graphs = static_cast<int64_t>(grid.batch_sizes.size() * grid.sequence_lengths.size());
+  if (grid.sequence_lengths.empty() || grid.batch_sizes.empty() || traffic.requests() <= 0) return figures;
+  // A request's tokens X = rows × length: E[X] and E[X²], lengths uniform within each bin.
+  double mean_length = 0, mean_square = 0;
+  for (const LengthBin& bin : traffic.lengths) {
+    const double low = static_cast<double>(bin.low) + 1, high = static_cast<double>(bin.high);
+    const double share = bin.requests / traffic.requests();
+    mean_length += share * (low + high) / 2;
+    mean_square += share * (low * low + low * high + high * high) / 3;
+  }
+  const double mean_tokens = traffic.mean_rows * mean_length;
+  const double mean_square_tokens = traffic.mean_rows * traffic.mean_rows * mean_square;
+  const int64_t budget = grid.sequence_lengths.back();
+  const int64_t rows = grid.batch_sizes.back();
+  // Packed until the next request would not fit: the unfilled tokens are a request's residual.
+  const double unfilled = std::min(mean_square_tokens / (2 * mean_tokens), static_cast<double>(budget) / 2);
+  const double by_tokens = static_cast<double>(budget) - unfilled;
+  const double by_rows = static_cast<double>(rows - 1) / traffic.mean_rows * mean_tokens;
+  const double real = std::max(1.0, std::min(by_tokens, by_rows));
+  const int64_t padded =
+      grid.sequence_lengths[SmallestAtLeast(grid.sequence_lengths, static_cast<int64_t>(std::ceil(real)))];
+  const Shape used{rows, padded};
+  figures.largest_bucket = Shape{rows, budget};
+  figures.largest_bucket_tokens = budget;
+  figures.padding = static_cast<double>(padded) / real;
+  figures.tokens_per_s = real / cost.Seconds(used);
+  figures.used_buckets = 1;
+  figures.fitted_costs = cost.Measured(used) ? 0 : 1;
+  figures.rows_per_batch = real / mean_length;
+  (void)limits;
+  return figures;
+}
+
+bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const CostModel& cost,
+                      const SearchOptions& options, Plan* plan, std::string* error) {
+  const int64_t cap = options.max_bucket_tokens > 0 ? options.max_bucket_tokens : kDefaultMaxBatchTokens;
+  if (limits.max_sequence_length > cap) {
+    *error = "max_sequence_length " + std::to_string(limits.max_sequence_length) +
+             " exceeds the memory cap of " + std::to_string(cap) + " tokens: no ragged bucket holds one row";
+    return false;
+  }
+  std::set<int64_t> budgets;
+  for (int64_t budget = 1; budget <= cap; budget *= 2) {
+    if (budget >= limits.max_sequence_length) budgets.insert(budget);
+    if (budget > cap / 2) break;
+  }
+  budgets.insert(cap);
+  if (!options.current.sequence_lengths.empty() && options.current.sequence_lengths.back() <= cap) {
+    budgets.insert(options.current.sequence_lengths.back());
+  }
+  bool found = false;
+  for (int64_t budget : budgets) {
+    Plan candidate;
+    candidate.grid.batch_sizes = {limits.max_batch_size};
+    candidate.grid.sequence_lengths = DefaultRaggedTokenSizes(limits.max_sequence_length, budget);
+    candidate.grid.max_batch_tokens = budget;
+    candidate.figures = EvaluateRagged(candidate.grid, limits, traffic, cost);
+    const double best = found ? plan->figures.tokens_per_s : 0;
+    const bool better =
+        !found || candidate.figures.tokens_per_s > best * 1.001 ||
+        (candidate.figures.tokens_per_s >= best * 0.999 && candidate.figures.graphs < plan->figures.graphs);
+    if (better) {
+      *plan = std::move(candidate);
+      found = true;
+    }
+  }
   return true;
 }
 

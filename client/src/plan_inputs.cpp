@@ -193,6 +193,9 @@ bool GridFromParameters(const inference::ModelConfig& config, planner::ModelLimi
 bool GridFromConfig(const inference::ModelConfig& config, planner::ModelLimits* limits,
                     planner::BucketGrid* grid, std::string* error) {
   limits->max_batch_size = std::max<int64_t>(config.max_batch_size(), 1);
+  // Its buckets are rows × total tokens: the same lists, read the same way, planned otherwise.
+  limits->ragged = std::any_of(config.input().begin(), config.input().end(),
+                               [](const inference::ModelInput& input) { return input.allow_ragged_batch(); });
   if (Parameter(config, "bucket_batch_sizes")) {
     if (!GridFromParameters(config, limits, grid, error)) return false;
     std::sort(grid->batch_sizes.begin(), grid->batch_sizes.end());

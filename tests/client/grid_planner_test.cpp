@@ -350,5 +350,57 @@ TEST(GridPlannerTest, LengthsAreTheBestOfEverySubsetOfTheBounds) {
   EXPECT_EQ(plan.grid.sequence_lengths.size(), 3u);
 }
 
+// ---- Ragged models ------------------------------------------------------------------------------
+
+std::vector<MeasuredBucket> RaggedTimed(double c0, double c1, int64_t rows,
+                                        const std::vector<int64_t>& tokens) {
+  std::vector<MeasuredBucket> measured;
+  for (int64_t size : tokens) measured.push_back({{rows, size}, c0 + c1 * static_cast<double>(size)});
+  return measured;
+}
+
+TEST(RaggedGridPlannerTest, TheFitRecoversALinearCostOfTokensWhateverTheRows) {
+  CostFit fit;
+  std::string error;
+  ASSERT_TRUE(FitRaggedCost(RaggedTimed(5e-4, 2e-7, 64, {256, 1024, 4096}), &fit, &error)) << error;
+  EXPECT_TRUE(fit.ragged);
+  EXPECT_NEAR(fit.c0, 5e-4, 1e-9);
+  EXPECT_NEAR(fit.c1, 2e-7, 1e-12);
+  EXPECT_NEAR(fit.Seconds({1, 2048}), fit.Seconds({64, 2048}), 1e-15);  // rows cost nothing
+  EXPECT_FALSE(FitRaggedCost(RaggedTimed(5e-4, 2e-7, 64, {256}), &fit, &error));
+  EXPECT_NE(error.find("2 token sizes"), std::string::npos) << error;
+}
+
+TEST(RaggedGridPlannerTest, AtSaturationABatchLeavesAboutHalfARequestUnfilled) {
+  // Every request 1 row of exactly 100 tokens (lengths 100..100): E[X²] / 2E[X] = 50 unfilled.
+  const Traffic traffic = OneRowTraffic({{99, 100, 1000}});
+  const ModelLimits limits{64, 128, true};
+  const BucketGrid grid{{64}, {16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}, 1024};
+  const CostModel cost(RaggedTimed(5e-4, 2e-7, 64, {256, 1024}), Truth(0, 0, 0));
+  const GridFigures figures = EvaluateRagged(grid, limits, traffic, cost);
+  EXPECT_NEAR(figures.tokens_per_s, (1024.0 - 50) / (5e-4 + 2e-7 * 1024), 1e-6);
+  EXPECT_NEAR(figures.padding, 1024.0 / 974, 1e-9);
+  EXPECT_EQ(figures.graphs, static_cast<int64_t>(grid.sequence_lengths.size()));
+}
+
+TEST(RaggedGridPlannerTest, TheSearchTakesTheLargestBudgetWhileAFixedCostDominates) {
+  const Traffic traffic = OneRowTraffic({{0, 64, 500}, {64, 128, 100}});
+  const ModelLimits limits{512, 128, true};
+  CostFit fit;
+  std::string error;
+  ASSERT_TRUE(FitRaggedCost(RaggedTimed(7e-4, 1e-7, 512, {256, 4096}), &fit, &error)) << error;
+  const CostModel cost(RaggedTimed(7e-4, 1e-7, 512, {256, 4096}), fit);
+  SearchOptions options;
+  options.max_bucket_tokens = 8192;
+  Plan plan;
+  ASSERT_TRUE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error)) << error;
+  EXPECT_EQ(plan.grid.max_batch_tokens, 8192);
+  EXPECT_EQ(plan.grid.batch_sizes, (std::vector<int64_t>{512}));
+  EXPECT_EQ(plan.grid.sequence_lengths.back(), 8192);
+  options.max_bucket_tokens = 64;  // below one row of max_sequence_length
+  EXPECT_FALSE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error));
+  EXPECT_NE(error.find("max_sequence_length 128"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace graphserve::planner

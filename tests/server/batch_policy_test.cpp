@@ -158,6 +158,28 @@ TEST(BatchPolicyTest, AtSaturationTheTokenBudgetBatchesShortRequestsBeyond32Rows
   EXPECT_LE(wide.padding_ratio(), 1.25);
 }
 
+TEST(BatchPolicyTest, ARaggedGridPacksRequestsEndToEndWithOnlyItsBucketsTailsAsPadding) {
+  SimulationConfig ragged = Config(Policy::kPlanner, 1, EncoderGrid::kRagged);
+  ragged.cost = H200BertBaseRaggedUs;
+  const SimulationResult result = SimulateClosedLoop(ragged, 512, 20000, LengthMix{}, kSeed);
+  int64_t answered = 0;
+  for (int answers : result.answers) answered += answers;
+  EXPECT_EQ(answered, 20000);
+  for (const SimulatedBatch& batch : result.batches) {
+    int64_t rows = 0, tokens = 0;
+    for (int index : batch.requests) {
+      rows += result.requests[static_cast<size_t>(index)].rows;
+      tokens += result.requests[static_cast<size_t>(index)].rows *
+                result.requests[static_cast<size_t>(index)].length;
+    }
+    EXPECT_TRUE(ragged.spec.HasBucket(batch.padded_shape)) << batch.padded_shape.ToString();
+    EXPECT_LE(tokens, batch.padded_shape.length);
+    EXPECT_LE(RaggedRowsNeeded(rows, tokens, batch.padded_shape.length), batch.padded_shape.batch);
+  }
+  // The target at saturation (padded grids: 1.15 and more): packing leaves the tails only.
+  EXPECT_LE(result.padding_ratio(), 1.05);
+}
+
 TEST(BatchPolicyTest, BelowCapacityPlannerPadsLessThanFifoOnItsGridAndAnswersSooner) {
   // Below capacity the planner trades padding for launches: where a batch costs about a launch
   // whatever it holds, one batch of what is queued (arrival order's) beats a launch per bin. It

@@ -47,6 +47,9 @@ std::string ShapeLabel(const Shape& shape);
 struct ModelLimits {
   int64_t max_batch_size = 1;
   int64_t max_sequence_length = 1;
+  // Triton's ragged batching (the config's allow_ragged_batch): buckets are rows × total tokens,
+  // planned by the Ragged* functions below.
+  bool ragged = false;
 };
 
 // A config's `buckets { ... }`: the points are (b, L) for b in batch_sizes and L in sequence_lengths
@@ -104,6 +107,8 @@ struct CostFit {
   double worst_relative_error = 0;
   Shape worst_shape;
   int points = 0;
+  // FitRaggedCost's: time(T) = c0 + c1·T on a bucket's total tokens (Shape::length), rows left out.
+  bool ragged = false;
 
   double Seconds(const Shape& shape) const;
 };
@@ -165,5 +170,29 @@ struct Plan {
 // saying why, when no grid fits the cap (it must hold max_batch_size × max_sequence_length).
 bool SearchGrid(const ModelLimits& limits, const Traffic& traffic, const CostModel& cost,
                 const SearchOptions& options, Plan* plan, std::string* error);
+
+// ---- Ragged models ---------------------------------------------------------------------------------
+// A ragged model's bucket (Shape: batch = rows, length = total tokens) costs about its tokens: rows
+// are an offset and a pooled vector each. Its grid is one row size (max_batch_size) by token sizes.
+
+// time(T) = c0 + c1·T in seconds over the measured buckets' total tokens, by least relative
+// squares with both >= 0. False, saying why, with fewer than 2 distinct token sizes or non-positive
+// times.
+bool FitRaggedCost(const std::vector<MeasuredBucket>& measured, CostFit* fit, std::string* error);
+
+// The ragged grid at saturation: each batch packs requests in arrival order until the next would
+// not fit the largest token size (or the rows, one kept for the tail), leaving on average
+// E[X²] / (2·E[X]) tokens of a request's X = rows × length unfilled, and is padded to the smallest
+// token size holding what it packed. `cost` prices (rows, tokens) buckets. Comparable between
+// grids, not a latency forecast.
+GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, const Traffic& traffic,
+                           const CostModel& cost);
+
+// Among token budgets (powers of two from max_sequence_length up to the cap, and today's), each
+// with token sizes in steps of 1.5 from 16 (DefaultRaggedTokenSizes) and rows max_batch_size: the one
+// of highest expected real tokens/s, fewer graphs among equals (within 0.1 %). False, saying why,
+// when even max_sequence_length exceeds the cap.
+bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const CostModel& cost,
+                      const SearchOptions& options, Plan* plan, std::string* error);
 
 }  // namespace graphserve::planner

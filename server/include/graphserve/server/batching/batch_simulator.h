@@ -30,7 +30,8 @@
 
 namespace graphserve::sim {
 
-// Execution time in µs of one batch of `batch` rows padded to `length`.
+// Execution time in µs of one batch of `batch` rows padded to `length` (a ragged spec: `batch` rows
+// of `length` total tokens).
 using CostModel = std::function<double(int64_t batch, int64_t length)>;
 
 // A BERT-base bf16 encoder on an H200, replayed as a CUDA graph: 0.73 ms at 1x16 and 1x64 (launch
@@ -38,6 +39,13 @@ using CostModel = std::function<double(int64_t batch, int64_t length)>;
 // max(730, 610 + c·b·L + d·b·L²), the quadratic term being attention, fitted through the last
 // three.
 double H200BertBaseUs(int64_t batch, int64_t length);
+
+// An estimate, not a measurement, of the same encoder run ragged (ModelSpec::ragged) on a bucket of
+// `tokens` packed tokens (its rows cost nothing of their own): H200BertBaseUs's per-token term on
+// the tokens, and its attention term with each token attending over its own row only, at the
+// default LengthMix's E[L²] / E[L] (about 125 tokens). Replace it with measured buckets once a
+// ragged export has been benchmarked (MeasuredCostModel reads "ROWSxTOKENS us" just as well).
+double H200BertBaseRaggedUs(int64_t rows, int64_t tokens);
 
 // One bucket's replay time as measured on a device (graphserve-bucket-bench, the e2e benchmark's
 // ceiling, or the log's capture-time line).
@@ -170,6 +178,9 @@ enum class EncoderGrid {
                  // within kDefaultMaxBatchTokens (284 buckets)
   kRowsOnly,     // the same lengths × batch sizes 1..32 (the grid before the budget; 200)
   kSixBySix,     // the default batch sizes 1..32 x {16..512}
+  kRagged,       // the same encoder ragged (Triton's ragged batching): up to 512 rows, the default
+                 // token sizes DefaultRaggedTokenSizes(512, kDefaultMaxBatchTokens); cost it with
+                 // H200BertBaseRaggedUs
 };
 
 // The built-in encoder's spec (max batch 32, length 512) on `grid`.
