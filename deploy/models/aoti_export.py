@@ -114,6 +114,30 @@ def export_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], 
     dynamic_shapes = tuple(
         {0: batch, **({variable_dims[name]: length} if name in variable_dims else {})}
         for name in input_names)
+    return _export_and_package(module, example_inputs, path, dynamic_shapes, input_names, output_names)
+
+
+def export_ragged_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str, *,
+                      input_names: Sequence[str], output_names: Sequence[str], max_tokens: int,
+                      max_rows: int) -> str:
+    """Exports a ragged model (Triton's ragged batching) to `path` and returns it.
+
+    Its inputs are a packed token tensor [T] and the row offsets [R+1] (cu_seqlens, as
+    BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO makes them), in that order: T is dynamic in
+    [1, max_tokens], R in [1, max_rows]. The examples need T >= 2 and R >= 2 (see the module's
+    docstring on specialisation).
+    """
+    tokens_example, offsets_example = example_inputs
+    if tokens_example.shape[0] < 2 or offsets_example.shape[0] < 3:
+        raise ValueError("the examples need at least 2 tokens and 2 rows; torch.export would specialise them")
+    tokens = torch.export.Dim("tokens", min=1, max=max_tokens)
+    # R + 1 offsets; a Dim of its own rather than rows + 1, which the signature could not name.
+    offsets = torch.export.Dim("offsets", min=2, max=max_rows + 1)
+    return _export_and_package(module, example_inputs, path, ({0: tokens}, {0: offsets}), input_names,
+                               output_names)
+
+
+def _export_and_package(module, example_inputs, path, dynamic_shapes, input_names, output_names) -> str:
     module = module.eval()
     with torch.no_grad():
         program = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)

