@@ -24,6 +24,7 @@ import json
 from typing import Dict, List, Optional, Sequence
 
 import torch
+from torch.fx.experimental import _config as symbolic_shapes_config
 
 SIGNATURE_KEY = "graphserve.signature"
 SIGNATURE_VERSION = 1
@@ -124,8 +125,8 @@ def export_ragged_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Te
 
     Its inputs are a packed token tensor [T] and the row offsets [R+1] (cu_seqlens, as
     BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO makes them), in that order: T is dynamic in
-    [1, max_tokens], R in [1, max_rows]. The examples need T >= 2 and R >= 2 (see the module's
-    docstring on specialisation).
+    [1, max_tokens], R in [1, max_rows] (T = 1 and R = 1 included: sizes 0 and 1 are not
+    specialised). The examples need T >= 2 and R >= 2 all the same.
     """
     tokens_example, offsets_example = example_inputs
     if tokens_example.shape[0] < 2 or offsets_example.shape[0] < 3:
@@ -133,8 +134,11 @@ def export_ragged_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Te
     tokens = torch.export.Dim("tokens", min=1, max=max_tokens)
     # R + 1 offsets; a Dim of its own rather than rows + 1, which the signature could not name.
     offsets = torch.export.Dim("offsets", min=2, max=max_rows + 1)
-    return _export_and_package(module, example_inputs, path, ({0: tokens}, {0: offsets}), input_names,
-                               output_names)
+    # Broadcasting [R, 1] against [1, T] would otherwise make torch.export assume R != 1 and refuse
+    # the range: sizes 1 are to be treated like any other size here.
+    with symbolic_shapes_config.patch(backed_size_oblivious=True):
+        return _export_and_package(module, example_inputs, path, ({0: tokens}, {0: offsets}), input_names,
+                                   output_names)
 
 
 def _export_and_package(module, example_inputs, path, dynamic_shapes, input_names, output_names) -> str:
