@@ -19,6 +19,9 @@ package was exported for, or for another dtype, fails then, naming both, and not
 Sizes 0 and 1 are specialised by torch.export: the examples must have batch and length >= 2 (the
 export still covers 1 through `min`). Outputs: a tensor, a tuple or list of tensors (named by
 `output_names` in order), or a dict of tensors (named by its keys).
+
+export_ragged_pt2 exports a ragged model (Triton's ragged batching: forward(tokens [T], cu_seqlens
+[R+1]), docs/models.md "Ragged models") with T and R dynamic instead.
 """
 import json
 from typing import Dict, List, Optional, Sequence
