@@ -195,7 +195,6 @@ class RaggedModelTest(unittest.TestCase):
         from google.protobuf import text_format
         from tritonclient.grpc import model_config_pb2
 
-        torch = self.torch
         for suffix, platform in (("", "pytorch_libtorch"), ("_pt2", "torch_aoti")):
             folder = self.repository / f"{self.exported.ragged}{suffix}"
             lines = (folder / "config.pbtxt").read_text().splitlines()
@@ -224,8 +223,7 @@ class RaggedModelTest(unittest.TestCase):
                                   (self.exported.pooled, model_config_pb2.TYPE_FP32, [hidden])])
                 self.assertEqual(config.parameters["max_batch_tokens"].string_value,
                                  str(self.exported.max_batch_tokens))
-        package = self.repository / f"{self.exported.ragged}_pt2" / "model.pt2"
-        signature = json.loads(torch._inductor.aoti_load_package(str(package)).get_metadata()["graphserve.signature"])
+        signature = json.loads(self.loaded["pt2"].get_metadata()["graphserve.signature"])
         self.assertEqual(signature["inputs"], [
             {"name": "input_ids", "dtype": "int64", "dims": [[1, self.exported.max_batch_tokens]]},
             {"name": "cu_seqlens", "dtype": "int32", "dims": [[2, self.exported.max_rows + 1]]}])
