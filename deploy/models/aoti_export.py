@@ -131,6 +131,15 @@ def export_ragged_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Te
     [1, max_tokens], R in [1, max_rows] (T = 1 and R = 1 included: sizes 0 and 1 are not
     specialised). The examples need T >= 2 and R >= 2 all the same.
     """
+    program = export_ragged_program(module, example_inputs, max_tokens=max_tokens, max_rows=max_rows)
+    with symbolic_shapes_config.patch(backed_size_oblivious=True):
+        return _package(program, module, example_inputs, path, input_names, output_names)
+
+
+def export_ragged_program(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *, max_tokens: int,
+                          max_rows: int) -> torch.export.ExportedProgram:
+    """The torch.export step of export_ragged_pt2, without compiling: raises where a size cannot stay
+    dynamic over the whole range."""
     tokens_example, offsets_example = example_inputs
     if tokens_example.shape[0] < 2 or offsets_example.shape[0] < 3:
         raise ValueError("the examples need at least 2 tokens and 2 rows; torch.export would specialise them")
@@ -140,15 +149,22 @@ def export_ragged_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Te
     # Broadcasting [R, 1] against [1, T] would otherwise make torch.export assume R != 1 and refuse
     # the range: sizes 1 are to be treated like any other size here.
     with symbolic_shapes_config.patch(backed_size_oblivious=True):
-        return _export_and_package(module, example_inputs, path, ({0: tokens}, {0: offsets}), input_names,
-                                   output_names)
+        return _export(module, example_inputs, ({0: tokens}, {0: offsets}))
+
+
+def _export(module, example_inputs, dynamic_shapes) -> torch.export.ExportedProgram:
+    with torch.no_grad():
+        return torch.export.export(module.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
 
 
 def _export_and_package(module, example_inputs, path, dynamic_shapes, input_names, output_names) -> str:
-    module = module.eval()
+    return _package(_export(module, example_inputs, dynamic_shapes), module, example_inputs, path, input_names,
+                    output_names)
+
+
+def _package(program, module, example_inputs, path, input_names, output_names) -> str:
     with torch.no_grad():
-        program = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        result = module(*example_inputs)
+        result = module.eval()(*example_inputs)
     if isinstance(result, dict):
         returned_names = list(result.keys())
         if output_names is not None and set(output_names) != set(returned_names):

@@ -39,6 +39,7 @@ class Exported:
 
     def __init__(self, model: str, source: pathlib.Path):
         scripts = source / "deploy" / "models"
+        self.scripts = scripts
         self.model = model
         if model == "bert":
             # Two layers keep the test quick; the weights are BERT-base's shapes, drawn as export_bert.py does.
@@ -229,6 +230,35 @@ class RaggedModelTest(unittest.TestCase):
             {"name": "cu_seqlens", "dtype": "int32", "dims": [[2, self.exported.max_rows + 1]]}])
         self.assertEqual(signature["outputs"], ["last_hidden_state", self.exported.pooled])
         self.assertEqual(signature["weights_dtype"], "fp32")
+
+
+    def test_the_flash_attention_path_exports_with_tokens_and_rows_dynamic(self):
+        """CUDA's path (FlashAttention over the packed rows), exported without compiling, which runs
+        anywhere: max_q/max_k must stay the symbolic T, and only aten ops may be called (a libtorch
+        server has no ops registered from Python)."""
+        torch = self.torch
+        sys.path.insert(0, str(self.exported.scripts))
+        from aoti_export import export_ragged_program
+        from ragged_bert import RaggedBert, example_inputs
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                            intermediate_size=128)
+        bert = BertModel(config).eval().to(torch.bfloat16)
+        for pooling in ("first", "mean"):
+            program = export_ragged_program(RaggedBert(bert, pooling, "varlen"), example_inputs("cpu", 1000),
+                                            max_tokens=300, max_rows=7)
+            calls = [node for node in program.graph.nodes if node.op == "call_function"]
+            flash = [node for node in calls if node.target == torch.ops.aten._flash_attention_forward.default]
+            with self.subTest(pooling=pooling):
+                self.assertEqual(len(flash), 1)
+                max_q, max_k = flash[0].args[5:7]
+                self.assertTrue(isinstance(max_q, torch.fx.Node) and max_q is max_k, f"max_q baked: {max_q}")
+                self.assertEqual([call.target.namespace for call in calls
+                                  if isinstance(call.target, torch._ops.OpOverload)
+                                  and call.target.namespace != "aten"], [])
+                self.assertEqual(sorted((int(r.lower), int(r.upper)) for r in program.range_constraints.values()),
+                                 [(1, 300), (2, 8)])
 
 
 class MiniLMReferenceTest(RaggedModelTest):
