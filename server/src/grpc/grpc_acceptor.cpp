@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,18 +13,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "graphserve/server/observability/log_limiter.h"
+#include "common/descriptor_budget.h"
 #include "common/listen_socket.h"
+#include "graphserve/server/observability/log_limiter.h"
 
 namespace graphserve {
-namespace {
-
-// Descriptors kept out of the connections' reach: enough for the model files, the HTTP ports' own
-// connections and libraries that open files while serving (CUDA, AOTInductor's unpacking).
-int DescriptorReserve(int limit) { return std::max(32, limit / 16); }
-
-}  // namespace
-
 Status GrpcAcceptor::Listen(const std::string& address, RefusalCounter count_refusal,
                             std::unique_ptr<GrpcAcceptor>* acceptor) {
   std::string error;
@@ -43,10 +35,9 @@ Status GrpcAcceptor::Listen(const std::string& address, RefusalCounter count_ref
 GrpcAcceptor::GrpcAcceptor(int listen_fd, int wake_fd, RefusalCounter count_refusal)
     : listen_fd_(listen_fd), wake_fd_(wake_fd), count_refusal_(std::move(count_refusal)) {
   port_ = BoundPort(listen_fd_);
-  rlimit files{};
-  const int limit = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
-                        ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 30))
-                        : 1 << 20;
+  // Descriptors kept out of the connections' reach: enough for the model files, the HTTP ports' own
+  // connections and libraries that open files while serving (CUDA, AOTInductor's unpacking).
+  const int limit = OpenFileLimit();
   highest_connection_fd_ = limit - DescriptorReserve(limit);
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }

@@ -1,6 +1,7 @@
 #include "rest_endpoint.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include <functional>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/descriptor_budget.h"
 #include "graphserve/server/http/http_server.h"
 #include "graphserve/server/http/rest_codec.h"
 #include "graphserve/server/observability/metrics.h"
@@ -515,6 +517,15 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   http.flag = "--http-address";
   http.thread_count = options.thread_count;
   http.max_body_bytes = options.max_body_bytes;
+  const int open_file_limit = OpenFileLimit();
+  const int wanted_connections = http.max_connections;
+  http.max_connections = RestConnectionCap(open_file_limit, wanted_connections);
+  if (http.max_connections < wanted_connections) {
+    spdlog::info(
+        "REST: at most {} connections at once under the open-file limit of {} (ulimit -n); gRPC and "
+        "/metrics keep the other descriptors",
+        http.max_connections, open_file_limit);
+  }
   http.content_codings = true;
   http.tls = options.tls;
   http.auth = options.auth;

@@ -1,0 +1,22 @@
+#include "common/descriptor_budget.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace graphserve {
+
+int OpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 30));
+}
+
+int DescriptorReserve(int limit) { return std::max(32, limit / 16); }
+
+int RestConnectionCap(int limit, int wanted) {
+  const int shareable = std::max(0, limit - DescriptorReserve(limit));
+  return std::max(8, std::min(wanted, shareable / 2));
+}
+
+}  // namespace graphserve

@@ -1,0 +1,16 @@
+#pragma once
+// How the process's open-file limit is shared between its ports: a reserve no connection may take
+// (model files, libraries that open files while serving), and for REST a share of the rest, so that
+// REST connections alone can never exhaust the descriptors gRPC and /metrics need (issue #43.3), nor
+// drive libmicrohttpd into accepting against EMFILE. Pure functions of the limit; thread-safe.
+namespace graphserve {
+
+// The process's soft RLIMIT_NOFILE (2^20 when unlimited or unreadable).
+int OpenFileLimit();
+// Descriptors kept out of every connection's reach under `limit`.
+int DescriptorReserve(int limit);
+// The REST port's connection cap under `limit`: `wanted`, but at most half of what the reserve
+// leaves (the other half is gRPC's and /metrics'), and never below 8.
+int RestConnectionCap(int limit, int wanted);
+
+}  // namespace graphserve

@@ -1,0 +1,29 @@
+// How the open-file limit is shared: the reserve, and REST's cap, which leaves gRPC and /metrics
+// descriptors of their own however many REST connections a client opens.
+#include "common/descriptor_budget.h"
+
+#include <gtest/gtest.h>
+
+namespace graphserve {
+namespace {
+
+TEST(DescriptorBudgetTest, TheReserveIsASixteenthAndNeverBelow32) {
+  EXPECT_EQ(DescriptorReserve(256), 32);
+  EXPECT_EQ(DescriptorReserve(1024), 64);
+  EXPECT_EQ(DescriptorReserve(1 << 20), 1 << 16);
+}
+
+TEST(DescriptorBudgetTest, RestGetsAtMostHalfOfWhatTheReserveLeaves) {
+  // ulimit -n 256: 224 shareable, REST 112, so that its connections alone cannot take them all.
+  EXPECT_EQ(RestConnectionCap(256, 1024), 112);
+  // A generous limit keeps the configured cap.
+  EXPECT_EQ(RestConnectionCap(1 << 20, 1024), 1024);
+  EXPECT_EQ(RestConnectionCap(4096, 1024), 1024);
+  // A tiny one still lets a few in.
+  EXPECT_EQ(RestConnectionCap(16, 1024), 8);
+}
+
+TEST(DescriptorBudgetTest, TheOpenFileLimitIsTheSoftOne) { EXPECT_GT(OpenFileLimit(), 0); }
+
+}  // namespace
+}  // namespace graphserve
