@@ -21,6 +21,7 @@ namespace {
 using scheduler_test::FixedShapeTestSpec;
 using scheduler_test::MakeRequest;
 using scheduler_test::Options;
+using scheduler_test::RaggedTestSpec;
 using scheduler_test::StaircaseTestSpec;
 using scheduler_test::TestSpec;
 
@@ -1017,20 +1018,6 @@ TEST(SchedulerOptionsTest, ValidateNamesTheField) {
 
 // ---------------------------------------------------------------------------------------------------
 // A ragged model: rows of any lengths packed end to end, buckets of (rows, total tokens).
-
-ModelSpec RaggedTestSpec() {
-  ModelSpec spec = TestSpec("ragged");
-  spec.ragged = true;
-  spec.sequence_mask_input.clear();
-  spec.inputs = {RaggedTokenInput("x", DataType::kInt64)};
-  spec.outputs[0].dims = {4};
-  spec.max_batch_size = 8;
-  spec.max_sequence_length = 32;
-  spec.bucket_batch_sizes = {4, 8};
-  spec.bucket_lengths = {16, 32, 64};
-  spec.max_batch_tokens = 64;
-  return spec;
-}
 
 int64_t Tokens(const DispatchDecision& decision) {
   int64_t tokens = 0;

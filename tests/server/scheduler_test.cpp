@@ -1124,6 +1124,33 @@ LateAndOpen RunLateAndOpen(int64_t deadline_in_us, int64_t wait_us, bool late_ca
 
 // Under overload the oldest requests are the ones batched; one that would be answered after its
 // deadline is not run (the device's time goes to answers someone takes), the rest of its batch is.
+TEST(ModelSchedulerAdmissionTest, ARaggedModelsQueuedWorkIsItsTokensNotItsRows) {
+  auto shared = std::make_shared<FakeExecutor::Shared>();
+  BucketInfo small, large;
+  small.shape = BucketShape{4, 16};
+  small.execute_time_us = 400;  // 25 us a token
+  large.shape = BucketShape{8, 64};
+  large.execute_time_us = 1280;  // 20 us a token: the estimate's rate
+  std::vector<std::unique_ptr<Executor>> executors;
+  executors.push_back(std::make_unique<FakeExecutor>(shared, 0, std::vector<BucketInfo>{small, large}));
+  FakeClock clock;
+  ModelScheduler scheduler(scheduler_test::RaggedTestSpec(), Options(0), std::move(executors), &clock);
+  auto request = [&](int64_t tokens) {
+    auto pending = MakeRequest(1, tokens);
+    pending->deadline_us = clock.NowMicros() + 1000;
+    pending->done = [](const Status&, std::vector<HostTensor>&&, const RequestTiming&) {};
+    return pending;
+  };
+  // Rows of a ragged bucket share its tokens, so a queued row of 30 tokens is 600 us of work ahead
+  // (a row's share of a padded bucket would have said 160). Its own batch: 4x32's 400 us at least.
+  EXPECT_TRUE(scheduler.Enqueue(request(30)).ok());       // ends at 600 (30 tokens at 20 us)
+  const Status refused = scheduler.Enqueue(request(30));  // 600 ahead + 600 of its own
+  EXPECT_EQ(refused.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(refused.message().find("600 us of work queued ahead"), std::string::npos) << refused.message();
+  EXPECT_TRUE(scheduler.Enqueue(request(10)).ok());  // 600 ahead + max(200, 400)
+  scheduler.Stop();
+}
+
 TEST(ModelSchedulerAdmissionTest, ARequestThatWouldFinishAfterItsDeadlineIsNotRun) {
   // Admitted (a 500 us batch ends within half of 2,000 us). 1,200 us later a 1x16 batch would
   // still end in time (1,700 us), but both are batched in 4x16, which would end at 2,200 us.

@@ -47,6 +47,22 @@ inline ModelSpec FixedShapeTestSpec(const std::string& name = "cnn") {
   return spec;
 }
 
+// A ragged model (Triton's ragged batching): buckets of rows {4, 8} × tokens {16, 32, 64}; a
+// request row holds at most 32 tokens, a batch 64.
+inline ModelSpec RaggedTestSpec(const std::string& name = "ragged") {
+  ModelSpec spec = TestSpec(name);
+  spec.ragged = true;
+  spec.sequence_mask_input.clear();
+  spec.inputs = {RaggedTokenInput("x", DataType::kInt64)};
+  spec.outputs[0].dims = {4};
+  spec.max_batch_size = 8;
+  spec.max_sequence_length = 32;
+  spec.bucket_batch_sizes = {4, 8};
+  spec.bucket_lengths = {16, 32, 64};
+  spec.max_batch_tokens = 64;
+  return spec;
+}
+
 inline SchedulerOptions Options(int64_t max_queue_delay_us, int64_t max_queue_size = 1024) {
   SchedulerOptions options;
   options.max_queue_delay_us = max_queue_delay_us;

@@ -51,6 +51,18 @@ std::vector<std::pair<int64_t, double>> RowCosts(const BucketCosts& costs) {
   return {best.begin(), best.end()};
 }
 
+// A ragged model's bucket (rows, tokens) costs by its tokens, and its rows share them: the cheapest
+// device time per token over the grid, a lower bound on what a queued token costs.
+double CheapestTokenUs(const BucketCosts& costs) {
+  double cheapest = 0.0;
+  for (const auto& [shape, cost_us] : costs) {
+    if (shape.length <= 0 || cost_us <= 0) continue;
+    const double per_token = cost_us / static_cast<double>(shape.length);
+    if (cheapest == 0.0 || per_token < cheapest) cheapest = per_token;
+  }
+  return cheapest;
+}
+
 // The cheapest bucket's time: no batch ends sooner than this after it starts.
 double CheapestBatchUs(const BucketCosts& costs) {
   double cheapest = 0.0;
@@ -87,6 +99,7 @@ ModelScheduler::ModelScheduler(const ModelSpec& spec, const SchedulerOptions& op
       answering_(CallbackPool::DefaultThreads()),
       learned_(costs_),
       row_costs_us_(RowCosts(learned_.Costs())),
+      token_cost_us_(CheapestTokenUs(learned_.Costs())),
       cheapest_batch_us_(CheapestBatchUs(learned_.Costs())),
       planner_(spec, options, learned_.Costs()) {}
 
@@ -601,6 +614,7 @@ void ModelScheduler::LearnFromBatch(const BucketShape& padded_shape, double spen
   const BucketCosts& costs = learned_.Costs();
   planner_.SetCosts(costs);
   row_costs_us_ = RowCosts(costs);
+  token_cost_us_ = CheapestTokenUs(costs);
   cheapest_batch_us_ = CheapestBatchUs(costs);
 }
 
@@ -613,6 +627,8 @@ bool ModelScheduler::MayProbe(const BucketShape& bucket, int64_t left_us) const 
 }
 
 double ModelScheduler::EstimateWorkUs(const PendingRequest& request) const {
+  // A ragged request's rows share a bucket's tokens with the others': its tokens are its work.
+  if (spec_.ragged) return token_cost_us_ * static_cast<double>(request.item.rows * request.item.length);
   const auto bucket = std::lower_bound(
       row_costs_us_.begin(), row_costs_us_.end(), request.item.length,
       [](const std::pair<int64_t, double>& entry, int64_t length) { return entry.first < length; });

@@ -244,11 +244,13 @@ class ModelScheduler {
 
   mutable Mutex mutex_;
   std::condition_variable work_available_;
-  // Seeded by costs_, corrected by every batch that ran on a grid bucket; the planner, row_costs_us_
-  // and cheapest_batch_us_ follow it.
+  // Seeded by costs_, corrected by every batch that ran on a grid bucket; the planner, row_costs_us_,
+  // token_cost_us_ and cheapest_batch_us_ follow it.
   LearnedBucketCosts learned_ GUARDED_BY(mutex_);
   // (bucket length, fewest µs per row over that length's batch sizes), by length.
   std::vector<std::pair<int64_t, double>> row_costs_us_ GUARDED_BY(mutex_);
+  // A ragged model's: the cheapest device time per token (EstimateWorkUs).
+  double token_cost_us_ GUARDED_BY(mutex_);
   // The fastest bucket's time; 0 when none is known.
   double cheapest_batch_us_ GUARDED_BY(mutex_);
   // Batches launched and not yet completed, over all workers: with none and an empty queue the
