@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -130,6 +131,62 @@ TEST(HttpServerTest, OneThreadHoldsManyRequestsWhoseAnswersComeLaterFromAnotherT
     EXPECT_EQ(answers[i].status, 200);
     EXPECT_EQ(answers[i].body, "answer to /r" + std::to_string(i));
   }
+}
+
+TEST(HttpServerTest, AClientThatLeavesWhileItsAnswerIsComputedIsToldToItsHandlerOnce) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::string, HttpReply> owed;
+  std::map<std::string, int> gone;  // OnClientGone calls by path
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  Options(),
+                  [&](const HttpRequest& request, HttpReply reply) {
+                    const std::string path = request.path;
+                    reply.OnClientGone([&, path] {
+                      std::lock_guard<std::mutex> lock(mutex);
+                      ++gone[path];
+                      changed.notify_all();
+                    });
+                    std::lock_guard<std::mutex> lock(mutex);
+                    owed.emplace(path, std::move(reply));
+                    changed.notify_all();
+                  },
+                  &server)
+                  .ok());
+  const auto wait_for = [&](const std::function<bool()>& condition) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(10), condition);
+  };
+  auto leaving = std::make_unique<Connection>(server->port());
+  Connection staying(server->port());
+  leaving->Send("GET /leaves HTTP/1.1\r\nHost: x\r\n\r\n");
+  staying.Send("GET /stays HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(wait_for([&] { return owed.size() == 2; }));
+  // A pipelined request is the client staying, not leaving.
+  staying.Send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n");
+  leaving.reset();
+  ASSERT_TRUE(wait_for([&] { return gone["/leaves"] == 1; }));
+  std::this_thread::sleep_for(3 * HttpServer::kClientGonePoll);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_EQ(gone["/leaves"], 1);  // once
+    EXPECT_EQ(gone["/stays"], 0);
+    owed.at("/leaves").Send(Text("nobody reads this"));
+    owed.at("/stays").Send(Text("stayed"));
+  }
+  EXPECT_EQ(staying.Read().second, "stayed");
+  ASSERT_TRUE(wait_for([&] { return owed.count("/next") == 1; }));
+  // Answered, then closed: too late to call it gone.
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    owed.at("/next").Send(Text("next"));
+  }
+  EXPECT_EQ(staying.Read().second, "next");
+  std::this_thread::sleep_for(3 * HttpServer::kClientGonePoll);
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_EQ(gone["/stays"], 0);
+  EXPECT_EQ(gone["/next"], 0);
 }
 
 TEST(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnectionWithTheirBodies) {

@@ -1,6 +1,7 @@
 #include "graphserve/server/http/http_server.h"
 
 #include <microhttpd.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <strings.h>
 #include <unistd.h>
@@ -8,17 +9,20 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "common/listen_socket.h"
+#include "common/thread_name.h"
 #include "graphserve/server/http/content_coding.h"
 #include "graphserve/server/http/rest_codec.h"
 #include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/security/auth.h"
-#include "common/listen_socket.h"
 #include "security/http_tls.h"
 
 namespace graphserve {
@@ -44,6 +48,10 @@ struct Exchange {
   bool handed_to_handler = false;  // the libmicrohttpd thread's own
   // A body with neither Content-Length nor chunked framing: its answer closes the connection.
   bool unframed_body = false;
+  // The connection's socket, which the watcher polls while the connection is suspended.
+  int fd = -1;
+  // HttpReply::OnClientGone's; guarded by server->mutex_ (the watcher reads it under that alone).
+  std::function<void()> on_client_gone;
   Mutex mutex;
   State state GUARDED_BY(mutex) = State::kReceiving;
   // Written by Send before the state turns kAnswered, read (by Queue) only after.
@@ -58,6 +66,9 @@ struct Exchange {
       if (state == State::kSuspended) suspended = connection;
       state = State::kAnswered;
     }
+    // Out of the watcher's sight before the resume: after it the socket may close and its number be
+    // reused.
+    owner->StopWatching(this);
     // A suspended connection is not processed, so the exchange lives until this resume; after it,
     // libmicrohttpd may complete and delete it at once.
     if (suspended != nullptr) MHD_resume_connection(suspended);
@@ -236,6 +247,10 @@ struct Callbacks {
       exchange->request.method = method;
       exchange->request.path = url;
       if (server->options_.auth != nullptr) exchange->request.peer = Peer(connection);
+      if (const MHD_ConnectionInfo* info =
+              MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD)) {
+        exchange->fd = info->connect_fd;
+      }
       MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request.headers);
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
                                                        MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -293,6 +308,7 @@ struct Callbacks {
         // Answered later, from another thread: the connection waits without holding a thread.
         MHD_suspend_connection(connection);
         exchange->state = Exchange::State::kSuspended;
+        server->StartWatching(exchange);
         return MHD_YES;
       }
     }
@@ -402,6 +418,57 @@ void HttpReply::Send(HttpResponse response) {
   std::exchange(exchange_, nullptr)->Send(std::move(response));
 }
 
+void HttpReply::OnClientGone(std::function<void()> cancel) {
+  if (exchange_ == nullptr) return;
+  HttpServer* server = exchange_->server;
+  MutexLock lock(&server->mutex_);
+  exchange_->on_client_gone = std::move(cancel);
+}
+
+void HttpServer::StartWatching(http_internal::Exchange* exchange) {
+  MutexLock lock(&mutex_);
+  waiting_.insert(exchange);
+}
+
+void HttpServer::StopWatching(http_internal::Exchange* exchange) {
+  std::function<void()> dropped;  // destroyed without the lock: it may hold the last of something
+  MutexLock lock(&mutex_);
+  waiting_.erase(exchange);
+  dropped = std::move(exchange->on_client_gone);
+  exchange->on_client_gone = nullptr;
+  lock.Unlock();
+}
+
+void HttpServer::WatchWaitingClients() {
+  NameThisThread("gs-http-watch");
+  MutexLock lock(&mutex_);
+  while (!stop_watching_) {
+    std::vector<pollfd> sockets;
+    std::vector<http_internal::Exchange*> whose;
+    for (http_internal::Exchange* exchange : waiting_) {
+      if (exchange->fd < 0 || !exchange->on_client_gone) continue;
+      sockets.push_back({exchange->fd, POLLRDHUP, 0});
+      whose.push_back(exchange);
+    }
+    std::vector<std::function<void()>> cancels;
+    // Without waiting: a socket still being watched stays open until StopWatching, under this lock.
+    if (!sockets.empty() && poll(sockets.data(), sockets.size(), 0) > 0) {
+      for (size_t i = 0; i < sockets.size(); ++i) {
+        if ((sockets[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+        cancels.push_back(std::move(whose[i]->on_client_gone));
+        whose[i]->on_client_gone = nullptr;
+      }
+    }
+    if (!cancels.empty()) {
+      lock.Unlock();
+      for (const std::function<void()>& cancel : cancels) cancel();
+      cancels.clear();
+      lock.Lock();
+    }
+    watcher_wake_.wait_for(lock.native(), kClientGonePoll);
+  }
+}
+
 Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
                          std::unique_ptr<HttpServer>* server) {
   std::string error;
@@ -438,6 +505,8 @@ Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
   if (started->daemon_ == nullptr) {
     return Unavailable(options.flag + ": cannot start the HTTP server on " + options.address);
   }
+  HttpServer* watching = started.get();
+  started->watcher_ = std::thread([watching] { watching->WatchWaitingClients(); });
   *server = std::move(started);
   return Status::Ok();
 }
@@ -447,6 +516,14 @@ HttpServer::HttpServer(const HttpServerOptions& options, Handler handler, int li
 
 HttpServer::~HttpServer() {
   StopAccepting();
+  if (watcher_.joinable()) {
+    {
+      MutexLock lock(&mutex_);
+      stop_watching_ = true;
+    }
+    watcher_wake_.notify_all();
+    watcher_.join();
+  }
   if (daemon_ != nullptr) {
     MutexLock lock(&mutex_);
     // libmicrohttpd must not be stopped with suspended connections.

@@ -57,7 +57,9 @@ HttpResponse Health(bool healthy) {
 // One gRPC call made for an HTTP request; deletes itself once answered.
 template <typename Request, typename Response>
 struct Rpc {
-  grpc::ClientContext context;
+  // Shared with the HTTP server's watcher, which cancels the call when its client leaves
+  // (HttpReply::OnClientGone) and may do so as the call ends.
+  std::shared_ptr<grpc::ClientContext> context = std::make_shared<grpc::ClientContext>();
   Request request;
   Response response;
   HttpReply reply;
@@ -138,8 +140,14 @@ struct RestApi {
     auto* rpc = new Rpc<Request, Response>(std::move(reply), &drain_expired);
     rpc->request = std::move(request);
     rpc->encode = std::move(encode);
-    if (grpc_gate != nullptr) grpc_gate->MarkInProcess(&rpc->context);
-    invoke(stub->async(), &rpc->context, &rpc->request, &rpc->response,
+    if (grpc_gate != nullptr) grpc_gate->MarkInProcess(rpc->context.get());
+    // A client gone before its answer: gRPC cancels the call as it would a gRPC client's, so that
+    // its request leaves the queue (or its batch) and counts as cancelled, not as a success.
+    // Registered before the call starts: once it has, `rpc` may be gone at any moment.
+    rpc->reply.OnClientGone([context = std::weak_ptr<grpc::ClientContext>(rpc->context)] {
+      if (const std::shared_ptr<grpc::ClientContext> alive = context.lock()) alive->TryCancel();
+    });
+    invoke(stub->async(), rpc->context.get(), &rpc->request, &rpc->response,
            [rpc](grpc::Status status) { rpc->Done(status); });
   }
 

@@ -11,8 +11,8 @@
 // Bodies may come in gzip or deflate and answers go back in either where the client accepts it
 // (HttpServerOptions::content_codings). Refused with 501 and the reason: request tracing (graphserve
 // has none); CUDA shared-memory registration is refused with 400. A client that disconnects while
-// its request waits for its batch is not noticed (libmicrohttpd does not watch suspended
-// connections); the request runs and its answer is dropped.
+// its request waits for its batch has its call cancelled (HttpReply::OnClientGone), as gRPC cancels
+// a gRPC client's.
 // Thread safety: requests run on the HTTP server's threads and answer from gRPC's. Lifetime: create
 // and destroy from one controlling thread; destroy it before the gRPC server it calls is gone, or
 // after every call through the channel has finished (the destructor waits for answers owed).

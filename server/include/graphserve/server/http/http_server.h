@@ -22,7 +22,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,6 +74,12 @@ class HttpReply {
 
   void Send(HttpResponse response);
 
+  // `cancel` runs at most once, on the server's own watcher thread, when the client closes its
+  // connection (or its sending half) while this reply is owed and the connection waits for it:
+  // whoever would compute the answer can stop. Never after Send. It must not block, and must be safe
+  // to call after the handler's own state is gone (capture weak references). Replaces an earlier one.
+  void OnClientGone(std::function<void()> cancel);
+
  private:
   http_internal::Exchange* exchange_;
 };
@@ -118,6 +126,8 @@ class HttpServer {
   using Handler = std::function<void(const HttpRequest& request, HttpReply reply)>;
   // How long the destructor lets answers already given finish writing.
   static constexpr std::chrono::seconds kFlushTimeout{10};
+  // How often connections waiting for their answers are checked for a client that left.
+  static constexpr std::chrono::milliseconds kClientGonePoll{100};
 
   // Listens and serves; UNAVAILABLE naming the flag when it cannot listen.
   static Status Start(const HttpServerOptions& options, Handler handler, std::unique_ptr<HttpServer>* server);
@@ -136,6 +146,7 @@ class HttpServer {
   bool WaitForReplies(std::chrono::steady_clock::time_point deadline) EXCLUDES(mutex_);
 
  private:
+  friend class HttpReply;
   friend struct http_internal::Exchange;
   friend struct http_internal::Callbacks;
   HttpServer(const HttpServerOptions& options, Handler handler, int listen_fd, int port);
@@ -154,6 +165,16 @@ class HttpServer {
   std::condition_variable changed_;
   int replies_owed_ GUARDED_BY(mutex_) = 0;
   int exchanges_open_ GUARDED_BY(mutex_) = 0;
+  // Connections suspended while their answer is computed: libmicrohttpd does not read them, so the
+  // watcher polls them for a client that went away (HttpReply::OnClientGone).
+  std::set<http_internal::Exchange*> waiting_ GUARDED_BY(mutex_);
+  bool stop_watching_ GUARDED_BY(mutex_) = false;
+  std::condition_variable watcher_wake_;
+  std::thread watcher_;
+  void StartWatching(http_internal::Exchange* exchange) EXCLUDES(mutex_);
+  // Also drops the exchange's OnClientGone callback: it never runs once the answer is given.
+  void StopWatching(http_internal::Exchange* exchange) EXCLUDES(mutex_);
+  void WatchWaitingClients() EXCLUDES(mutex_);
 };
 
 }  // namespace graphserve
