@@ -431,12 +431,11 @@ void HttpServer::StartWatching(http_internal::Exchange* exchange) {
 }
 
 void HttpServer::StopWatching(http_internal::Exchange* exchange) {
-  std::function<void()> dropped;  // destroyed without the lock: it may hold the last of something
+  // Declared first, so destroyed after the lock is released: it may hold the last of something.
+  std::function<void()> dropped;
   MutexLock lock(&mutex_);
   waiting_.erase(exchange);
-  dropped = std::move(exchange->on_client_gone);
-  exchange->on_client_gone = nullptr;
-  lock.Unlock();
+  dropped = std::exchange(exchange->on_client_gone, nullptr);
 }
 
 void HttpServer::WatchWaitingClients() {
