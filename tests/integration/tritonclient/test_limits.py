@@ -7,6 +7,7 @@ timers."""
 import concurrent.futures
 import re
 import socket
+import sys
 import time
 import unittest
 import zlib
@@ -147,21 +148,21 @@ class LimitsTest(server_fixture.ServerTestCase):
             return rss_bytes(pid)
 
         before = rss_bytes(pid)
-        spike()
+        settled_after = []
+        for _ in range(3):
+            spike()
+            settled_after.append(settled(before + 16 * MIB))
         peak = rss_bytes(pid, "VmHWM")
-        first = settled(before + 16 * MIB)
-        spike()
-        second = settled(before + 16 * MIB)
-        figures = (f"RSS {before / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB, {first / MIB:.0f} MiB after "
-                   f"the first spike, {second / MIB:.0f} MiB after the second")
-        # glibc keeps some of the spike in fragmented arenas (8-37 MiB alone, of a 50-100 MiB peak; up
-        # to 62 MiB with the executor on or off while CI's other tests load the host): it must stay
-        # bounded, and a second spike must not keep more than a spike's worth on top. Which arenas a
-        # spike lands in depends on which threads take it, so the second may keep part of its own.
-        bound = 80 * MIB
-        self.assertLess(first - before, bound, figures)
-        self.assertLess(second - before, bound, figures)
-        self.assertLessEqual(second - first, peak - before, figures)
+        figures = (f"RSS {before / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB, after each spike "
+                   + ", ".join(f"{rss / MIB:.0f}" for rss in settled_after) + " MiB")
+        print(figures, file=sys.stderr)
+        # Each spike moves about 384 MiB of request bytes through the server. glibc keeps part of a
+        # spike in fragmented arenas, and how much depends on which threads take it (8-37 MiB alone,
+        # up to 91 MiB while CI's other tests load the host), so the figure that shows a leak is the
+        # growth from spike to spike, not any one spike's remainder: a server that kept even a sixth
+        # of each spike would grow by 128 MiB over the last two.
+        self.assertLess(max(settled_after) - before, 160 * MIB, figures)
+        self.assertLess(settled_after[-1] - settled_after[0], 64 * MIB, figures)
 
 
 class LargeMessageTest(unittest.TestCase):
