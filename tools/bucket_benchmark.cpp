@@ -34,18 +34,56 @@ namespace {
 
 using namespace graphserve;
 
+// The row lengths that fill a ragged bucket (rows × total tokens) as full as one row's length
+// allows: its tokens exactly when its rows can hold them (no filler row needed), else every row but
+// the filler's at the longest length.
+std::vector<int64_t> FullRaggedRows(const ModelSpec& spec, const BucketShape& shape) {
+  const int64_t longest = spec.max_sequence_length;
+  int64_t rows = std::min(shape.batch, shape.length);
+  if (rows * longest < shape.length) {
+    return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(1, shape.batch - 1)), longest);
+  }
+  std::vector<int64_t> lengths(static_cast<size_t>(rows), shape.length / rows);
+  for (int64_t k = 0; k < shape.length % rows; ++k) ++lengths[static_cast<size_t>(k)];
+  return lengths;
+}
+
+// One full batch of the bucket's shape: one item of every row padded to it, or for a ragged model
+// one item per row of FullRaggedRows.
+std::vector<InferenceItem> FullBatchItems(const ModelSpec& spec, const BucketShape& shape) {
+  std::mt19937_64 random(42);
+  std::vector<std::pair<int64_t, int64_t>> rows_and_lengths;
+  if (spec.ragged) {
+    for (int64_t length : FullRaggedRows(spec, shape)) rows_and_lengths.emplace_back(1, length);
+  } else {
+    rows_and_lengths.emplace_back(shape.batch, shape.length);
+  }
+  std::vector<InferenceItem> items;
+  for (const auto& [rows, length] : rows_and_lengths) {
+    InferenceItem item;
+    item.rows = rows;
+    item.length = length;
+    for (const TensorSpec& input : spec.inputs) {
+      item.inputs.push_back(tools::BucketInput(input, BucketShape{rows, length}, random));
+    }
+    item.outputs_wanted.assign(spec.outputs.size(), true);
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+// Real tokens of FullBatchItems(spec, shape).
+int64_t FullBatchTokens(const ModelSpec& spec, const BucketShape& shape) {
+  int64_t tokens = 0;
+  for (const InferenceItem& item : FullBatchItems(spec, shape)) tokens += item.rows * item.length;
+  return tokens;
+}
+
 // Median wall time of Execute over `iterations` runs of one full batch of the bucket's shape.
 double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape& shape, int iterations) {
-  std::mt19937_64 random(42);
-  InferenceItem item;
-  item.rows = shape.batch;
-  item.length = shape.length;
-  for (const TensorSpec& input : spec.inputs) {
-    item.inputs.push_back(tools::BucketInput(input, shape, random));
-  }
-  item.outputs_wanted.assign(spec.outputs.size(), true);
+  std::vector<InferenceItem> items = FullBatchItems(spec, shape);
   Batch batch;
-  batch.items = {&item};
+  for (InferenceItem& item : items) batch.items.push_back(&item);
   batch.padded_shape = shape;
   BatchOutputs outputs;
   std::vector<double> times;
@@ -178,10 +216,10 @@ struct TrafficMeasurements {
 
 // The replay-only time: each batch's bucket at the bare replay time measured at capture. Defined
 // only when every batch replays a graph (an eager bucket's time is a whole forward).
-void TallyBatches(const std::vector<tools::TrafficBatch>& batches,
+void TallyBatches(const ModelSpec& spec, const std::vector<tools::TrafficBatch>& batches,
                   const std::map<BucketShape, BucketInfo>& buckets, TrafficMeasurements* measured) {
   for (const tools::TrafficBatch& batch : batches) {
-    measured->padded_tokens += batch.shape.batch * batch.shape.length;
+    measured->padded_tokens += spec.BucketElements(batch.shape);
     ++measured->batches_by_bucket[batch.shape.ToString()];
     const BucketInfo& bucket = buckets.at(batch.shape);
     if (bucket.graph) {
@@ -298,7 +336,7 @@ int RunTrafficMode(const ModelSpec& spec, const ExecutorOptions& where, const Tr
     std::fprintf(stderr, "%s\n", status.ToString().c_str());
     return 1;
   }
-  TallyBatches(plan.batches, buckets, &measured);
+  TallyBatches(spec, plan.batches, buckets, &measured);
   if (!TimeChosenBuckets(*executor, spec, plan.timed_shapes, buckets, iterations, &measured.timed)) return 1;
   measured.bucket_times = BucketTimes(buckets);
 
@@ -395,15 +433,24 @@ int main(int argc, char** argv) {
               spec.name.c_str(), spec.platform.c_str(), PrecisionName(spec.precision), device.c_str(),
               summary.graphs_captured, summary.graphs_disabled, summary.capture_time_us / 1e6, load_s,
               summary.graph_pool_bytes / 1048576.0, memory.allocated_bytes / 1073741824.0);
-  std::printf("| bucket | replay (µs) | graph Execute (µs) | eager Execute (µs) | eager ÷ graph |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  std::printf(
+      "| bucket | replay (µs) | graph Execute (µs) | eager Execute (µs) | eager ÷ graph | real tokens "
+      "| real tokens/s of the replay |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (const BucketInfo& bucket : graphs->Buckets()) {
     const double graph_us = TimeExecute(*graphs, spec, bucket.shape, iterations);
     const double eager_us = TimeExecute(*eager, spec, bucket.shape, iterations);
-    std::printf("| %s | %s | %.0f | %.0f | %.2f |\n", spec.BucketLabel(bucket.shape).c_str(),
+    // A padded bucket's real tokens are its batch × length only when every row is that long; a
+    // ragged bucket's are what FullBatchItems packed into it.
+    const int64_t tokens = FullBatchTokens(spec, bucket.shape);
+    const std::string per_second =
+        bucket.graph && bucket.execute_time_us > 0
+            ? std::to_string(static_cast<int64_t>(tokens / (bucket.execute_time_us / 1e6)))
+            : std::string("-");
+    std::printf("| %s | %s | %.0f | %.0f | %.2f | %lld | %s |\n", spec.BucketLabel(bucket.shape).c_str(),
                 bucket.graph ? std::to_string(static_cast<int64_t>(bucket.execute_time_us)).c_str()
                              : EagerReasonName(bucket.eager_reason),
-                graph_us, eager_us, eager_us / graph_us);
+                graph_us, eager_us, eager_us / graph_us, static_cast<long long>(tokens), per_second.c_str());
   }
   return 0;
 }

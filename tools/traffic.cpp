@@ -39,9 +39,41 @@ HostTensor BucketInput(const TensorSpec& input, const BucketShape& shape, std::m
   return tensor;
 }
 
+namespace {
+
+// A ragged model's traffic at saturation: requests go end to end in arrival order, as many as the
+// grid's largest bucket holds, each batch into the smallest bucket that holds its rows and tokens
+// (what the server's ragged planner does when the queue is never short of work).
+Status PlanRaggedTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,
+                         std::vector<TrafficBatch>* batches) {
+  TrafficBatch open;
+  int64_t tokens = 0;
+  auto close = [&]() {
+    if (open.lengths.empty()) return;
+    open.shape = spec.BucketFor(static_cast<int64_t>(open.lengths.size()), tokens);
+    batches->push_back(std::move(open));
+    open = TrafficBatch{};
+    tokens = 0;
+  };
+  for (int64_t length : lengths) {
+    if (length < 1 || length > spec.max_sequence_length || spec.IsOversize(1, length)) {
+      return InvalidArgument("request length " + std::to_string(length) + " is outside [1, " +
+                             std::to_string(spec.max_sequence_length) + "] or no bucket holds it");
+    }
+    if (spec.IsOversize(static_cast<int64_t>(open.lengths.size()) + 1, tokens + length)) close();
+    open.lengths.push_back(length);
+    tokens += length;
+  }
+  close();
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status PlanTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,
                    std::vector<TrafficBatch>* batches) {
   batches->clear();
+  if (spec.ragged) return PlanRaggedTraffic(spec, lengths, batches);
   const std::vector<int64_t>& sizes = spec.bucket_batch_sizes;
   const std::vector<int64_t>& grid_lengths = spec.bucket_lengths;
   if (sizes.empty() || grid_lengths.empty()) {

@@ -31,7 +31,9 @@ struct TrafficBatch {
   std::vector<int64_t> lengths;  // one per request, in arrival order
 };
 
-// Bins `lengths` (one-row requests) into batches as described above, bins in length order.
+// Bins `lengths` (one-row requests) into batches as described above, bins in length order; a ragged
+// model's requests are packed end to end in arrival order instead, each batch as full as the grid's
+// largest bucket allows.
 // INVALID_ARGUMENT when a length is below 1 or longer than the grid's longest bucket (the server
 // would run such a request as an oversize batch, which is no bucket to replay).
 Status PlanTraffic(const ModelSpec& spec, const std::vector<int64_t>& lengths,

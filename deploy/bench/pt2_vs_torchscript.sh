@@ -50,7 +50,7 @@ def replays(model):
     table = {}
     for line in open(f"{out}/buckets_{model}.md"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and re.fullmatch(r"\d+x\d+", cells[0]) and cells[1].isdigit():
+        if len(cells) >= 5 and re.fullmatch(r"\d+x\d+", cells[0]) and cells[1].isdigit():
             table[cells[0]] = (float(cells[1]), float(cells[2]))
     return table
 a, b = replays(torchscript), replays(pt2)

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -101,6 +103,86 @@ TEST(BucketBenchTrafficTest, FiguresAreTheSampledRequestsBinnedIntoFullBatches) 
   ASSERT_TRUE(report["timed_buckets"].contains("1x64")) << report.dump(2);
   EXPECT_GT(report["timed_buckets"]["1x64"]["execute_us"].get<double>(), 0.0);
   EXPECT_FALSE(report["timed_buckets"]["1x64"]["graph"].get<bool>());
+}
+
+// A ragged model (the graph engine's test model `ragged`, Triton's convention) in a repository of
+// its own: 8 rows, token sizes 16 to 64, one row at most 16 tokens.
+std::string RaggedRepository() {
+  const std::string repository = std::string(TEST_OUTPUT_DIR) + "/ragged_repository";
+  std::filesystem::create_directories(repository + "/ragged");
+  std::filesystem::copy_file(std::string(TEST_MODELS_DIR) + "/ragged/model.pt",
+                             repository + "/ragged/model.pt",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(repository + "/ragged/config.pbtxt") << R"(
+name: "ragged"
+backend: "pytorch"
+max_batch_size: 8
+input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] allow_ragged_batch: true } ]
+batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO target_name: "cu_seqlens"
+                data_type: TYPE_INT32 source_input: "input_ids" } ]
+output [ { name: "per_token" data_type: TYPE_FP32 dims: [ -1, 4 ] },
+         { name: "pooled" data_type: TYPE_FP32 dims: [ 4 ] } ]
+batch_output [ { target_name: "per_token" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "input_ids" } ]
+parameters: { key: "max_sequence_length" value: { string_value: "16" } }
+parameters: { key: "max_batch_tokens" value: { string_value: "64" } }
+parameters: { key: "bucket_sequence_lengths" value: { string_value: "16,32,64" } }
+parameters: { key: "bucket_batch_sizes" value: { string_value: "2,8" } }
+)";
+  return repository;
+}
+
+TEST(BucketBenchTrafficTest, ARaggedModelsRequestsArePackedEndToEndWithOnlyTailsAsPadding) {
+  constexpr int kRequests = 30;
+  constexpr uint64_t kSeed = 3;
+  const std::string mix = "uniform:1-16";
+  const ToolRun run =
+      RunBench("--model-repository " + RaggedRepository() + " --model ragged --traffic-requests " +
+                   std::to_string(kRequests) + " --seed " + std::to_string(kSeed) + " --traffic-lengths " +
+                   mix + " --passes 1",
+               "bucket_bench_ragged.json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+
+  // Packed here by the rule traffic.h states: in arrival order, a batch closes when the next request
+  // would need more than 64 tokens or more than 8 rows (a filler row counted when tokens fall short).
+  graphserve::loadgen::LengthDistribution lengths;
+  ASSERT_TRUE(graphserve::loadgen::LengthDistribution::Parse(mix, &lengths).ok());
+  std::mt19937_64 rng(kSeed);
+  const std::vector<int64_t> token_sizes = {16, 32, 64};
+  auto bucket_of = [&](int64_t rows, int64_t tokens) {
+    const int64_t size = *std::lower_bound(token_sizes.begin(), token_sizes.end(), tokens);
+    const int64_t needed = tokens < size ? rows + 1 : rows;
+    return std::to_string(needed <= 2 ? 2 : 8) + "x" + std::to_string(size);
+  };
+  auto fits = [](int64_t rows, int64_t tokens) {
+    return tokens <= 64 && (tokens < 64 ? rows + 1 : rows) <= 8;
+  };
+  std::map<std::string, int64_t> expected_batches;
+  int64_t rows = 0, tokens = 0, real_tokens = 0, computed_tokens = 0;
+  auto close = [&]() {
+    if (rows == 0) return;
+    const std::string bucket = bucket_of(rows, tokens);
+    ++expected_batches[bucket];
+    computed_tokens += std::stoll(bucket.substr(bucket.find('x') + 1));
+    rows = tokens = 0;
+  };
+  for (int i = 0; i < kRequests; ++i) {
+    const int64_t length = lengths.Sample(rng);
+    real_tokens += length;
+    if (!fits(rows + 1, tokens + length)) close();
+    ++rows;
+    tokens += length;
+  }
+  close();
+
+  EXPECT_EQ(run.report["tokens"].get<int64_t>(), real_tokens);
+  EXPECT_EQ(run.report["padded_tokens"].get<int64_t>(), computed_tokens);
+  std::map<std::string, int64_t> batches_by_bucket;
+  for (const auto& [bucket, count] : run.report["batches_by_bucket"].items())
+    batches_by_bucket[bucket] = count;
+  EXPECT_EQ(batches_by_bucket, expected_batches) << run.report.dump(2);
+  // Padding is only each batch's tail: far below what padding every row to 16 tokens would cost.
+  EXPECT_LT(run.report["padding_ratio"].get<double>(), 16.0 * kRequests / real_tokens);
 }
 
 TEST(BucketBenchTrafficTest, LengthBeyondTheGridIsRefused) {

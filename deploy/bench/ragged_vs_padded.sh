@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Issue #45's benchmark on a CUDA host, in one run: BERT-base as ragged .pt2 buckets against the same
+# weights as padded .pt2 and padded TorchScript buckets, the same client (graphserve-loadgen) and
+# traffic (the default skewed mix, pooled output). Three parts, each optional:
+#   export   deploy/models/export_bert.py into BUILD_DIR/bert_repo (once; reused afterwards)
+#   buckets  graphserve-bucket-bench per model: bare replay, Execute and real tokens/s per bucket
+#   profile  deploy/bench/profile_bucket.py on each model's largest bucket: GEMM, attention, the rest
+#   e2e      e2e_benchmark.py mode a (graphs + batcher) at each concurrency, with the ceiling and
+#            the overhead at one client
+#
+#   deploy/bench/ragged_vs_padded.sh BUILD_DIR OUT [--parts export,buckets,profile,e2e]
+#       [--dtype bf16] [--concurrency 1,8,64,512,2048] [--ragged-max-batch 32]
+#
+# Writes OUT/buckets_<model>.md, OUT/profile_<model>.md, OUT/e2e/ (e2e.md, e2e.json).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build_dir=$(cd "$1" && pwd)
+out=$2
+shift 2
+parts=export,buckets,profile,e2e
+dtype=bf16
+concurrency=1,8,64,512,2048
+ragged_max_batch=32
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --parts) parts=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
+    --concurrency) concurrency=$2; shift 2 ;;
+    --ragged-max-batch) ragged_max_batch=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ ,$parts, == *,$1,* ]]; }
+python=${GRAPHSERVE_PYTHON:-python3}
+mkdir -p "$out"
+bert_repo=$build_dir/bert_repo
+torchscript=bert_base_${dtype}
+pt2=bert_base_${dtype}_pt2
+ragged=bert_base_${dtype}_ragged_pt2
+models=("$ragged" "$pt2" "$torchscript")
+
+if wants export; then
+  # The padded and the ragged exports seed their weights alike (export_bert.py), so every model
+  # here answers with the same weights.
+  if [[ ! -f $bert_repo/$pt2/model.pt2 || ! -f $bert_repo/$torchscript/model.pt ]]; then
+    start=$(date +%s)
+    "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format both
+    echo "export, padded (both formats): $(( $(date +%s) - start )) s"
+  fi
+  if [[ ! -f $bert_repo/$ragged/model.pt2 ]]; then
+    start=$(date +%s)
+    "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format pt2 \
+      --ragged --max-batch "$ragged_max_batch"
+    echo "export, ragged .pt2: $(( $(date +%s) - start )) s"
+  fi
+fi
+
+max_batch_tokens() { sed -n 's/.*"max_batch_tokens" value: { string_value: "\([0-9]*\)".*/\1/p' "$bert_repo/$1/config.pbtxt"; }
+max_batch() { sed -n 's/^max_batch_size: \([0-9]*\)/\1/p' "$bert_repo/$1/config.pbtxt"; }
+
+if wants buckets; then
+  # The padded buckets pt2_vs_torchscript.sh compares; ragged buckets of the same token counts
+  # (a padded 32x512 computes 16,384 tokens) at the model's row sizes.
+  for model in "$pt2" "$torchscript"; do
+    "$build_dir/tools/graphserve-bucket-bench" --model-repository "$bert_repo" --model "$model" \
+      --batches 1 2 4 8 32 --lengths 16 32 64 128 512 --iterations 50 | tee "$out/buckets_$model.md"
+  done
+  "$build_dir/tools/graphserve-bucket-bench" --model-repository "$bert_repo" --model "$ragged" \
+    --lengths 16 64 512 1024 4096 16384 --iterations 50 | tee "$out/buckets_$ragged.md"
+fi
+
+if wants profile; then
+  # The largest bucket of each: the ragged one full of rows, the padded one every row 512 long.
+  tokens=$(max_batch_tokens "$ragged")
+  "$python" "$repo/deploy/bench/profile_bucket.py" --model-dir "$bert_repo/$ragged" \
+    --rows "$(max_batch "$ragged")" --tokens "${tokens:-16384}" | tee "$out/profile_$ragged.md"
+  "$python" "$repo/deploy/bench/profile_bucket.py" --model-dir "$bert_repo/$pt2" \
+    --rows "$(max_batch "$pt2")" --length 512 | tee "$out/profile_$pt2.md"
+fi
+
+if wants e2e; then
+  "$python" "$repo/deploy/bench/e2e_benchmark.py" --build-dir "$build_dir" --out "$out/e2e" \
+    --bert-repo "$bert_repo" --models "$(IFS=,; echo "${models[*]}")" --modes a \
+    --concurrency "$concurrency" --outputs pooler_output
+fi
