@@ -12,6 +12,9 @@ from those same rounded weights, so that the GPU is compared against the weights
 (deploy/models/export_minilm.py --weights), serves both with graphserve on cuda:0 (--device), sends every
 sentence alone and then all at once through Triton's client, pools as the model card says, and prints
 the minimum cosine of each way (the CPU test asks >= 0.9999) with the batches the server formed.
+`check --ragged` also exports and serves the ragged models (export_minilm.py --ragged: packed rows,
+FlashAttention over them on CUDA in bf16/fp16), sent input_ids only and compared by their
+sentence_embedding output; `--dtype bf16` exports every model in bf16, judged by --min-cosine.
 """
 import argparse
 import json
@@ -25,7 +28,12 @@ from bench_support import metrics
 from bench_support.server import GraphserveProcess, free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-MODELS = ("minilm_l6", "minilm_l6_pt2")
+
+def model_names(dtype, ragged):
+    """The models export_minilm.py writes for `dtype`, padded and (with `ragged`) ragged."""
+    base = "minilm_l6" + ("" if dtype == "fp32" else f"_{dtype}")
+    names = [base, base + "_pt2"]
+    return names + ([base + "_ragged", base + "_ragged_pt2"] if ragged else [])
 
 
 def bundle(out):
@@ -63,6 +71,12 @@ def metric(url, name, model):
 def embed(client, model, ids):
     import numpy as np
     import tritonclient.grpc as grpcclient
+    if "_ragged" in model:
+        # A ragged model takes input_ids alone and pools in the model, as the model card does.
+        row = np.array([ids], dtype=np.int64)
+        tensor = grpcclient.InferInput("input_ids", list(row.shape), "INT64")
+        tensor.set_data_from_numpy(row)
+        return client.infer(model, [tensor]).as_numpy("sentence_embedding")[0]
     ids = np.array([ids], dtype=np.int64)
     mask = np.ones_like(ids)
     inputs = [grpcclient.InferInput("input_ids", list(ids.shape), "INT64"),
@@ -81,13 +95,15 @@ def check(args):
     reference = np.array(data["reference"], dtype=np.float32)
     out = pathlib.Path(args.out)
     repository = out / "repository"
-    for fmt in ("torchscript", "pt2"):
+    for fmt, ragged in [(fmt, ragged) for ragged in [False] + [True] * args.ragged
+                        for fmt in ("torchscript", "pt2")]:
         started = time.time()
         subprocess.run([sys.executable, str(REPO / "deploy" / "models" / "export_minilm.py"), str(repository),
                         "--format", fmt, "--device", "cuda" if args.device.startswith("cuda") else "cpu",
-                        "--weights", str(pathlib.Path(args.bundle) / "weights")],
-                       check=True)
-        print(f"export {fmt} on {args.device}: {time.time() - started:.0f} s", flush=True)
+                        "--dtype", args.dtype, "--weights", str(pathlib.Path(args.bundle) / "weights")]
+                       + ["--ragged"] * ragged, check=True)
+        print(f"export {fmt}{' ragged' if ragged else ''} {args.dtype} on {args.device}: "
+              f"{time.time() - started:.0f} s", flush=True)
     grpc_port, metrics_port = free_port(), free_port()
     server = GraphserveProcess(pathlib.Path(args.build_dir) / "server" / "graphserve",
                                ["--model-repository", str(repository), "--device", args.device,
@@ -110,7 +126,7 @@ def check(args):
         print("| model | way | sentences | min cosine | mean cosine | batches | rows |")
         print("|---|---|---:|---:|---:|---:|---:|")
         failed = False
-        for model in MODELS:
+        for model in model_names(args.dtype, args.ragged):
             for way in ("alone", "all at once"):
                 batches, rows = (metric(metrics_url, name, model)
                                  for name in ("graphserve_batches_total", "graphserve_batch_rows_total"))
@@ -123,7 +139,7 @@ def check(args):
                 cosines = (np.array(embeddings) * reference).sum(axis=1)
                 batches = metric(metrics_url, "graphserve_batches_total", model) - batches
                 rows = metric(metrics_url, "graphserve_batch_rows_total", model) - rows
-                failed |= cosines.min() < 0.9999
+                failed |= cosines.min() < args.min_cosine
                 print(f"| {model} | {way} | {len(cosines)} | {cosines.min():.7f} | {cosines.mean():.7f} | "
                       f"{batches:.0f} | {rows:.0f} |", flush=True)
         sys.exit(1 if failed else 0)
@@ -140,6 +156,10 @@ def main():
     checker.add_argument("--build-dir", required=True)
     checker.add_argument("--out", required=True)
     checker.add_argument("--device", default="cuda:0", help="cpu tries the check where there is no GPU")
+    checker.add_argument("--ragged", action="store_true", help="the ragged exports too")
+    checker.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    checker.add_argument("--min-cosine", type=float, default=0.9999,
+                         help="the least cosine every sentence must reach (fp32: 0.9999, as the CPU test)")
     args = parser.parse_args()
     bundle(args.out) if args.command == "bundle" else check(args)
 
