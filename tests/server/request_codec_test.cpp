@@ -489,21 +489,23 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         SharedMemoryRefusal{"UnknownRegion", [](auto* r) { InRegion(r->mutable_inputs(0), "nowhere", 32); },
                             StatusCode::kNotFound,
-                            "inputs[0] 'input_ids': parameters['shared_memory_region']: no system shared-memory "
+                            "inputs[0] 'input_ids': parameters['shared_memory_region']: no shared-memory "
                             "region 'nowhere' is registered"},
-        SharedMemoryRefusal{"ByteSizeOtherThanTheTensors",
-                            [](auto* r) { InRegion(r->mutable_inputs(0), "ids", 40, 64); },
-                            StatusCode::kInvalidArgument,
-                            "inputs[0] 'input_ids': parameters['shared_memory_byte_size']: 40 bytes, expected 32 for "
-                            "shape [1, 4] INT64"},
-        SharedMemoryRefusal{"PastTheRegionsEnd", [](auto* r) { InRegion(r->mutable_inputs(0), "ids", 32, 1000); },
-                            StatusCode::kInvalidArgument,
-                            "parameters['shared_memory_region']: offset 1000 + byte_size 32 pass the end of region "
-                            "'ids' (1024 bytes)"},
-        SharedMemoryRefusal{"RegionWithoutByteSize",
-                            [](auto* r) { r->mutable_inputs(0)->mutable_parameters()->erase("shared_memory_byte_size"); },
-                            StatusCode::kInvalidArgument,
-                            "parameters['shared_memory_byte_size']: required with parameters['shared_memory_region']"},
+        SharedMemoryRefusal{
+            "ByteSizeOtherThanTheTensors", [](auto* r) { InRegion(r->mutable_inputs(0), "ids", 40, 64); },
+            StatusCode::kInvalidArgument,
+            "inputs[0] 'input_ids': parameters['shared_memory_byte_size']: 40 bytes, expected 32 for "
+            "shape [1, 4] INT64"},
+        SharedMemoryRefusal{
+            "PastTheRegionsEnd", [](auto* r) { InRegion(r->mutable_inputs(0), "ids", 32, 1000); },
+            StatusCode::kInvalidArgument,
+            "parameters['shared_memory_region']: offset 1000 + byte_size 32 pass the end of region "
+            "'ids' (1024 bytes)"},
+        SharedMemoryRefusal{
+            "RegionWithoutByteSize",
+            [](auto* r) { r->mutable_inputs(0)->mutable_parameters()->erase("shared_memory_byte_size"); },
+            StatusCode::kInvalidArgument,
+            "parameters['shared_memory_byte_size']: required with parameters['shared_memory_region']"},
         SharedMemoryRefusal{"OffsetWithoutRegion",
                             [](auto* r) {
                               (*r->mutable_inputs(1)->mutable_parameters())["shared_memory_offset"].set_int64_param(8);
@@ -515,7 +517,8 @@ INSTANTIATE_TEST_SUITE_P(
                             [](auto* r) {
                               (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_int64_param(1);
                             },
-                            StatusCode::kInvalidArgument, "parameters['shared_memory_region']: expected a string_param"},
+                            StatusCode::kInvalidArgument,
+                            "parameters['shared_memory_region']: expected a string_param"},
         SharedMemoryRefusal{"NegativeOffset",
                             [](auto* r) {
                               (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_offset"].set_int64_param(-8);
@@ -534,7 +537,9 @@ INSTANTIATE_TEST_SUITE_P(
                             StatusCode::kInvalidArgument,
                             "inputs[0] 'input_ids': data given both in contents and in shared memory"},
         SharedMemoryRefusal{"RawEntryForTheInputInSharedMemory",
-                            [](auto* r) { r->add_raw_input_contents(Int64Bytes({7, 8, 9, 10})); },
+                            [](auto* r) {
+                              r->add_raw_input_contents(Int64Bytes({7, 8, 9, 10}));
+                            },
                             StatusCode::kInvalidArgument,
                             "raw_input_contents: 2 entries for 1 inputs outside shared memory"},
         SharedMemoryRefusal{"OutputInAnUnknownRegion",
@@ -543,7 +548,8 @@ INSTANTIATE_TEST_SUITE_P(
                               output->set_name("pooler_output");
                               InRegion(output, "nowhere", 1024);
                             },
-                            StatusCode::kNotFound, "outputs[0] 'pooler_output': parameters['shared_memory_region']"},
+                            StatusCode::kNotFound,
+                            "outputs[0] 'pooler_output': parameters['shared_memory_region']"},
         SharedMemoryRefusal{"OtherOutputParameters",
                             [](auto* r) {
                               auto* output = r->add_outputs();
@@ -551,7 +557,8 @@ INSTANTIATE_TEST_SUITE_P(
                               InRegion(output, "outputs", 1024);
                               (*output->mutable_parameters())["classification"].set_int64_param(3);
                             },
-                            StatusCode::kInvalidArgument, "outputs[0] 'pooler_output': parameters['classification']"}),
+                            StatusCode::kInvalidArgument,
+                            "outputs[0] 'pooler_output': parameters['classification']"}),
     [](const testing::TestParamInfo<SharedMemoryRefusal>& info) { return info.param.name; });
 
 TEST(RequestCodecTest, TypedContentsCountMismatch) {

@@ -1,6 +1,8 @@
-// The system shared-memory registry against real POSIX shared-memory objects: what a region reads
-// and writes, its bounds, the caps on regions and mapped bytes, the keys it refuses, duplicate names,
-// unregistering while a span is in use, and an object truncated under a registered region.
+// The shared-memory registry against real POSIX shared-memory objects: what a region reads and
+// writes, its bounds, the caps on regions and mapped bytes, the keys it refuses, duplicate names,
+// unregistering while a span is in use, and an object truncated under a registered region. CUDA
+// regions against a stand-in for the driver (fake_cuda.cpp): refused without a CUDA device, and
+// otherwise under the same bounds, names and caps as system ones.
 #include "graphserve/server/grpc/shared_memory_registry.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "fake_cuda_handles.h"
+#include "graphserve/server/grpc/cuda_driver.h"
 #include "shm_object.h"
 
 namespace graphserve {
@@ -53,7 +57,7 @@ TEST(SharedMemoryRegistryTest, BoundsAreTheObjectsAndTheRegionsEnds) {
              "offset 90 + byte_size 7 pass the end of region 'r' (96 bytes)");
   ExpectCode(registry.Span("r", 97, 0, &span), StatusCode::kInvalidArgument, "pass the end of region 'r'");
   ExpectCode(registry.Span("r", 8, ~uint64_t{0}, &span), StatusCode::kInvalidArgument, "pass the end");
-  ExpectCode(registry.Span("other", 0, 1, &span), StatusCode::kNotFound, "no system shared-memory region 'other'");
+  ExpectCode(registry.Span("other", 0, 1, &span), StatusCode::kNotFound, "no shared-memory region 'other'");
 }
 
 TEST(SharedMemoryRegistryTest, KeysOutsideTheSharedMemoryFolderAreRefusedBeforeAnythingOpens) {
@@ -184,6 +188,120 @@ TEST(SharedMemoryRegistryTest, AnObjectTruncatedUnderARegionIsAnErrorNotACrash) 
   object.Resize(3 * 4096);
   EXPECT_TRUE(span.ReadInto(&bytes).ok());
   EXPECT_EQ(bytes, std::string(2 * 4096, '\0'));
+}
+
+CudaSharedMemoryOptions FakeCuda() {
+  CudaSharedMemoryOptions cuda;
+  std::string why;
+  cuda.driver = CudaDriver::Open(FAKE_CUDA_LIBRARY, &why);
+  EXPECT_NE(cuda.driver, nullptr) << why;
+  return cuda;
+}
+
+TEST(SharedMemoryRegistryTest, CudaRegionsAreRefusedWithoutACudaDevice) {
+  SharedMemoryRegistry registry({},
+                                CudaSharedMemoryOptions{nullptr, "this server runs its models on the CPU"});
+  EXPECT_FALSE(registry.serves_cuda());
+  ExpectCode(registry.RegisterCuda("c", FakeIpcHandle(4096), 0, 64), StatusCode::kInvalidArgument,
+             "CUDA shared memory needs a CUDA device: this server runs its models on the CPU; register the "
+             "tensors in system shared memory");
+  ExpectCode(registry.RegisterCuda("", FakeIpcHandle(4096), 0, 64), StatusCode::kInvalidArgument, "name: ");
+  std::vector<SharedMemoryRegionStatus> regions;
+  EXPECT_TRUE(registry.GetStatus("", &regions, SharedMemoryKind::kCuda).ok());
+  EXPECT_TRUE(regions.empty());
+  ExpectCode(registry.GetStatus("c", &regions, SharedMemoryKind::kCuda), StatusCode::kNotFound,
+             "no CUDA shared-memory region 'c'");
+  EXPECT_EQ(registry.mapped_bytes(), 0u);
+}
+
+TEST(SharedMemoryRegistryTest, ACudaRegionReadsAndWritesWithinItsBounds) {
+  SharedMemoryRegistry registry({}, FakeCuda());
+  ASSERT_TRUE(registry.serves_cuda());
+  ExpectCode(registry.RegisterCuda("c", FakeIpcHandle(4096), 0, 4097), StatusCode::kInvalidArgument,
+             "byte_size: 4097 bytes, more than the 4096");
+  ExpectCode(registry.RegisterCuda("c", FakeIpcHandle(4096), 0, 0), StatusCode::kInvalidArgument,
+             "byte_size: 0");
+  ExpectCode(registry.RegisterCuda("c", FakeIpcHandle(4096), 5, 64), StatusCode::kInvalidArgument,
+             "device_id: 5");
+  ExpectCode(registry.RegisterCuda("c", std::string(64, '\0'), 0, 64), StatusCode::kInvalidArgument,
+             "raw_handle: the CUDA driver cannot open it");
+  ASSERT_TRUE(registry.RegisterCuda("c", FakeIpcHandle(8192), 1, 4096).ok());
+  EXPECT_EQ(registry.mapped_bytes(), 4096u);
+
+  SharedMemorySpan span;
+  ASSERT_TRUE(registry.Span("c", 100, 64, &span).ok());
+  EXPECT_EQ(span.region(), "c");
+  std::string bytes;
+  ASSERT_TRUE(span.ReadInto(&bytes).ok());
+  EXPECT_EQ(bytes, ShmPattern(100, 64));
+  ASSERT_TRUE(span.Write("answer").ok());
+  ASSERT_TRUE(span.ReadInto(&bytes).ok());
+  EXPECT_EQ(bytes, "answer" + ShmPattern(106, 58));
+  ExpectCode(span.Write(std::string(65, 'y')), StatusCode::kInvalidArgument, "65 bytes do not fit in the 64");
+  // The registered byte_size bounds spans, not the (larger) allocation behind it.
+  ExpectCode(registry.Span("c", 4090, 7, &span), StatusCode::kInvalidArgument,
+             "offset 4090 + byte_size 7 pass the end of region 'c' (4096 bytes)");
+  ExpectCode(registry.Span("c", 8, ~uint64_t{0}, &span), StatusCode::kInvalidArgument, "pass the end");
+  ExpectCode(registry.Span("c", ~uint64_t{0}, 1, &span), StatusCode::kInvalidArgument, "pass the end");
+
+  std::vector<SharedMemoryRegionStatus> regions;
+  ASSERT_TRUE(registry.GetStatus("c", &regions, SharedMemoryKind::kCuda).ok());
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_EQ(regions[0].device_id, 1);
+  EXPECT_EQ(regions[0].byte_size, 4096u);
+  EXPECT_EQ(regions[0].kind, SharedMemoryKind::kCuda);
+}
+
+TEST(SharedMemoryRegistryTest, SystemAndCudaRegionsShareNamesAndCapsAndEachKindUnregistersItsOwn) {
+  ShmObject object(4096);
+  SharedMemoryRegistry registry(SharedMemoryLimits{3, 3 * 4096}, FakeCuda());
+  ASSERT_TRUE(registry.Register("a", object.key(), 0, 4096).ok());
+  ExpectCode(registry.RegisterCuda("a", FakeIpcHandle(4096), 0, 64), StatusCode::kAlreadyExists,
+             "system shared-memory region 'a' is already registered");
+  ASSERT_TRUE(registry.RegisterCuda("c", FakeIpcHandle(4096), 0, 4096).ok());
+  ExpectCode(registry.Register("c", object.key(), 0, 64), StatusCode::kAlreadyExists,
+             "CUDA shared-memory region 'c' is already registered");
+  ExpectCode(registry.RegisterCuda("d", FakeIpcHandle(8192), 0, 4097), StatusCode::kResourceExhausted,
+             "--max-shared-memory-bytes");
+  ASSERT_TRUE(registry.RegisterCuda("d", FakeIpcHandle(4096), 0, 4096).ok());
+  ExpectCode(registry.RegisterCuda("e", FakeIpcHandle(4096), 0, 1), StatusCode::kResourceExhausted,
+             "--max-shared-memory-regions");
+  EXPECT_EQ(FakeCudaOpenHandles(), 2);
+
+  // Each kind's status lists its own regions, and names the other kind's as such.
+  std::vector<SharedMemoryRegionStatus> regions;
+  ASSERT_TRUE(registry.GetStatus("", &regions, SharedMemoryKind::kCuda).ok());
+  ASSERT_EQ(regions.size(), 2u);
+  EXPECT_EQ(regions[0].name, "c");
+  EXPECT_EQ(regions[1].name, "d");
+  regions.clear();
+  ASSERT_TRUE(registry.GetStatus("", &regions).ok());
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_EQ(regions[0].name, "a");
+  ExpectCode(registry.GetStatus("a", &regions, SharedMemoryKind::kCuda), StatusCode::kNotFound,
+             "region 'a' is registered as system shared memory, not CUDA shared memory");
+  ExpectCode(registry.GetStatus("c", &regions), StatusCode::kNotFound,
+             "region 'c' is registered as CUDA shared memory, not system shared memory");
+
+  // A request's span keeps its handle open past unregistering, and counted.
+  SharedMemorySpan span;
+  ASSERT_TRUE(registry.Span("c", 0, 16, &span).ok());
+  registry.Unregister("a", SharedMemoryKind::kCuda);  // not a CUDA region: nothing happens
+  registry.Unregister("c");                           // not a system region: nothing happens
+  EXPECT_TRUE(registry.Contains("a"));
+  EXPECT_TRUE(registry.Contains("c"));
+  registry.Unregister("", SharedMemoryKind::kCuda);
+  EXPECT_TRUE(registry.Contains("a"));
+  EXPECT_FALSE(registry.Contains("c"));
+  EXPECT_FALSE(registry.Contains("d"));
+  EXPECT_EQ(FakeCudaOpenHandles(), 1);
+  EXPECT_EQ(registry.mapped_bytes(), 2 * 4096u);
+  std::string bytes;
+  ASSERT_TRUE(span.ReadInto(&bytes).ok());
+  EXPECT_EQ(bytes, ShmPattern(0, 16));
+  span = SharedMemorySpan();
+  EXPECT_EQ(FakeCudaOpenHandles(), 0);
+  EXPECT_EQ(registry.mapped_bytes(), 4096u);
 }
 
 }  // namespace

@@ -17,34 +17,28 @@
 #include <system_error>
 #include <utility>
 
+#include "graphserve/server/grpc/cuda_driver.h"
+
 namespace graphserve {
 
-// One mmap of a client's object: unmapped, and its bytes given back to the registry's count, when the
-// registry and the last span let go of it.
+// A registered region: its bytes given back to the registry's count when the registry and the last
+// span let go of it. Subclasses copy in and out of what they opened, within bounds their caller
+// checked.
 class SharedMemoryMapping {
  public:
-  SharedMemoryMapping(SharedMemoryRegionStatus status, void* base, size_t length, char* data,
-                      std::shared_ptr<std::atomic<uint64_t>> mapped_bytes)
-      : status_(std::move(status)), base_(base), length_(length), data_(data),
-        mapped_bytes_(std::move(mapped_bytes)) {}
-  ~SharedMemoryMapping() {
-    munmap(base_, length_);
-    mapped_bytes_->fetch_sub(status_.byte_size);
-  }
+  SharedMemoryMapping(SharedMemoryRegionStatus status, std::shared_ptr<std::atomic<uint64_t>> mapped_bytes)
+      : status_(std::move(status)), mapped_bytes_(std::move(mapped_bytes)) {}
+  virtual ~SharedMemoryMapping() { mapped_bytes_->fetch_sub(status_.byte_size); }
   SharedMemoryMapping(const SharedMemoryMapping&) = delete;
   SharedMemoryMapping& operator=(const SharedMemoryMapping&) = delete;
 
   const SharedMemoryRegionStatus& status() const { return status_; }
-  // The region's first byte (the registered offset of the object).
-  char* data() const { return data_; }
+  // `bytes` bytes at `offset` of the region into `to`, or from `from` into the region.
+  virtual Status Read(uint64_t offset, size_t bytes, char* to) const = 0;
+  virtual Status Write(uint64_t offset, const char* from, size_t bytes) const = 0;
 
  private:
   const SharedMemoryRegionStatus status_;
-  // mmap's offset must be a multiple of the page size: the mapping starts at the page holding the
-  // region's first byte.
-  void* const base_;
-  const size_t length_;
-  char* const data_;
   const std::shared_ptr<std::atomic<uint64_t>> mapped_bytes_;
 };
 
@@ -142,6 +136,60 @@ Status ShrunkObject(const SharedMemoryRegionStatus& region) {
                          "' no longer holds the region's bytes (it was truncated after registering)");
 }
 
+// One mmap of a client's object, unmapped when the last holder lets go.
+class SystemMapping : public SharedMemoryMapping {
+ public:
+  SystemMapping(SharedMemoryRegionStatus status, void* base, size_t length, char* data,
+                std::shared_ptr<std::atomic<uint64_t>> mapped_bytes)
+      : SharedMemoryMapping(std::move(status), std::move(mapped_bytes)),
+        base_(base),
+        length_(length),
+        data_(data) {}
+  ~SystemMapping() override { munmap(base_, length_); }
+
+  Status Read(uint64_t offset, size_t bytes, char* to) const override {
+    if (bytes == 0 || CopyCatchingBusError(to, data_ + offset, bytes)) return Status::Ok();
+    return ShrunkObject(status());
+  }
+  Status Write(uint64_t offset, const char* from, size_t bytes) const override {
+    if (bytes == 0 || CopyCatchingBusError(data_ + offset, from, bytes)) return Status::Ok();
+    return ShrunkObject(status());
+  }
+
+ private:
+  // mmap's offset must be a multiple of the page size: the mapping starts at the page holding the
+  // region's first byte.
+  void* const base_;
+  const size_t length_;
+  char* const data_;  // the region's first byte (the registered offset of the object)
+};
+
+// A client's device memory, opened from its IPC handle; copies go through the host (correctness
+// first: the batch's tensors are host tensors at this boundary).
+class CudaMapping : public SharedMemoryMapping {
+ public:
+  CudaMapping(SharedMemoryRegionStatus status, std::unique_ptr<CudaIpcMemory> memory,
+              std::shared_ptr<std::atomic<uint64_t>> mapped_bytes)
+      : SharedMemoryMapping(std::move(status), std::move(mapped_bytes)), memory_(std::move(memory)) {}
+
+  Status Read(uint64_t offset, size_t bytes, char* to) const override {
+    return bytes == 0 ? Status::Ok() : Named(memory_->CopyToHost(offset, bytes, to));
+  }
+  Status Write(uint64_t offset, const char* from, size_t bytes) const override {
+    return bytes == 0 ? Status::Ok() : Named(memory_->CopyFromHost(offset, from, bytes));
+  }
+
+ private:
+  Status Named(const Status& status) const {
+    if (status.ok()) return status;
+    return Status(status.code(),
+                  "CUDA shared-memory region '" + this->status().name + "': " + status.message());
+  }
+  const std::unique_ptr<CudaIpcMemory> memory_;
+};
+
+const char* KindName(SharedMemoryKind kind) { return kind == SharedMemoryKind::kCuda ? "CUDA" : "system"; }
+
 }  // namespace
 
 const std::string& SharedMemorySpan::region() const {
@@ -151,8 +199,7 @@ const std::string& SharedMemorySpan::region() const {
 
 Status SharedMemorySpan::ReadInto(std::string* bytes) const {
   bytes->resize(size_);
-  if (size_ == 0 || CopyCatchingBusError(bytes->data(), data_, size_)) return Status::Ok();
-  return ShrunkObject(mapping_->status());
+  return size_ == 0 ? Status::Ok() : mapping_->Read(offset_, size_, bytes->data());
 }
 
 Status SharedMemorySpan::Write(const std::string& bytes) const {
@@ -160,12 +207,11 @@ Status SharedMemorySpan::Write(const std::string& bytes) const {
     return InvalidArgument("shared-memory region '" + region() + "': " + std::to_string(bytes.size()) +
                            " bytes do not fit in the " + std::to_string(size_) + " given");
   }
-  if (bytes.empty() || CopyCatchingBusError(data_, bytes.data(), bytes.size())) return Status::Ok();
-  return ShrunkObject(mapping_->status());
+  return bytes.empty() ? Status::Ok() : mapping_->Write(offset_, bytes.data(), bytes.size());
 }
 
-SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryLimits limits)
-    : limits_(limits), mapped_bytes_(std::make_shared<std::atomic<uint64_t>>(0)) {
+SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryLimits limits, CudaSharedMemoryOptions cuda)
+    : limits_(limits), cuda_(std::move(cuda)), mapped_bytes_(std::make_shared<std::atomic<uint64_t>>(0)) {
   InstallBusErrorHandler();
 }
 
@@ -183,26 +229,8 @@ Status SharedMemoryRegistry::Register(const std::string& name, const std::string
                            " overflow");
   }
   MutexLock lock(&mutex_);
-  if (limits_.max_regions == 0 || limits_.max_mapped_bytes == 0) {
-    return ResourceExhausted("shared memory is turned off on this server (--max-shared-memory-regions or "
-                             "--max-shared-memory-bytes is 0); send tensors in the request");
-  }
-  if (regions_.count(name) > 0) {
-    return Status(StatusCode::kAlreadyExists,
-                  "name: shared-memory region '" + name + "' is already registered; unregister it first");
-  }
-  if (regions_.size() >= limits_.max_regions) {
-    return ResourceExhausted("name: " + std::to_string(regions_.size()) +
-                             " regions are registered, the most this server takes (--max-shared-memory-regions); "
-                             "unregister one first");
-  }
-  const uint64_t mapped = mapped_bytes_->load();
-  if (byte_size > limits_.max_mapped_bytes || mapped > limits_.max_mapped_bytes - byte_size) {
-    return ResourceExhausted("byte_size: " + std::to_string(byte_size) + " bytes more than the " +
-                             std::to_string(mapped) + " mapped pass the server's " +
-                             std::to_string(limits_.max_mapped_bytes) +
-                             " (--max-shared-memory-bytes; regions still in use count until their requests end)");
-  }
+  status = Admit(name, byte_size);
+  if (!status.ok()) return status;
 
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0) {
@@ -238,21 +266,82 @@ Status SharedMemoryRegistry::Register(const std::string& name, const std::string
                              key + "'");
   }
   mapped_bytes_->fetch_add(byte_size);
-  SharedMemoryRegionStatus region{name, key, offset, byte_size};
-  regions_.emplace(name, std::make_shared<const SharedMemoryMapping>(
-                             region, base, length, static_cast<char*>(base) + (offset - map_start), mapped_bytes_));
+  SharedMemoryRegionStatus region{SharedMemoryKind::kSystem, name, key, offset, byte_size, 0};
+  Add(std::make_shared<const SystemMapping>(region, base, length,
+                                            static_cast<char*>(base) + (offset - map_start), mapped_bytes_));
   spdlog::info("system shared-memory region '{}' registered: {} bytes at offset {} of '{}'", name, byte_size,
                offset, key);
   return Status::Ok();
 }
 
-void SharedMemoryRegistry::Unregister(const std::string& name) {
+Status SharedMemoryRegistry::RegisterCuda(const std::string& name, const std::string& raw_handle,
+                                          int64_t device_id, uint64_t byte_size) {
+  Status status = CheckName(name);
+  if (!status.ok()) return status;
+  if (cuda_.driver == nullptr) {
+    return InvalidArgument("CUDA shared memory needs a CUDA device: " + cuda_.unavailable +
+                           "; register the tensors in system shared memory (SystemSharedMemoryRegister), or "
+                           "send them in the request");
+  }
+  if (byte_size == 0) return InvalidArgument("byte_size: 0; a region holds at least one byte");
+  // Spans are size_t copies from the region's start.
+  if (byte_size > std::numeric_limits<size_t>::max()) {
+    return InvalidArgument("byte_size: " + std::to_string(byte_size) + " overflows this host's sizes");
+  }
+  MutexLock lock(&mutex_);
+  status = Admit(name, byte_size);
+  if (!status.ok()) return status;
+  std::unique_ptr<CudaIpcMemory> memory;
+  status = cuda_.driver->OpenIpcHandle(raw_handle, device_id, byte_size, &memory);
+  if (!status.ok()) return status;
+  mapped_bytes_->fetch_add(byte_size);
+  SharedMemoryRegionStatus region{SharedMemoryKind::kCuda, name, "", 0, byte_size, device_id};
+  Add(std::make_shared<const CudaMapping>(region, std::move(memory), mapped_bytes_));
+  spdlog::info("CUDA shared-memory region '{}' registered: {} bytes on device {}", name, byte_size,
+               device_id);
+  return Status::Ok();
+}
+
+Status SharedMemoryRegistry::Admit(const std::string& name, uint64_t byte_size) const {
+  if (limits_.max_regions == 0 || limits_.max_mapped_bytes == 0) {
+    return ResourceExhausted(
+        "shared memory is turned off on this server (--max-shared-memory-regions or "
+        "--max-shared-memory-bytes is 0); send tensors in the request");
+  }
+  const auto existing = regions_.find(name);
+  if (existing != regions_.end()) {
+    return Status(StatusCode::kAlreadyExists,
+                  "name: " + std::string(KindName(existing->second->status().kind)) +
+                      " shared-memory region '" + name + "' is already registered; unregister it first");
+  }
+  if (regions_.size() >= limits_.max_regions) {
+    return ResourceExhausted(
+        "name: " + std::to_string(regions_.size()) +
+        " regions are registered, the most this server takes (--max-shared-memory-regions); "
+        "unregister one first");
+  }
+  const uint64_t mapped = mapped_bytes_->load();
+  if (byte_size > limits_.max_mapped_bytes || mapped > limits_.max_mapped_bytes - byte_size) {
+    return ResourceExhausted(
+        "byte_size: " + std::to_string(byte_size) + " bytes more than the " + std::to_string(mapped) +
+        " mapped pass the server's " + std::to_string(limits_.max_mapped_bytes) +
+        " (--max-shared-memory-bytes; regions still in use count until their requests end)");
+  }
+  return Status::Ok();
+}
+
+void SharedMemoryRegistry::Add(std::shared_ptr<const SharedMemoryMapping> mapping) {
+  const std::string name = mapping->status().name;
+  regions_.emplace(name, std::move(mapping));
+}
+
+void SharedMemoryRegistry::Unregister(const std::string& name, SharedMemoryKind kind) {
   // Mappings are released outside the lock: unmapping a large region takes a while.
   std::vector<std::shared_ptr<const SharedMemoryMapping>> released;
   {
     MutexLock lock(&mutex_);
     for (auto it = regions_.begin(); it != regions_.end();) {
-      if (name.empty() || it->first == name) {
+      if ((name.empty() || it->first == name) && it->second->status().kind == kind) {
         released.push_back(std::move(it->second));
         it = regions_.erase(it);
       } else {
@@ -261,20 +350,30 @@ void SharedMemoryRegistry::Unregister(const std::string& name) {
     }
   }
   for (const auto& mapping : released) {
-    spdlog::info("system shared-memory region '{}' unregistered{}", mapping->status().name,
+    spdlog::info("{} shared-memory region '{}' unregistered{}", KindName(kind), mapping->status().name,
                  mapping.use_count() > 1 ? " (unmapped once the requests using it finish)" : "");
   }
 }
 
 Status SharedMemoryRegistry::GetStatus(const std::string& name,
-                                       std::vector<SharedMemoryRegionStatus>* regions) const {
+                                       std::vector<SharedMemoryRegionStatus>* regions,
+                                       SharedMemoryKind kind) const {
   MutexLock lock(&mutex_);
   if (name.empty()) {
-    for (const auto& [region_name, mapping] : regions_) regions->push_back(mapping->status());
+    for (const auto& [region_name, mapping] : regions_) {
+      if (mapping->status().kind == kind) regions->push_back(mapping->status());
+    }
     return Status::Ok();
   }
   const auto it = regions_.find(name);
-  if (it == regions_.end()) return NotFound("name: no system shared-memory region '" + name + "' is registered");
+  if (it == regions_.end()) {
+    return NotFound("name: no " + std::string(KindName(kind)) + " shared-memory region '" + name +
+                    "' is registered");
+  }
+  if (it->second->status().kind != kind) {
+    return NotFound("name: region '" + name + "' is registered as " + KindName(it->second->status().kind) +
+                    " shared memory, not " + KindName(kind) + " shared memory");
+  }
   regions->push_back(it->second->status());
   return Status::Ok();
 }
@@ -288,14 +387,14 @@ Status SharedMemoryRegistry::Span(const std::string& name, uint64_t offset, uint
                                   SharedMemorySpan* span) const {
   MutexLock lock(&mutex_);
   const auto it = regions_.find(name);
-  if (it == regions_.end()) return NotFound("no system shared-memory region '" + name + "' is registered");
+  if (it == regions_.end()) return NotFound("no shared-memory region '" + name + "' is registered");
   const uint64_t region_size = it->second->status().byte_size;
   if (offset > region_size || byte_size > region_size - offset) {
     return InvalidArgument("offset " + std::to_string(offset) + " + byte_size " + std::to_string(byte_size) +
                            " pass the end of region '" + name + "' (" + std::to_string(region_size) + " bytes)");
   }
   span->mapping_ = it->second;
-  span->data_ = it->second->data() + offset;
+  span->offset_ = offset;
   span->size_ = static_cast<size_t>(byte_size);
   return Status::Ok();
 }
