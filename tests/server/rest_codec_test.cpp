@@ -259,6 +259,72 @@ TEST(RestCodecTest, SharedMemoryRegistrationsAndStatusesTravelAsTritonsRestBindi
   EXPECT_EQ(json::parse(CudaSharedMemoryStatusJson(inference::CudaSharedMemoryStatusResponse())), json::array());
 }
 
+// Triton's CUDA register body: the handle in base64 under raw_handle.b64, decoded strictly (the bytes
+// are a client's and checked again by the service); and the CUDA status array.
+TEST(RestCodecTest, CudaSharedMemoryRegisterBodiesAndStatus) {
+  inference::CudaSharedMemoryRegisterRequest request;
+  // "AAECAw==" is 00 01 02 03; "/+/+" is ff ef fe; "YWI=" is "ab".
+  ASSERT_TRUE(ParseCudaSharedMemoryRegister(
+                  R"({"raw_handle": {"b64": "AAECAw=="}, "device_id": 1, "byte_size": 64})", &request)
+                  .ok());
+  EXPECT_EQ(request.raw_handle(), std::string("\0\1\2\3", 4));
+  EXPECT_EQ(request.device_id(), 1);
+  EXPECT_EQ(request.byte_size(), 64u);
+  ASSERT_TRUE(ParseCudaSharedMemoryRegister(
+                  R"({"raw_handle": {"b64": "/+/+YWI="}, "device_id": 0, "byte_size": 1})", &request)
+                  .ok());
+  EXPECT_EQ(request.raw_handle(),
+            "\xff\xef\xfe"
+            "ab");
+  // Base64 of 64 bytes, as a client sends a cudaIpcMemHandle_t: 88 characters.
+  ASSERT_TRUE(ParseCudaSharedMemoryRegister(R"({"raw_handle": {"b64": ")" + std::string(84, 'A') +
+                                                R"(AA=="}, "device_id": 0, "byte_size": 8})",
+                                            &request)
+                  .ok());
+  EXPECT_EQ(request.raw_handle(), std::string(64, '\0'));
+  for (const auto& [body, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"", "raw_handle: required"},
+           {R"({"raw_handle": {"b64": "AAAA"}, "byte_size": 64})", "device_id: required"},
+           {R"({"raw_handle": {"b64": "AAAA"}, "device_id": 0})", "byte_size: required"},
+           {R"({"raw_handle": "AAAA", "device_id": 0, "byte_size": 64})", "raw_handle: expected {\"b64\""},
+           {R"({"raw_handle": {"b64": 3}, "device_id": 0, "byte_size": 64})", "raw_handle: expected"},
+           {R"({"raw_handle": {"b64": "AAAA", "x": 1}, "device_id": 0, "byte_size": 64})",
+            "raw_handle: expected"},
+           {R"({"raw_handle": {"b64": "AAA"}, "device_id": 0, "byte_size": 64})",
+            "raw_handle.b64: not base64"},
+           {R"({"raw_handle": {"b64": "AA=A"}, "device_id": 0, "byte_size": 64})",
+            "raw_handle.b64: not base64"},
+           {R"({"raw_handle": {"b64": "A==="}, "device_id": 0, "byte_size": 64})",
+            "raw_handle.b64: not base64"},
+           {R"({"raw_handle": {"b64": "AA==AAAA"}, "device_id": 0, "byte_size": 64})",
+            "raw_handle.b64: not base64"},
+           {R"({"raw_handle": {"b64": "AA\nA"}, "device_id": 0, "byte_size": 64})",
+            "raw_handle.b64: not base64"},
+           {R"({"raw_handle": {"b64": "AAAA"}, "device_id": "0", "byte_size": 64})",
+            "device_id: expected an integer"},
+           {R"({"raw_handle": {"b64": "AAAA"}, "device_id": 0.5, "byte_size": 64})",
+            "device_id: expected an integer"},
+           {R"({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": -1})",
+            "byte_size: expected a byte count"},
+           {R"({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64, "key": "/k"})",
+            "body.key: not a field"}}) {
+    const Status status = ParseCudaSharedMemoryRegister(body, &request);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(status.message().find(expected), std::string::npos) << body << ": " << status.message();
+  }
+
+  inference::CudaSharedMemoryStatusResponse cuda;
+  for (const char* name : {"b", "a"}) {
+    auto& region = (*cuda.mutable_regions())[name];
+    region.set_name(name);
+    region.set_device_id(name[0] == 'a' ? 0 : 3);
+    region.set_byte_size(uint64_t{1} << 33);
+  }
+  EXPECT_EQ(json::parse(CudaSharedMemoryStatusJson(cuda)),
+            json::parse(R"([{"name": "a", "device_id": 0, "byte_size": 8589934592},
+                            {"name": "b", "device_id": 3, "byte_size": 8589934592}])"));
+}
+
 // JSON allows 1e400, but the parser throws on it (out_of_range, not parse_error); uncaught, that
 // aborted the server on any REST body holding such a number (found by
 // tests/fuzz/rest_infer_request_fuzzer; its corpus keeps the input).

@@ -130,6 +130,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
         "logging", "trace", "binary_tensor_data", "system_shared_memory"}) {
     response->add_extensions(extension);
   }
+  // Only where registering a CUDA region can succeed (a CUDA device and its driver).
+  if (shared_memory_->serves_cuda()) response->add_extensions("cuda_shared_memory");
   return FinishNow(context, grpc::Status::OK);
 }
 

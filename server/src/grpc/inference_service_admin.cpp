@@ -11,19 +11,6 @@
 #include "inference_service.h"
 
 namespace graphserve {
-namespace {
-
-// What a GPU build would need to serve CUDA shared memory: opening the client's cudaIPC handle on
-// the model's device, and copies between it and the batch's tensors; neither exists yet, so no CUDA
-// region is ever registered, and the status and unregister calls Triton's clients make first answer
-// truthfully that there are none.
-Status CudaSharedMemoryRefused() {
-  return InvalidArgument("graphserve does not serve CUDA shared memory (cudaIPC handles): register the tensors "
-                         "in system shared memory (SystemSharedMemoryRegister), or send them in the request");
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
@@ -102,33 +89,34 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
-    inference::CudaSharedMemoryStatusResponse*) {
+    inference::CudaSharedMemoryStatusResponse* response) {
   if (auto* refused = Refused<GroupOfGrpcMethod("CudaSharedMemoryStatus")>(context)) return refused;
-  // No CUDA region exists: every list is empty, and a name is not found (Triton's words for a system
-  // region asked for as CUDA one).
-  if (request->name().empty()) return FinishNow(context, grpc::Status::OK);
-  const std::string& name = request->name();
-  return FinishNow(context, ToGrpcStatus(NotFound(
-                                shared_memory_->Contains(name)
-                                    ? "name: region '" + name + "' is registered as system shared memory, not CUDA "
-                                                                "shared memory"
-                                    : "name: no CUDA shared-memory region '" + name +
-                                          "' is registered (graphserve serves no CUDA shared memory)")));
+  std::vector<SharedMemoryRegionStatus> regions;
+  const Status status = shared_memory_->GetStatus(request->name(), &regions, SharedMemoryKind::kCuda);
+  for (const SharedMemoryRegionStatus& region : regions) {
+    inference::CudaSharedMemoryStatusResponse::RegionStatus& entry =
+        (*response->mutable_regions())[region.name];
+    entry.set_name(region.name);
+    entry.set_device_id(static_cast<uint64_t>(region.device_id));
+    entry.set_byte_size(region.byte_size);
+  }
+  return FinishNow(context, ToGrpcStatus(status));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest*,
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse*) {
   if (auto* refused = Refused<GroupOfGrpcMethod("CudaSharedMemoryRegister")>(context)) return refused;
-  return FinishNow(context, ToGrpcStatus(CudaSharedMemoryRefused()));
+  return FinishNow(context,
+                   ToGrpcStatus(shared_memory_->RegisterCuda(request->name(), request->raw_handle(),
+                                                             request->device_id(), request->byte_size())));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryUnregisterRequest*,
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse*) {
   if (auto* refused = Refused<GroupOfGrpcMethod("CudaSharedMemoryUnregister")>(context)) return refused;
-  // As Triton's: unregistering what is not registered (all of nothing, or a name that is no CUDA
-  // region) succeeds.
+  shared_memory_->Unregister(request->name(), SharedMemoryKind::kCuda);
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -718,6 +718,60 @@ Status ParseSystemSharedMemoryRegister(std::string_view body, inference::SystemS
   return status;
 }
 
+namespace {
+
+// Standard base64 (RFC 4648, '=' padding), strictly: false on any other character, a length not a
+// multiple of 4 or padding anywhere but the end.
+bool DecodeBase64(const std::string& text, std::string* bytes) {
+  const auto sextet = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) return false;
+  bytes->clear();
+  for (size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    const size_t padding = last ? (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=') : 0;
+    uint32_t group = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      const int value = j >= 4 - padding ? 0 : sextet(text[i + j]);
+      if (value < 0) return false;
+      group = group << 6 | static_cast<uint32_t>(value);
+    }
+    for (size_t j = 0; j < 3 - padding; ++j)
+      bytes->push_back(static_cast<char>(group >> (16 - 8 * j) & 0xff));
+  }
+  return true;
+}
+
+}  // namespace
+
+Status ParseCudaSharedMemoryRegister(std::string_view body,
+                                     inference::CudaSharedMemoryRegisterRequest* request) {
+  json document;
+  Status status = ParseBodyObject(body, {"raw_handle", "device_id", "byte_size"}, &document);
+  if (!status.ok()) return status;
+  for (const char* field : {"raw_handle", "device_id", "byte_size"}) {
+    if (!document.contains(field)) return InvalidArgument(std::string(field) + ": required");
+  }
+  const json& handle = document["raw_handle"];
+  if (!handle.is_object() || handle.size() != 1 || !handle.contains("b64") || !handle["b64"].is_string()) {
+    return InvalidArgument("raw_handle: expected {\"b64\": the cudaIpcMemHandle_t's bytes in base64}");
+  }
+  if (!DecodeBase64(handle["b64"].get<std::string>(), request->mutable_raw_handle())) {
+    return InvalidArgument("raw_handle.b64: not base64 (RFC 4648, with '=' padding)");
+  }
+  if (!document["device_id"].is_number_integer()) return InvalidArgument("device_id: expected an integer");
+  if (!document["byte_size"].is_number_unsigned()) return InvalidArgument("byte_size: expected a byte count");
+  request->set_device_id(document["device_id"].get<int64_t>());
+  request->set_byte_size(document["byte_size"].get<uint64_t>());
+  return Status::Ok();
+}
+
 std::string SystemSharedMemoryStatusJson(const inference::SystemSharedMemoryStatusResponse& response) {
   json regions = json::array();
   // By name: a protobuf map's order is unspecified.

@@ -456,7 +456,7 @@ struct RestApi {
     }
     const char* allowed = action == "status" ? "GET" : "POST";
     if (method != allowed) return MethodNotAllowed(allowed, std::move(reply));
-    if (path[1] == "cudasharedmemory") return CudaSharedMemory(region, action, std::move(reply));
+    if (path[1] == "cudasharedmemory") return CudaSharedMemory(http, region, action, std::move(reply));
     SystemSharedMemory(http, region, action, std::move(reply));
   }
 
@@ -492,8 +492,8 @@ struct RestApi {
         [](auto* async, auto... args) { async->SystemSharedMemoryUnregister(args...); });
   }
 
-  // The gRPC service refuses every registration: the body (a cudaIPC handle) is not read.
-  void CudaSharedMemory(const std::string& region, std::string_view action, HttpReply reply) {
+  void CudaSharedMemory(const HttpRequest& http, const std::string& region, std::string_view action,
+                        HttpReply reply) {
     if (action == "status") {
       return RegionCall<inference::CudaSharedMemoryStatusResponse>(
           std::move(reply), inference::CudaSharedMemoryStatusRequest(), region,
@@ -503,8 +503,11 @@ struct RestApi {
           });
     }
     if (action == "register") {
+      inference::CudaSharedMemoryRegisterRequest request;
+      const Status status = ParseCudaSharedMemoryRegister(http.body, &request);
+      if (!status.ok()) return reply.Send(Error(status));
       return RegionCall<inference::CudaSharedMemoryRegisterResponse>(
-          std::move(reply), inference::CudaSharedMemoryRegisterRequest(), region,
+          std::move(reply), std::move(request), region,
           [](auto* async, auto... args) { async->CudaSharedMemoryRegister(args...); });
     }
     RegionCall<inference::CudaSharedMemoryUnregisterResponse>(

@@ -1,7 +1,7 @@
 #pragma once
 // The KServe v2 HTTP/REST endpoint (Triton's port-8000 API: health, metadata, config, infer with JSON,
 // binary or shared-memory tensors, statistics, repository index/load/unload, log settings, system
-// shared-memory regions). Each route belongs to an API group (api_groups.h: a path the table does
+// and CUDA shared-memory regions). Each route belongs to an API group (api_groups.h: a path the table does
 // not know is answered 404), whose restriction is checked before the body is read. Each call is
 // translated
 // (rest_codec.h) into the gRPC binding's request and handed to graphserve's own gRPC service through
@@ -10,7 +10,8 @@
 //
 // Bodies may come in gzip or deflate and answers go back in either where the client accepts it
 // (HttpServerOptions::content_codings). Refused with 501 and the reason: request tracing (graphserve
-// has none); CUDA shared-memory registration is refused with 400. A client that disconnects while
+// has none); CUDA shared-memory registration on a server without a CUDA device is refused with 400
+// (by the gRPC service, as every other refusal). A client that disconnects while
 // its request waits for its batch has its call cancelled (HttpReply::OnClientGone), as gRPC cancels
 // a gRPC client's.
 // Thread safety: requests run on the HTTP server's threads and answer from gRPC's. Lifetime: create

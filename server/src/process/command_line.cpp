@@ -245,13 +245,14 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{256} * 1024 * 1024));
   app.add_option("--max-shared-memory-regions", options.shared_memory.max_regions,
-                 "system shared-memory regions clients may have registered at once (Triton's shared-memory "
-                 "extension; RESOURCE_EXHAUSTED beyond); 0 turns shared memory off")
+                 "system and CUDA shared-memory regions clients may have registered at once (Triton's "
+                 "shared-memory extensions; RESOURCE_EXHAUSTED beyond); 0 turns shared memory off")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{65536}));
-  app.add_option("--max-shared-memory-bytes", options.shared_memory.max_mapped_bytes,
-                 "bytes of clients' shared-memory objects the server may have mapped at once, the regions' "
-                 "byte sizes added up (an unregistered region counts until its requests finish)")
+  app.add_option(
+         "--max-shared-memory-bytes", options.shared_memory.max_mapped_bytes,
+         "bytes of clients' shared-memory objects and CUDA memory the server may have mapped at once, "
+         "the regions' byte sizes added up (an unregistered region counts until its requests finish)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 46));
   app.add_option("--http-address", options.http_address,

@@ -12,6 +12,7 @@
 
 #include "common/thread_name.h"
 #include "graphserve/server/common/usable_cores.h"
+#include "graphserve/server/grpc/cuda_driver.h"
 #include "graphserve/server/observability/gpu_monitor.h"
 #include "graphserve/server/observability/log_limiter.h"
 #include "graphserve/server/observability/metrics.h"
@@ -46,6 +47,24 @@ constexpr std::chrono::seconds kMemoryTrimInterval{5};
 constexpr std::chrono::seconds kDeviceFaultCheckInterval{1};
 // A connection that has not completed its HTTP/2 handshake by then is closed.
 constexpr int kHandshakeTimeoutMs = 10'000;
+
+// CUDA shared memory is served where the models run on a CUDA device and the driver opens; otherwise
+// registering a region is refused with the reason.
+CudaSharedMemoryOptions CudaSharedMemoryFor(const std::string& device) {
+  CudaSharedMemoryOptions cuda;
+  std::string resolved;
+  if (!ResolveDevice(device, &resolved).ok() || resolved == "cpu") {
+    cuda.unavailable = "this server runs its models on the CPU (--device " + device + ")";
+    return cuda;
+  }
+  std::string why;
+  cuda.driver = CudaDriver::Open(CudaDriver::kLibrary, &why);
+  if (cuda.driver == nullptr) {
+    spdlog::warn("CUDA shared memory is not served: {}", why);
+    cuda.unavailable = "the CUDA driver does not open on this server";
+  }
+  return cuda;
+}
 
 }  // namespace
 
@@ -185,7 +204,8 @@ void GraphServer::CreateRepositoryAndService() {
   listener.retired = [metrics](const LoadedModel& model) { metrics->RemoveModel(model.scheduler.get()); };
   listener.states_changed = [this] { PublishReadiness(); };
   repository_ = std::make_unique<ModelRepository>(&clock_, std::move(listener));
-  shared_memory_ = std::make_unique<SharedMemoryRegistry>(options_.shared_memory);
+  shared_memory_ = std::make_unique<SharedMemoryRegistry>(options_.shared_memory,
+                                                          CudaSharedMemoryFor(options_.repository.device));
   service_ = std::make_unique<InferenceService>(repository_.get(), &clock_, metrics_.get(), shared_memory_.get());
   service_->set_strict_readiness(options_.strict_readiness);
   service_->set_api_gate(grpc_gate_.get());

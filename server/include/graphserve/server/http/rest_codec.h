@@ -79,6 +79,11 @@ std::string TraceSettingJson(const inference::TraceSettingResponse& response);
 // Triton's system shared-memory register body ({"key": string, "offset": byte count, optional,
 // "byte_size": byte count}), for the region the URL names.
 Status ParseSystemSharedMemoryRegister(std::string_view body, inference::SystemSharedMemoryRegisterRequest* request);
+// Triton's CUDA shared-memory register body ({"raw_handle": {"b64": the cudaIpcMemHandle_t's bytes in
+// base64}, "device_id": integer, "byte_size": byte count}), for the region the URL names; the handle's
+// size and the device are checked by the gRPC service.
+Status ParseCudaSharedMemoryRegister(std::string_view body,
+                                     inference::CudaSharedMemoryRegisterRequest* request);
 // The status answers as Triton's REST binding has them: a JSON array of the regions, by name, each
 // {"name", "key", "offset", "byte_size"} (system) or {"name", "device_id", "byte_size"} (CUDA).
 std::string SystemSharedMemoryStatusJson(const inference::SystemSharedMemoryStatusResponse& response);
