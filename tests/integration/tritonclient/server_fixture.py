@@ -47,6 +47,17 @@ def infer_inputs(named_arrays, datatype="INT64", module=None):
     return tensors
 
 
+def masked_token_batch(rows, length, seed):
+    """Random token ids [rows, length] (INT64) and their attention mask, the first row's second half
+    masked out."""
+    import numpy as np
+    generator = np.random.default_rng(seed)
+    ids = generator.integers(1, 999, size=(rows, length), dtype=np.int64)
+    mask = np.ones((rows, length), dtype=np.int64)
+    mask[0, length // 2:] = 0
+    return ids, mask
+
+
 def token_inputs(ids, mask, datatype="INT64", module=None):
     """input_ids and attention_mask, as the test models take them."""
     return infer_inputs((("input_ids", ids), ("attention_mask", mask)), datatype, module)

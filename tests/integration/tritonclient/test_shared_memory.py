@@ -3,8 +3,10 @@
 utilities (tritonclient.utils.shared_memory), unmodified: regions the client creates and registers,
 inputs read from and outputs written into them over gRPC and HTTP, answers equal to an inference that
 carries its tensors, status and unregister, the refusals (each naming what is wrong, the server
-serving on), the region cap from its flag, and CUDA shared memory refused cleanly where Triton's
-examples call it first. perf_analyzer --shared-memory system is in test_perf_analyzer.py."""
+serving on), the region cap from its flag, and CUDA shared memory refused cleanly on a server that runs
+on the CPU. perf_analyzer --shared-memory system is in test_perf_analyzer.py; CUDA shared memory on a
+GPU is in test_cuda_shared_memory.py."""
+import base64
 import os
 import unittest
 
@@ -21,14 +23,6 @@ except ImportError as missing:
     raise SystemExit(77)
 
 MODEL = "tiny_scripted"  # hidden [B, L, 16] and pooled [B, 16], FP32
-
-
-def token_batch(rows, length, seed):
-    generator = np.random.default_rng(seed)
-    ids = generator.integers(1, 999, size=(rows, length), dtype=np.int64)
-    mask = np.ones((rows, length), dtype=np.int64)
-    mask[0, length // 2:] = 0
-    return ids, mask
 
 
 class SharedMemoryTest(server_fixture.ServerTestCase):
@@ -56,7 +50,7 @@ class SharedMemoryTest(server_fixture.ServerTestCase):
     def test_inputs_and_outputs_in_shared_memory_answer_as_tensors_in_the_request(self):
         for module, client, rows, length in ((grpcclient, self.client, 2, 7), (httpclient, self.http, 3, 12)):
             with self.subTest(client=module.__name__):
-                ids, mask = token_batch(rows, length, seed=rows)
+                ids, mask = server_fixture.masked_token_batch(rows, length, seed=rows)
                 hidden_bytes, pooled_bytes = rows * length * 16 * 4, rows * 16 * 4
                 # Both inputs in one region, the second at an offset; both outputs in another.
                 inputs_region, inputs_key = self.region(f"in_{rows}", ids.nbytes + mask.nbytes)
@@ -93,7 +87,7 @@ class SharedMemoryTest(server_fixture.ServerTestCase):
                 np.testing.assert_allclose(hidden, expected_hidden, rtol=1e-4, atol=1e-5)
 
     def test_tensors_in_the_request_and_in_shared_memory_mix(self):
-        ids, mask = token_batch(1, 9, seed=5)
+        ids, mask = server_fixture.masked_token_batch(1, 9, seed=5)
         ids_region, ids_key = self.region("ids", ids.nbytes)
         shm.set_shared_memory_region(ids_region, [ids])
         self.client.register_system_shared_memory("ids", ids_key, ids.nbytes)
@@ -154,7 +148,7 @@ class SharedMemoryTest(server_fixture.ServerTestCase):
         self.assert_http_error(lambda: self.http.register_system_shared_memory("r", key, 64), 400,
                                "'r' is already registered")
 
-        ids, mask = token_batch(1, 4, seed=9)
+        ids, mask = server_fixture.masked_token_batch(1, 4, seed=9)
         shm.set_shared_memory_region(region, [ids, mask])
 
         def shared_inputs(region_name="r", ids_bytes=ids.nbytes, offset=0):
@@ -186,21 +180,34 @@ class SharedMemoryTest(server_fixture.ServerTestCase):
         result = self.client.infer(MODEL, shared_inputs())
         np.testing.assert_allclose(result.as_numpy("pooled"), self.expected(ids, mask)[1], rtol=1e-4, atol=1e-5)
 
-    def test_cuda_shared_memory_is_refused_cleanly(self):
+    @unittest.skipUnless(server_fixture.DEVICE == "cpu", "a CUDA server serves CUDA shared memory "
+                         "(test_cuda_shared_memory.py)")
+    def test_cuda_shared_memory_is_refused_cleanly_on_the_cpu(self):
         self.assertEqual(self.client.get_cuda_shared_memory_status(as_json=True), {})
         self.assertEqual(self.http.get_cuda_shared_memory_status(), [])
         self.assert_status(lambda: self.client.get_cuda_shared_memory_status("c"), "NOT_FOUND", "'c'")
         self.client.unregister_cuda_shared_memory("c")
         self.http.unregister_cuda_shared_memory()
         self.http.unregister_cuda_shared_memory("c")
-        for register in (lambda: self.client.register_cuda_shared_memory("c", b"\0" * 64, 0, 64),
-                         lambda: self.http.register_cuda_shared_memory("c", b"\0" * 64, 0, 64)):
+        # Both clients take the handle in base64, as tritonclient.utils.cuda_shared_memory gives it.
+        handle = base64.b64encode(b"\1" * 64).decode()
+        for register in (lambda: self.client.register_cuda_shared_memory("c", handle, 0, 64),
+                         lambda: self.http.register_cuda_shared_memory("c", handle, 0, 64)):
             with self.assertRaises(InferenceServerException) as raised:
                 register()
             self.assertIn(raised.exception.status(), ("StatusCode.INVALID_ARGUMENT", "400"))
-            self.assertIn("does not serve CUDA shared memory", raised.exception.message())
+            self.assertIn("CUDA shared memory needs a CUDA device: this server runs its models on the CPU "
+                          "(--device cpu)", raised.exception.message())
             self.assertIn("system shared memory", raised.exception.message())
         self.assertEqual(self.client.get_cuda_shared_memory_status(as_json=True), {})
+        self.assertNotIn("cuda_shared_memory", self.http.get_server_metadata()["extensions"])
+        # A system region's name asked for as a CUDA one is not found, and says what it is.
+        _, key = self.region("system_not_cuda", 4096)
+        self.client.register_system_shared_memory("s", key, 64)
+        self.assert_status(lambda: self.client.get_cuda_shared_memory_status("s"), "NOT_FOUND",
+                           "registered as system shared memory, not CUDA shared memory")
+        self.client.unregister_cuda_shared_memory()
+        self.assertIn("s", self.client.get_system_shared_memory_status(as_json=True)["regions"])
 
 
 class SharedMemoryLimitsTest(unittest.TestCase):
