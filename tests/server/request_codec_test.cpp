@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "fake_cuda_handles.h"
 #include "fixed_shape_config.h"
 #include "graphserve/server/config/config.h"
+#include "graphserve/server/grpc/cuda_driver.h"
 #include "shm_object.h"
 
 namespace graphserve {
@@ -463,6 +465,42 @@ TEST(RequestCodecTest, AnOutputRegionUnregisteredMeanwhileIsStillWritten) {
   SharedMemoryRequest shm;
   ASSERT_TRUE(shm.AnswerPooledInRegion(1024, [&] { shm.registry.Unregister(""); }).ok());
   EXPECT_EQ(shm.object.Read(2048, 1024), std::string(1024, 'p'));
+}
+
+// A CUDA region (device memory of the stand-in driver, fake_cuda.cpp) serves a request as a system
+// one does: the input copied out of it, the output copied into it.
+TEST(RequestCodecTest, ACudaRegionServesInputsAndOutputsAsASystemOneDoes) {
+  std::string why;
+  CudaSharedMemoryOptions cuda{CudaDriver::Open(FAKE_CUDA_LIBRARY, &why), ""};
+  ASSERT_NE(cuda.driver, nullptr) << why;
+  SharedMemoryRegistry registry({}, cuda);
+  ASSERT_TRUE(registry.RegisterCuda("gpu", FakeIpcHandle(8192), 1, 4096).ok());
+  inference::ModelInferRequest request = TokenRequest(1, 4, true);
+  const std::string ids = request.raw_input_contents(0);
+  SharedMemorySpan ids_span;
+  ASSERT_TRUE(registry.Span("gpu", 64, ids.size(), &ids_span).ok());
+  ASSERT_TRUE(ids_span.Write(ids).ok());
+  InRegion(request.mutable_inputs(0), "gpu", 32, 64);
+  request.mutable_raw_input_contents()->DeleteSubrange(0, 1);
+  auto* output = request.add_outputs();
+  output->set_name("pooler_output");
+  InRegion(output, "gpu", 1024, 2048);
+
+  PendingRequest pending;
+  SharedMemoryTensors tensors{&registry, {}};
+  ASSERT_TRUE(DecodeInferRequest(EncoderSpec(), &request, &pending, nullptr, &tensors).ok());
+  EXPECT_EQ(pending.item.inputs[0].bytes, ids);
+  std::vector<HostTensor> outputs(2);
+  outputs[1] = HostTensor{DataType::kFp32, {1, 256}, std::string(1024, 'p')};
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(EncodeInferResponse(EncoderSpec(), "1", request, std::move(outputs), &response, &tensors).ok());
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_EQ(response.raw_output_contents(0), "");
+  SharedMemorySpan pooled;
+  ASSERT_TRUE(registry.Span("gpu", 2048, 1024, &pooled).ok());
+  std::string bytes;
+  ASSERT_TRUE(pooled.ReadInto(&bytes).ok());
+  EXPECT_EQ(bytes, std::string(1024, 'p'));
 }
 
 struct SharedMemoryRefusal {
