@@ -179,6 +179,20 @@ TEST(CommandLineTest, TritonFlagsGraphserveCannotHonourAreRefusedNamingThem) {
             "--trace-level", "OFF", "--grpc-infer-response-compression-level", "none"});
 }
 
+TEST(CommandLineTest, ResponseCompressionLevelIsTritons) {
+  EXPECT_EQ(Accepted({}).server.grpc_infer_response_compression_level, "none");
+  for (const char* level : {"none", "low", "medium", "high"}) {
+    EXPECT_EQ(Accepted({"--grpc-infer-response-compression-level", level})
+                  .server.grpc_infer_response_compression_level,
+              level);
+  }
+  EXPECT_EQ(Accepted({"--grpc-infer-response-compression-level", "HIGH"})
+                .server.grpc_infer_response_compression_level,
+            "high");
+  ExpectRefused({"--grpc-infer-response-compression-level", "gzip"},
+                {"--grpc-infer-response-compression-level"});
+}
+
 TEST(CommandLineTest, TraceConfigTakesTritonsSettingsInOrderWithItsOlderFlags) {
   const CommandLine line =
       Accepted({"--trace-config", "triton,file=/tmp/trace.json", "--trace-config", "level=TIMESTAMPS",

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "graphserve/server/grpc/compressed_message.h"
 #include "graphserve/server/grpc/request_codec.h"
 #include "graphserve/server/observability/metrics.h"
 #include "graphserve/server/security/api_groups.h"
@@ -68,6 +69,15 @@ void TraceIfSampled(const RequestTracing& tracing, const LoadedModel& model,
 
 grpc::Status InferPath::Admit(const grpc::ServerContextBase& context) const {
   return gate_ == nullptr ? grpc::Status::OK : gate_->Admit(context, kInferenceGroup);
+}
+
+Status InferPath::Parse(grpc::ByteBuffer* payload, inference::ModelInferRequest* request) const {
+  return ParseGrpcMessage(payload, wire_.max_request_bytes, request);
+}
+
+void InferPath::CompressAnswers(grpc::ServerContextBase* context) const {
+  if (wire_.answer_compression != GRPC_COMPRESS_LEVEL_NONE)
+    context->set_compression_level(wire_.answer_compression);
 }
 
 void PreparedInference::Cancel() const {

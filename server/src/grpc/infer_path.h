@@ -66,26 +66,43 @@ struct PreparedInference {
   void Cancel() const;
 };
 
+// How requests and answers travel. max_request_bytes: the most a compressed request may inflate to
+// (the gRPC receive limit, which bounds it on the wire). answer_compression: the level answers are
+// compressed at (Triton's --grpc-infer-response-compression-level; none leaves them plain).
+struct InferWireOptions {
+  size_t max_request_bytes = 0;
+  grpc_compression_level answer_compression = GRPC_COMPRESS_LEVEL_NONE;
+};
+
 class InferPath {
  public:
   // `ready`: false while the models load and once the server drains; requests are then refused.
   // `shared_memory`: the regions requests may name for their tensors (null: none may).
   // `tracing`: samples and writes the traces of requests that reach a scheduler (null members: none).
   // `gate`: who may call the inference group (null: everyone).
+  // `wire`: how compressed requests are bounded and answers compressed.
   InferPath(const ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
             const std::atomic<bool>* ready, const SharedMemoryRegistry* shared_memory, RequestTracing tracing,
-            const GrpcApiGate* gate = nullptr)
+            InferWireOptions wire, const GrpcApiGate* gate = nullptr)
       : repository_(repository),
         clock_(clock),
         metrics_(metrics),
         ready_(ready),
         shared_memory_(shared_memory),
+        gate_(gate),
         tracing_(tracing),
-        gate_(gate) {}
+        wire_(wire) {}
 
   // OK, or the API gate's refusal of the call (ModelInfer's, or a whole ModelStreamInfer stream's),
   // asked before anything of it is read. Not counted in the metrics: no model has been looked up.
   grpc::Status Admit(const grpc::ServerContextBase& context) const;
+
+  // Parses a request as gRPC handed it over, inflating a compressed one within max_request_bytes
+  // (compressed_message.h: RESOURCE_EXHAUSTED past it, INVALID_ARGUMENT for bad bytes). Not counted
+  // in the metrics: no model has been looked up.
+  Status Parse(grpc::ByteBuffer* payload, inference::ModelInferRequest* request) const;
+  // Has the call's answers compressed at the configured level; call before its first answer.
+  void CompressAnswers(grpc::ServerContextBase* context) const;
 
   // Finds the model `request` names and decodes `request` into `prepared`, consuming its raw
   // contents and copying its inputs in shared memory; the request's deadline is the call's. A refusal
@@ -109,6 +126,7 @@ class InferPath {
   const SharedMemoryRegistry* shared_memory_;
   const GrpcApiGate* gate_;
   RequestTracing tracing_;
+  InferWireOptions wire_;
 };
 
 }  // namespace graphserve

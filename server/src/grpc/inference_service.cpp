@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "graphserve/server/grpc/request_codec.h"
 #include "graphserve/server/repository/model_version.h"
 #include "infer_path.h"
+#include "inflating_unary_handler.h"
 #include "security/grpc_security.h"
 #include "stream_infer_reactor.h"
 
@@ -41,8 +44,7 @@ Status CheckRepositoryRequest(const Request& request) {
 }
 
 // A stream its API group refuses: finished before anything of it is read.
-class RefusedStream final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   explicit RefusedStream(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
@@ -50,13 +52,55 @@ class RefusedStream final
 
 }  // namespace
 
+template <class Request, class Response>
+void InferenceService::InflateRequestsOf(grpc::ServerUnaryReactor* (InferenceService::*method)(
+    grpc::CallbackServerContext*, const Request*, Response*)) {
+  // The generated code numbers the methods; each has request and answer types of its own, so the
+  // handler it made for `method` is the one of these types.
+  constexpr int kMethods = 20;  // the RPCs of inference.GRPCInferenceService
+  for (int index = 0; index < kMethods; ++index) {
+    if (dynamic_cast<grpc::internal::CallbackUnaryHandler<Request, Response>*>(GetHandler(index)) ==
+        nullptr) {
+      continue;
+    }
+    MarkMethodCallback(
+        index, new InflatingUnaryHandler<Request, Response>(
+                   [this, method](grpc::CallbackServerContext* context, const Request* request,
+                                  Response* response) { return (this->*method)(context, request, response); },
+                   &wire_.max_request_bytes));
+    return;
+  }
+  throw std::logic_error(std::string("no callback handler for ") + Request().GetTypeName());
+}
+
+void InferenceService::InflateUnaryRequests() {
+  InflateRequestsOf(&InferenceService::ServerLive);
+  InflateRequestsOf(&InferenceService::ServerReady);
+  InflateRequestsOf(&InferenceService::ModelReady);
+  InflateRequestsOf(&InferenceService::ServerMetadata);
+  InflateRequestsOf(&InferenceService::ModelMetadata);
+  InflateRequestsOf(&InferenceService::ModelConfig);
+  InflateRequestsOf(&InferenceService::ModelStatistics);
+  InflateRequestsOf(&InferenceService::RepositoryIndex);
+  InflateRequestsOf(&InferenceService::RepositoryModelLoad);
+  InflateRequestsOf(&InferenceService::RepositoryModelUnload);
+  InflateRequestsOf(&InferenceService::SystemSharedMemoryStatus);
+  InflateRequestsOf(&InferenceService::SystemSharedMemoryRegister);
+  InflateRequestsOf(&InferenceService::SystemSharedMemoryUnregister);
+  InflateRequestsOf(&InferenceService::CudaSharedMemoryStatus);
+  InflateRequestsOf(&InferenceService::CudaSharedMemoryRegister);
+  InflateRequestsOf(&InferenceService::CudaSharedMemoryUnregister);
+  InflateRequestsOf(&InferenceService::TraceSetting);
+  InflateRequestsOf(&InferenceService::LogSettings);
+}
+
 grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
 InferPath InferenceService::infer_path() const {
-  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_, tracing_, gate_);
+  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_, tracing_, wire_, gate_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::Refused(grpc::CallbackServerContext* context,
@@ -157,8 +201,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
   return FinishNow(context, grpc::Status::OK);
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
   const InferPath path = infer_path();
   const grpc::Status admitted = path.Admit(*context);
   if (!admitted.ok()) return new RefusedStream(admitted);

@@ -21,6 +21,7 @@
 #include "graphserve/server/repository/model_repository.h"
 #include "graphserve/server/security/api_groups.h"
 #include "grpc_service.grpc.pb.h"
+#include "infer_path.h"
 
 namespace graphserve {
 
@@ -32,39 +33,42 @@ grpc::Status ToGrpcStatus(const Status& status);
 // An RPC answered on the calling thread: finishes `context`'s default reactor with `status`.
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& status);
 
-class InferPath;
-
 // Every RPC on the callback API except ModelInfer, which is left to completion queues: the async
 // marking has to come first (innermost), since gRPC marks a method async by dropping the handler
-// that only a not-yet-callback method has.
+// that only a not-yet-callback method has. ModelInfer and ModelStreamInfer take their requests raw,
+// to inflate compressed ones within the request limit (compressed_message.h).
 using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
-    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
-    inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
-    inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
-    inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
-    inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
-    inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<
-    inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
-    inference::GRPCInferenceService::WithCallbackMethod_RepositoryIndex<
-    inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelLoad<
-    inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelUnload<
-    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryStatus<
-    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryRegister<
-    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryUnregister<
-    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryStatus<
-    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryRegister<
-    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryUnregister<
-    inference::GRPCInferenceService::WithCallbackMethod_TraceSetting<
-    inference::GRPCInferenceService::WithCallbackMethod_LogSettings<
-    inference::GRPCInferenceService::WithAsyncMethod_ModelInfer<
-    inference::GRPCInferenceService::Service>>>>>>>>>>>>>>>>>>>>;
+    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+        inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
+            inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
+                inference::GRPCInferenceService::WithRawCallbackMethod_ModelStreamInfer<
+                    inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
+                        inference::GRPCInferenceService::WithCallbackMethod_RepositoryIndex<
+                            inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelLoad<
+                                inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelUnload<
+                                    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryStatus<
+                                        inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryRegister<
+                                            inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryUnregister<
+                                                inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryStatus<
+                                                    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryRegister<
+                                                        inference::GRPCInferenceService::
+                                                            WithCallbackMethod_CudaSharedMemoryUnregister<
+                                                                inference::GRPCInferenceService::WithCallbackMethod_TraceSetting<
+                                                                    inference::GRPCInferenceService::
+                                                                        WithCallbackMethod_LogSettings<
+                                                                            inference::GRPCInferenceService::
+                                                                                WithRawMethod_ModelInfer<
+                                                                                    inference::GRPCInferenceService::
+                                                                                        Service>>>>>>>>>>>>>>>>>>>>;
 
 class InferenceService final : public InferenceServiceBase {
  public:
   // `shared_memory`: the system shared-memory regions clients register and their requests name.
   InferenceService(ModelRepository* repository, const Clock* clock, ServerMetrics* metrics,
                    SharedMemoryRegistry* shared_memory)
-      : repository_(repository), clock_(clock), metrics_(metrics), shared_memory_(shared_memory) {}
+      : repository_(repository), clock_(clock), metrics_(metrics), shared_memory_(shared_memory) {
+    InflateUnaryRequests();
+  }
 
   // Ready: models loaded and warmed up, and not draining: requests are served. Every model of the
   // repository must have been added to the metrics (ServerMetrics::AddModel) before the service
@@ -73,6 +77,9 @@ class InferenceService final : public InferenceServiceBase {
   // Where requests' traces are sampled and written, and what TraceSetting changes; set before
   // serving. Without it requests are not traced and TraceSetting answers tracing off (trace_settings.h).
   void set_tracing(RequestTracing tracing) { tracing_ = tracing; }
+  // How ModelInfer's and ModelStreamInfer's requests are bounded and answers compressed
+  // (infer_path.h); max_request_bytes bounds every RPC's compressed request. Set before serving.
+  void set_wire_options(InferWireOptions wire) { wire_ = wire; }
   // Triton's --strict-readiness (ServerOptions::strict_readiness); set before serving.
   void set_strict_readiness(bool strict) { strict_readiness_ = strict; }
   // Who may call which API group (security/grpc_security.h); every RPC asks it first. Null: everyone.
@@ -104,8 +111,8 @@ class InferenceService final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
 
   // Triton's model repository extension (model_repository.h has the control modes and the states).
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
@@ -151,6 +158,13 @@ class InferenceService final : public InferenceServiceBase {
       inference::CudaSharedMemoryUnregisterResponse* response) override;
 
  private:
+  // Every unary RPC's request parsed by InflatingUnaryHandler, so that compressed ones are inflated
+  // within the request limit.
+  void InflateUnaryRequests();
+  template <class Request, class Response>
+  void InflateRequestsOf(grpc::ServerUnaryReactor* (InferenceService::*method)(grpc::CallbackServerContext*,
+                                                                               const Request*, Response*));
+
   // The model version a metadata or config call names: UNAVAILABLE before readiness, NOT_FOUND
   // naming `name` or `version` for a model or version not served.
   Status FindServedModel(const std::string& name, const std::string& version,
@@ -174,6 +188,7 @@ class InferenceService final : public InferenceServiceBase {
   std::atomic<bool> live_{true};
   const GrpcApiGate* gate_ = nullptr;
   RequestTracing tracing_;
+  InferWireOptions wire_;
 };
 
 }  // namespace graphserve

@@ -3,6 +3,8 @@
 #include <iterator>
 #include <utility>
 
+#include "graphserve/server/grpc/compressed_message.h"
+
 namespace graphserve {
 
 // One request of the stream, from its read to the write of its answer.
@@ -28,6 +30,7 @@ struct StreamInferReactor::StreamRequest final : InferenceReceiver {
   }
 
   StreamInferReactor* const stream;
+  grpc::ByteBuffer wire;  // the request as read, then the answer as written
   inference::ModelInferRequest request;
   PreparedInference prepared;
   inference::ModelStreamInferResponse answer;
@@ -36,6 +39,7 @@ struct StreamInferReactor::StreamRequest final : InferenceReceiver {
 
 StreamInferReactor::StreamInferReactor(grpc::CallbackServerContext* context, InferPath path)
     : context_(context), path_(path) {
+  path_.CompressAnswers(context_);
   ReadNext();
 }
 
@@ -57,7 +61,8 @@ void StreamInferReactor::OnReadDone(bool ok) {
     return;
   }
   std::unique_ptr<StreamRequest> request = std::move(next_request_);
-  const Status refusal = path_.Prepare(*context_, &request->request, &request->prepared);
+  Status refusal = path_.Parse(&request->wire, &request->request);
+  if (refusal.ok()) refusal = path_.Prepare(*context_, &request->request, &request->prepared);
   if (refusal.ok()) {
     Queue(std::move(request));
   } else {
@@ -98,7 +103,7 @@ void StreamInferReactor::ReadNext() {
     read_in_flight_ = true;
   }
   next_request_ = std::make_unique<StreamRequest>(this);
-  StartRead(&next_request_->request);
+  StartRead(&next_request_->wire);
 }
 
 void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome) {
@@ -171,7 +176,7 @@ StreamInferReactor::NextCall StreamInferReactor::NextCallLocked() {
   if (finishing_) return next;
   if (!abandoned_ && !write_in_flight_ && !to_write_.empty()) {
     write_in_flight_ = true;
-    next.write = &to_write_.front()->answer;
+    next.write = to_write_.front().get();
     return next;
   }
   // Finish only once nothing of the stream is left with gRPC or a scheduler: OnDone deletes the
@@ -189,7 +194,9 @@ StreamInferReactor::NextCall StreamInferReactor::NextCallLocked() {
 
 void StreamInferReactor::Make(const NextCall& next) {
   if (next.write != nullptr) {
-    StartWrite(next.write);
+    // The front of to_write_, which nothing else touches while its write is in flight.
+    SerializeGrpcMessage(next.write->answer, &next.write->wire);
+    StartWrite(&next.write->wire);
   } else if (next.finish) {
     Finish(*next.finish);
   }

@@ -32,8 +32,9 @@
 
 namespace graphserve {
 
-class StreamInferReactor final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+// Requests are read raw and parsed here, so that a compressed one is inflated within the request
+// limit (compressed_message.h); a refusal of that kind is one request's answer like any other.
+class StreamInferReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // Starts reading at once.
   StreamInferReactor(grpc::CallbackServerContext* context, InferPath path);
@@ -50,7 +51,7 @@ class StreamInferReactor final
   // The gRPC call a reaction makes once it has released mutex_: at most one of a write and a
   // finish.
   struct NextCall {
-    const inference::ModelStreamInferResponse* write = nullptr;
+    StreamRequest* write = nullptr;  // its answer, serialized outside the lock
     std::optional<grpc::Status> finish;
   };
 

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/thread_name.h"
+#include "graphserve/server/grpc/compressed_message.h"
 
 namespace graphserve {
 namespace {
@@ -83,7 +84,7 @@ class UnaryInferCall final : public InferenceReceiver {
 
   void Request(InferenceService* service, grpc::ServerCompletionQueue* completion_queue) {
     context_.AsyncNotifyWhenDone(&done_event_);
-    service->RequestModelInfer(&context_, &request_, &responder_, completion_queue, completion_queue,
+    service->RequestModelInfer(&context_, &payload_, &responder_, completion_queue, completion_queue,
                                &arrived_event_);
   }
 
@@ -103,7 +104,8 @@ class UnaryInferCall final : public InferenceReceiver {
     released.reset();
     // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
     if (outcome.ok()) {
-      responder_.Finish(response_, grpc::Status::OK, &finished_event_);
+      SerializeGrpcMessage(response_, &payload_);
+      responder_.Finish(payload_, grpc::Status::OK, &finished_event_);
     } else {
       responder_.FinishWithError(outcome, &finished_event_);
     }
@@ -118,10 +120,12 @@ class UnaryInferCall final : public InferenceReceiver {
     const InferPath& path = queue_->path();
     const grpc::Status admitted = path.Admit(context_);
     // Decoding moves the request's raw buffers out instead of copying them.
-    const Status refusal = admitted.ok() ? path.Prepare(context_, &request_, &prepared_) : Status::Ok();
+    Status refusal = admitted.ok() ? path.Parse(&payload_, &request_) : Status::Ok();
+    if (admitted.ok() && refusal.ok()) refusal = path.Prepare(context_, &request_, &prepared_);
     if (!admitted.ok()) {
       Answer(admitted);
     } else if (refusal.ok()) {
+      path.CompressAnswers(&context_);
       started_ = true;
       path.Start(prepared_, request_, &response_, this);
     } else {
@@ -150,9 +154,11 @@ class UnaryInferCall final : public InferenceReceiver {
 
   UnaryInferQueues::Queue* const queue_;
   grpc::ServerContext context_;
+  // The request as it came (compressed or not), then the answer as it goes.
+  grpc::ByteBuffer payload_;
   inference::ModelInferRequest request_;
   inference::ModelInferResponse response_;
-  grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   PreparedInference prepared_;
   Mutex answer_mutex_;
   bool answered_ GUARDED_BY(answer_mutex_) = false;

@@ -75,7 +75,6 @@ constexpr RefusedTritonFlag kRefusedTritonFlags[] = {
     {"--grpc-server-key", nullptr, kTls},
     {"--grpc-root-cert", nullptr, kTls},
     {"--grpc-infer-allocation-pool-size", nullptr, "graphserve keeps no pool of response objects"},
-    {"--grpc-infer-response-compression-level", "none", "graphserve does not compress responses"},
     {"--grpc-keepalive-time", nullptr, kGrpcChannel},
     {"--grpc-keepalive-timeout", nullptr, kGrpcChannel},
     {"--grpc-keepalive-permit-without-calls", nullptr, kGrpcChannel},
@@ -195,6 +194,7 @@ struct TritonValues {
   std::string model_store;
   std::string log_verbose, log_info, log_warning, log_error;
   std::string exit_on_error, strict_readiness, strict_model_config, allow_gpu_metrics;
+  std::string grpc_infer_response_compression_level = "none";
   // Triton's --trace-config values, and its older flags that each set one of them.
   std::vector<std::string> trace_config;
   std::string trace_file, trace_level, trace_rate, trace_count, trace_log_frequency;
@@ -375,6 +375,12 @@ void AddTritonFlags(CLI::App& app, TritonValues* triton) {
                  "failed; false serves the others and lists the failed ones, with their reasons, in the log and "
                  "the repository index")
       ->group(kTritonGroup);
+  app.add_option(
+         "--grpc-infer-response-compression-level", triton->grpc_infer_response_compression_level,
+         "Triton's (default none): compress the answers of ModelInfer and ModelStreamInfer, with the "
+         "algorithm gRPC picks for the level among those the client accepts (low: gzip, high: deflate)")
+      ->check(CLI::IsMember({"none", "low", "medium", "high"}, CLI::ignore_case))
+      ->group(kTritonGroup);
   app.add_option("--strict-readiness", triton->strict_readiness,
                  "Triton's (default true): report ready only while every model loaded or tried serves; false: "
                  "ready once start-up is over")
@@ -498,6 +504,7 @@ Status ApplyEndpoints(const CLI::App& app, const TritonValues& triton, ServerOpt
   if (options->grpc_address.empty() && options->http_address.empty()) {
     return InvalidArgument("the gRPC and REST endpoints are both off: no endpoint would serve requests");
   }
+  options->grpc_infer_response_compression_level = Lower(triton.grpc_infer_response_compression_level);
   if (options->metrics_address.empty() && (options->metrics_plaintext || options->auth.protect_metrics)) {
     return InvalidArgument(std::string(options->metrics_plaintext ? "--metrics-plaintext" : "--metrics-auth") +
                            ": the metrics endpoint is off");

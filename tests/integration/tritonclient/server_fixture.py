@@ -220,13 +220,14 @@ class ServerTestCase(unittest.TestCase):
         cls.addClassCleanup(cls.client.close)
 
     @classmethod
-    def serve_model_copy(cls, model, log_name):
-        """Starts a server on a copy of the integration repository's `model` alone, and loads the
-        TorchScript file as `reference` for expected() to run in torch itself."""
+    def serve_model_copy(cls, model, log_name, *args):
+        """Starts a server (with `args` added to its flags) on a copy of the integration repository's
+        `model` alone, and loads the TorchScript file as `reference` for expected() to run in torch
+        itself."""
         import torch
         model_dir = copy_model(model, scratch_dir(f"{log_name}_repository"))
         cls.reference = torch.jit.load(str(model_dir / "model.pt"))
-        cls.start_server("--model-repository", str(model_dir.parent), log_name=log_name)
+        cls.start_server("--model-repository", str(model_dir.parent), *args, log_name=log_name)
 
     def expected(self, ids, mask):
         """The reference's (hidden, pooled) for a token batch, as numpy arrays."""

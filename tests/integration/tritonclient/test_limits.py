@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory bounds a hostile but well-formed client meets, through Triton's own clients: request size
 limits derived from the served models (gRPC and REST), compressed requests that inflate far past the
-limit (refused unread over gRPC, inflated only up to the limit over REST), a spike of large requests
+limit (inflated only up to the limit, over gRPC and REST), a spike of large requests
 whose memory the server hands back afterwards, and large messages that must not wait on gRPC's
 timers."""
 import concurrent.futures
@@ -80,21 +80,23 @@ class LimitsTest(server_fixture.ServerTestCase):
         self.assertIn("body: its tensors come to", refused.exception.message())
         self.assertIn("requests are taken up to 4194304", refused.exception.message())
 
-    def test_a_compressed_grpc_request_is_refused_before_it_is_inflated(self):
-        # gRPC 1.51 inflates a compressed message whole before checking its size: with compression on,
-        # this request grew the server's peak memory by 267 MiB. It is refused unread instead.
+    def test_a_compressed_grpc_request_is_refused_once_it_inflates_past_the_limit(self):
+        # gRPC 1.51 inflates a compressed message whole before checking its size: with its own
+        # decompression on, this request grew the server's peak memory by 267 MiB. graphserve's
+        # inflates at most the 4 MiB limit and one byte more.
         pid = self.server.process.pid
         peak_before = rss_bytes(pid, "VmHWM")
         # 2 x 128 MiB of zeros: a few hundred KiB once compressed, below the limit on the wire.
         for algorithm in ("gzip", "deflate"):
             with self.assertRaises(InferenceServerException) as refused:
                 self.client.infer(MODEL, zeros_request(16 * MIB), compression_algorithm=algorithm)
-            self.assertEqual(refused.exception.status(), "StatusCode.UNIMPLEMENTED", refused.exception.message())
-            self.assertIn(algorithm, refused.exception.message())
+            self.assertEqual(refused.exception.status(), "StatusCode.RESOURCE_EXHAUSTED", refused.exception.message())
+            self.assertIn(f"inflates (grpc-encoding {algorithm}) to more than the 4194304 bytes",
+                          refused.exception.message())
         grown = rss_bytes(pid, "VmHWM") - peak_before
         self.assertLess(grown, 64 * MIB, f"peak memory grew by {grown / MIB:.0f} MiB")
         ids = np.full((1, 5), 7, dtype=np.int64)
-        self.client.infer(MODEL, server_fixture.token_inputs(ids, np.ones_like(ids)))
+        self.client.infer(MODEL, server_fixture.token_inputs(ids, np.ones_like(ids)), compression_algorithm="gzip")
 
     def test_a_gzip_bomb_over_rest_is_refused_once_it_inflates_past_the_body_limit(self):
         pid = self.server.process.pid

@@ -45,6 +45,10 @@ struct ServerOptions {
   std::string grpc_address = "0.0.0.0:8001";
   // Calls one gRPC connection may have open at once; more wait in the client.
   int grpc_max_concurrent_streams = 4096;
+  // Triton's --grpc-infer-response-compression-level: none, low, medium or high. ModelInfer's and
+  // ModelStreamInfer's answers are compressed with what gRPC picks for the level among the
+  // algorithms the client accepts; none (Triton's default) leaves them plain.
+  std::string grpc_infer_response_compression_level = "none";
   // Threads (each with its completion queue) that take ModelInfer calls; 0: half the cores, 2 to 16.
   int grpc_infer_threads = 0;
   // After each event, ModelInfer's threads poll their completion queues, and idle schedulers their
