@@ -37,29 +37,29 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const 
 // marking has to come first (innermost), since gRPC marks a method async by dropping the handler
 // that only a not-yet-callback method has. ModelInfer and ModelStreamInfer take their requests raw,
 // to inflate compressed ones within the request limit (compressed_message.h).
+// clang-format off
 using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod_ServerLive<
-    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
-        inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
-            inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
-                inference::GRPCInferenceService::WithRawCallbackMethod_ModelStreamInfer<
-                    inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
-                        inference::GRPCInferenceService::WithCallbackMethod_RepositoryIndex<
-                            inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelLoad<
-                                inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelUnload<
-                                    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryStatus<
-                                        inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryRegister<
-                                            inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryUnregister<
-                                                inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryStatus<
-                                                    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryRegister<
-                                                        inference::GRPCInferenceService::
-                                                            WithCallbackMethod_CudaSharedMemoryUnregister<
-                                                                inference::GRPCInferenceService::WithCallbackMethod_TraceSetting<
-                                                                    inference::GRPCInferenceService::
-                                                                        WithCallbackMethod_LogSettings<
-                                                                            inference::GRPCInferenceService::
-                                                                                WithRawMethod_ModelInfer<
-                                                                                    inference::GRPCInferenceService::
-                                                                                        Service>>>>>>>>>>>>>>>>>>>>;
+    inference::GRPCInferenceService::WithCallbackMethod_ServerReady<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelReady<
+    inference::GRPCInferenceService::WithCallbackMethod_ServerMetadata<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelMetadata<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelConfig<
+    inference::GRPCInferenceService::WithRawCallbackMethod_ModelStreamInfer<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelStatistics<
+    inference::GRPCInferenceService::WithCallbackMethod_RepositoryIndex<
+    inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelLoad<
+    inference::GRPCInferenceService::WithCallbackMethod_RepositoryModelUnload<
+    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryStatus<
+    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryRegister<
+    inference::GRPCInferenceService::WithCallbackMethod_SystemSharedMemoryUnregister<
+    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryStatus<
+    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryRegister<
+    inference::GRPCInferenceService::WithCallbackMethod_CudaSharedMemoryUnregister<
+    inference::GRPCInferenceService::WithCallbackMethod_TraceSetting<
+    inference::GRPCInferenceService::WithCallbackMethod_LogSettings<
+    inference::GRPCInferenceService::WithRawMethod_ModelInfer<
+    inference::GRPCInferenceService::Service>>>>>>>>>>>>>>>>>>>>;
+// clang-format on
 
 class InferenceService final : public InferenceServiceBase {
  public:
