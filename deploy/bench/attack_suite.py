@@ -572,6 +572,60 @@ def gzip_bombs(ctx):
     ctx.memory_bound_mib = count * 2 * REST_BODY_LIMIT / MIB + 128
 
 
+def grpc_gzip_bomb():
+    """A ModelInfer message of 1 GiB of zeros in raw_input_contents, gzip-compressed (about 1 MiB,
+    within the gRPC limit on the wire)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    header = b"\x0a\x07encoder"  # model_name (field 1)
+    length = GZIP_BOMB_INFLATED
+    varint = b""
+    while length >= 0x80:
+        varint += bytes([length & 0x7F | 0x80])
+        length >>= 7
+    header += b"\x3a" + varint + bytes([length])  # raw_input_contents (field 7), its length
+    block = b"\x00" * (16 * MIB)
+    parts = [compressor.compress(header)]
+    parts += [compressor.compress(block) for _ in range(GZIP_BOMB_INFLATED // len(block))]
+    return b"".join(parts) + compressor.flush()
+
+
+def grpc_gzip_bombs(ctx):
+    """ModelInfer messages that inflate to 1 GiB (gRPC's own compression, grpc-encoding gzip), one
+    connection each, sent at once: each must be answered RESOURCE_EXHAUSTED, and the server may hold
+    no more than the request limit for each while inflating."""
+    count = ctx.count("gzip_bombs")
+    compressed = grpc_gzip_bomb()
+    bomb = grpc_message_prefix(len(compressed), compressed=True) + compressed
+    connections = [RawH2(("127.0.0.1", ctx.ports["grpc"]), timeout_s=30) for _ in range(count)]
+    streams = [connection.open_stream(GRPC_INFER, headers=(("grpc-encoding", "gzip"),))
+               for connection in connections]
+    senders = [threading.Thread(target=connection.send_data, args=(stream, bomb, True), daemon=True)
+               for connection, stream in zip(connections, streams)]
+    for sender in senders:
+        sender.start()
+    clients = NormalClients(ctx.server, ctx.args.call_timeout_s)
+    clients.start()
+    outcomes = {}
+    for connection, stream in zip(connections, streams):
+        connection.wait_for(lambda c, stream=stream: stream in c.ended_streams or stream in c.reset_streams, 60)
+        # The trailers' grpc-status, a plain literal on a fresh connection (raw_h2.RawH2.header_blocks).
+        trailers = connection.header_blocks.get(stream, b"")
+        outcome = ("RESOURCE_EXHAUSTED" if b"grpc-status\x018" in trailers and b"inflates" in trailers
+                   else "reset" if stream in connection.reset_streams else "other")
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if outcome != "RESOURCE_EXHAUSTED":
+            ctx.violations.append(f"a gRPC gzip bomb was answered {outcome}, not RESOURCE_EXHAUSTED")
+    ctx.normal = clients.stop()
+    ctx.lost += sum(figures["failed"] for figures in ctx.normal.values())
+    for connection in connections:
+        connection.close()
+    ctx.notes.append(f"{count} bombs of {len(bomb) / MIB:.1f} MiB inflating to 1 GiB: answers "
+                     + ", ".join(f"{k}: {v}" for k, v in outcomes.items()))
+    # One request limit each, twice over for the inflater's output growing and the parsed message,
+    # and room for the normal clients.
+    ctx.memory_bound_mib = count * 2 * GRPC_MESSAGE_LIMIT / MIB + 128
+
+
 def descriptor_exhaustion(ctx):
     """Under `ulimit -n 256`, idle REST connections take the descriptors: do gRPC and /metrics still
     serve, and does the gRPC accept loop spin a core?"""
@@ -611,6 +665,7 @@ CASES = [
     Case("transfer_encoding_not_chunked", transfer_encoding, None),
     Case("bad_request_log_flood", bad_request_flood, None),
     Case("rest_gzip_bombs", gzip_bombs, None, check_memory=True),
+    Case("grpc_gzip_bombs", grpc_gzip_bombs, None, check_memory=True),
 ]
 
 

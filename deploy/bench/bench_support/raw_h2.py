@@ -42,9 +42,9 @@ def hpack_literal(name, value):
     return b"\x00" + hpack_integer(len(name), 7) + name + hpack_integer(len(value), 7) + value
 
 
-def grpc_message_prefix(length):
-    """gRPC's length-prefixed message header: uncompressed, then the length in 4 bytes."""
-    return b"\x00" + struct.pack(">I", length)
+def grpc_message_prefix(length, compressed=False):
+    """gRPC's length-prefixed message header: the compressed flag, then the length in 4 bytes."""
+    return (b"\x01" if compressed else b"\x00") + struct.pack(">I", length)
 
 
 class RawH2:
@@ -67,6 +67,9 @@ class RawH2:
         self.reset_streams = {}
         self.ended_streams = set()
         self.answered_streams = set()
+        # Each stream's header blocks from the server, HPACK as sent: gRPC's C core writes header
+        # names and values as plain literals the first time a connection sends them.
+        self.header_blocks = {}
         self._next_stream = 1
         self._write_lock = threading.Lock()
         self._send(PREFACE + self._frame(SETTINGS, 0, 0, struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE,
@@ -144,19 +147,21 @@ class RawH2:
                 self.goaway = True
             elif kind == HEADERS:
                 self.answered_streams.add(stream)
+                self.header_blocks[stream] = self.header_blocks.get(stream, b"") + payload
                 if flags & END_STREAM:
                     self.ended_streams.add(stream)
             elif kind == DATA and flags & END_STREAM:
                 self.ended_streams.add(stream)
             self._changed.notify_all()
 
-    def open_stream(self, path, end_stream=False):
-        """Sends a POST's HEADERS for gRPC method `path`; returns the stream's id."""
+    def open_stream(self, path, end_stream=False, headers=()):
+        """Sends a POST's HEADERS for gRPC method `path`, with `headers` (name, value) added; returns
+        the stream's id."""
         stream = self._next_stream
         self._next_stream += 2
         block = b"".join(hpack_literal(name, value) for name, value in (
             (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", self.authority),
-            ("content-type", "application/grpc"), ("te", "trailers")))
+            ("content-type", "application/grpc"), ("te", "trailers"), *headers))
         with self._changed:
             self.stream_windows[stream] = self.peer_initial_window
         self._send(self._frame(HEADERS, END_HEADERS | (END_STREAM if end_stream else 0), stream, block))
