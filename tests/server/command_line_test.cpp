@@ -176,7 +176,7 @@ TEST(CommandLineTest, TritonFlagsGraphserveCannotHonourAreRefusedNamingThem) {
   ExpectRefused({"--id", "mine"}, {"--id mine", "'graphserve'"});
   // A value that asks for what graphserve does anyway is accepted.
   Accepted({"--rate-limit", "off", "--allow-sagemaker", "false", "--reuse-grpc-port=0", "--log-file", "",
-            "--trace-level", "OFF", "--grpc-infer-response-compression-level", "none"});
+            "--trace-level", "OFF"});
 }
 
 TEST(CommandLineTest, ResponseCompressionLevelIsTritons) {
