@@ -50,6 +50,7 @@ class WireRelay:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.compressed_flags = []  # of the answers' messages, in order
+        self.header_blocks = b""  # the server's HEADERS frames, HPACK as sent
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -88,6 +89,8 @@ class WireRelay:
                 stream = struct.unpack(">I", pending[5:9])[0] & 0x7FFFFFFF
                 payload = pending[9:9 + length]
                 pending = pending[9 + length:]
+                if kind == 1:  # HEADERS: a name or value new to the connection comes as a plain literal
+                    self.header_blocks += payload
                 if kind != 0 or not payload:  # DATA frames only
                     continue
                 if flags & 0x8:  # PADDED
@@ -210,8 +213,10 @@ class GrpcCompressionTest(server_fixture.ServerTestCase):
         client.async_stream_infer(MODEL, inputs, request_id="streamed")
         self.assertIsNone(answers.get(timeout=60)[1])
         client.stop_stream()
-        # ModelInfer's answer and the stream's, each one message with the compressed flag set.
+        # ModelInfer's answer and the stream's, each one message with the compressed flag set, in
+        # the algorithm gRPC ranks first for the low level among those tritonclient accepts.
         self.assertEqual(relay.compressed_flags, [1, 1])
+        self.assertIn(b"grpc-encoding\x04gzip", relay.header_blocks)
         # A metadata answer is not an inference answer: Triton's level leaves it plain.
         client.get_model_metadata(MODEL)
         self.assertEqual(relay.compressed_flags, [1, 1, 0])
