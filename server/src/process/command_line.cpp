@@ -375,10 +375,10 @@ void AddTritonFlags(CLI::App& app, TritonValues* triton) {
                  "failed; false serves the others and lists the failed ones, with their reasons, in the log and "
                  "the repository index")
       ->group(kTritonGroup);
-  app.add_option(
-         "--grpc-infer-response-compression-level", triton->grpc_infer_response_compression_level,
-         "Triton's (default none): compress the answers of ModelInfer and ModelStreamInfer, with the "
-         "algorithm gRPC picks for the level among those the client accepts (low: gzip, high: deflate)")
+  app.add_option("--grpc-infer-response-compression-level", triton->grpc_infer_response_compression_level,
+                 "Triton's (default none): compress the answers of ModelInfer and ModelStreamInfer, with the "
+                 "algorithm gRPC picks for the level among those the client accepts (tritonclient: low gzip, "
+                 "medium and high deflate)")
       ->check(CLI::IsMember({"none", "low", "medium", "high"}, CLI::ignore_case))
       ->group(kTritonGroup);
   app.add_option("--strict-readiness", triton->strict_readiness,
