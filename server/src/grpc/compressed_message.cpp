@@ -106,6 +106,8 @@ Status ParseGrpcMessage(grpc_byte_buffer* buffer, size_t max_bytes, google::prot
     if (message->ParseFromZeroCopyStream(&stream)) return Status::Ok();
     return InvalidArgument("the request is not a valid " + message->GetTypeName() + " message");
   }
+  // Inflated whole, then parsed: parsing while inflating would let a field's declared length (a
+  // bomb's 1 GiB of raw_input_contents) reserve its memory before the bound is reached.
   std::string plain;
   const Status status = InflateGrpcMessage(buffer, max_bytes, &plain);
   if (!status.ok()) return status;

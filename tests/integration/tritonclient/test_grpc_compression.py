@@ -5,6 +5,7 @@ exactly as the same requests sent plain; the other RPCs take compressed requests
 refused naming the limit, on a unary call and on a stream that goes on serving; and with Triton's
 --grpc-infer-response-compression-level the answers travel compressed (read off the wire through a
 relay that parses the HTTP/2 frames)."""
+import gzip
 import queue
 import socket
 import struct
@@ -182,6 +183,26 @@ class GrpcCompressionTest(server_fixture.ServerTestCase):
             self.assertEqual(refused.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
             self.assertIn("inflates (grpc-encoding gzip) to more than the 4194304 bytes", refused.exception.details())
             self.assertTrue(stub.ServerLive(service_pb2.ServerLiveRequest()).live)
+
+    def test_a_broken_compressed_request_is_an_invalid_argument_naming_it(self):
+        # tritonclient cannot send one: written frame by frame, one connection per call, so that the
+        # answer's grpc-status and grpc-message come as plain literals (raw_h2.RawH2.header_blocks).
+        from bench_support.raw_h2 import RawH2, grpc_message_prefix
+        whole = gzip.compress(service_pb2.ModelMetadataRequest(name=MODEL).SerializeToString())
+        for method in ("ModelMetadata", "ModelInfer"):
+            with self.subTest(method=method):
+                connection = RawH2(("127.0.0.1", self.server.grpc_port))
+                stream = connection.open_stream(f"/inference.GRPCInferenceService/{method}",
+                                                headers=(("grpc-encoding", "gzip"),))
+                broken = whole[:-6]  # its end cut off
+                connection.send_data(stream, grpc_message_prefix(len(broken), compressed=True) + broken,
+                                     end_stream=True)
+                self.assertTrue(connection.wait_for(lambda c, stream=stream: stream in c.ended_streams, 30))
+                trailers = connection.header_blocks[stream]
+                connection.close()
+                self.assertIn(b"grpc-status\x013", trailers)  # INVALID_ARGUMENT
+                self.assertIn(b"the request is not one complete gzip stream", trailers)
+        self.assertTrue(self.client.is_server_live())
 
     def test_a_bomb_on_a_stream_is_that_request_s_error_and_the_stream_goes_on(self):
         answers = queue.Queue()
