@@ -968,6 +968,8 @@ def main():
                         help="the most a case spends sending its bytes (default 10, full 30)")
     parser.add_argument("--call-timeout-s", type=float, default=5.0, help="a normal call's timeout")
     parser.add_argument("--start-timeout-s", type=float, default=120)
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="one more graphserve argument (repeat it), e.g. --server-arg=--drain-timeout-s=5")
     args = parser.parse_args()
     args.hold_s = args.hold_s or (20 if args.full else 4)
     args.send_budget_s = args.send_budget_s or (30 if args.full else 10)
@@ -976,7 +978,7 @@ def main():
     if not os.path.exists(args.graphserve_binary):
         fail(f"no graphserve at {args.graphserve_binary}; build it first (cmake --build build --target graphserve)")
     args.device = "cpu"
-    args.server_args = ["--drain-timeout-s", "10"]
+    args.server_args = ["--drain-timeout-s", "10"] + args.server_arg
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     # The hostile clients hold many sockets: this process's soft limit up to its hard one.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

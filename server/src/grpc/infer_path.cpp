@@ -80,6 +80,8 @@ void InferPath::CompressAnswers(grpc::ServerContextBase* context) const {
     context->set_compression_level(wire_.answer_compression);
 }
 
+void InferPath::CountDroppedAnswer() const { metrics_->CountDroppedAnswer("grpc"); }
+
 void PreparedInference::Cancel() const {
   // A client cancels its call when the deadline passes (the server's own gRPC check is off,
   // server.cpp): such a call has expired rather than been cancelled. The client's clock and this

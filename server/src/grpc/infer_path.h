@@ -118,6 +118,12 @@ class InferPath {
   void Start(const PreparedInference& prepared, const inference::ModelInferRequest& request,
              inference::ModelInferResponse* response, InferenceReceiver* receiver) const;
 
+  // How long an answer may wait for its client to read it before its call is cancelled (0: no
+  // limit), and the count of answers dropped so (graphserve_answers_dropped_total).
+  std::chrono::milliseconds answer_write_timeout() const { return answer_write_timeout_; }
+  void set_answer_write_timeout(std::chrono::milliseconds timeout) { answer_write_timeout_ = timeout; }
+  void CountDroppedAnswer() const;
+
  private:
   const ModelRepository* repository_;
   const Clock* clock_;
@@ -127,6 +133,7 @@ class InferPath {
   const GrpcApiGate* gate_;
   RequestTracing tracing_;
   InferWireOptions wire_;
+  std::chrono::milliseconds answer_write_timeout_{0};
 };
 
 }  // namespace graphserve

@@ -100,7 +100,9 @@ grpc::Status ToGrpcStatus(const Status& status) {
 }
 
 InferPath InferenceService::infer_path() const {
-  return InferPath(repository_, clock_, metrics_, &ready_, shared_memory_, tracing_, wire_, gate_);
+  InferPath path(repository_, clock_, metrics_, &ready_, shared_memory_, tracing_, wire_, gate_);
+  path.set_answer_write_timeout(answer_write_timeout_);
+  return path;
 }
 
 grpc::ServerUnaryReactor* InferenceService::Refused(grpc::CallbackServerContext* context,

@@ -12,6 +12,7 @@
 // Lifetime: the repository, clock, metrics and shared-memory registry must outlive the service and
 // every request it queued.
 #include <atomic>
+#include <chrono>
 
 #include <grpcpp/grpcpp.h>
 
@@ -85,6 +86,9 @@ class InferenceService final : public InferenceServiceBase {
   // Who may call which API group (security/grpc_security.h); every RPC asks it first. Null: everyone.
   // Set before serving; it must outlive the service.
   void set_api_gate(const GrpcApiGate* gate) { gate_ = gate; }
+  // How long an answer may wait for its client to read it (ServerOptions::grpc_answer_write_timeout);
+  // set before serving.
+  void set_answer_write_timeout(std::chrono::milliseconds timeout) { answer_write_timeout_ = timeout; }
   // What ServerReady answers: serving, and with strict readiness every model serving too.
   bool Ready() const;
   // Live until the process cannot serve any more (a faulted CUDA context): ServerLive answers it.
@@ -187,6 +191,7 @@ class InferenceService final : public InferenceServiceBase {
   bool strict_readiness_ = true;
   std::atomic<bool> live_{true};
   const GrpcApiGate* gate_ = nullptr;
+  std::chrono::milliseconds answer_write_timeout_{0};
   RequestTracing tracing_;
   InferWireOptions wire_;
 };

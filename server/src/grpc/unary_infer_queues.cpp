@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 
+#include <grpcpp/alarm.h>
+
 #include "common/thread_name.h"
 #include "graphserve/server/grpc/compressed_message.h"
 
@@ -69,8 +71,9 @@ class UnaryInferQueues::Queue {
 namespace {
 
 // One ModelInfer call, from being requested to being deleted (see the header for its course). Each
-// of its three events is a tag of its own; all three are handled on its queue's thread, so its
-// flags need no lock. Answered may run on any thread.
+// of its events is a tag of its own; all are handled on its queue's thread, so its flags need no
+// lock. Answered may run on any thread; what it sets is read on the queue's thread only after the
+// finish it starts has come back.
 class UnaryInferCall final : public InferenceReceiver {
  public:
   // What a completion queue hands back: the call and which of its events completed.
@@ -83,6 +86,7 @@ class UnaryInferCall final : public InferenceReceiver {
   explicit UnaryInferCall(UnaryInferQueues::Queue* queue) : queue_(queue), responder_(&context_) {}
 
   void Request(InferenceService* service, grpc::ServerCompletionQueue* completion_queue) {
+    completion_queue_ = completion_queue;
     context_.AsyncNotifyWhenDone(&done_event_);
     service->RequestModelInfer(&context_, &payload_, &responder_, completion_queue, completion_queue,
                                &arrived_event_);
@@ -102,6 +106,14 @@ class UnaryInferCall final : public InferenceReceiver {
       released = std::move(prepared_.model);
     }
     released.reset();
+    // A client that never reads would keep the answer here, and in gRPC's buffers, until its
+    // connection goes: past the timeout the call is cancelled, which fails the finish and frees both.
+    const std::chrono::milliseconds write_timeout = queue_->path().answer_write_timeout();
+    if (write_timeout.count() > 0) {
+      write_alarm_pending_ = true;
+      write_alarm_.Set(completion_queue_, std::chrono::system_clock::now() + write_timeout,
+                       &write_alarm_event_);
+    }
     // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
     if (outcome.ok()) {
       SerializeGrpcMessage(response_, &payload_);
@@ -136,9 +148,25 @@ class UnaryInferCall final : public InferenceReceiver {
     queue_->RequestCall();
   }
 
-  void OnFinished(bool) {
+  void OnFinished(bool ok) {
     finished_ = true;
-    if (done_) delete this;
+    if (write_alarm_pending_) write_alarm_.Cancel();  // its event still comes back, not ok
+    if (!ok && write_timed_out_) queue_->path().CountDroppedAnswer();
+    DeleteIfOver();
+  }
+
+  void OnWriteAlarm(bool fired) {
+    write_alarm_pending_ = false;
+    if (fired && !finished_) {
+      write_timed_out_ = true;
+      context_.TryCancel();
+    }
+    DeleteIfOver();
+  }
+
+  // Once every event of the call has come back.
+  void DeleteIfOver() {
+    if (finished_ && done_ && !write_alarm_pending_) delete this;
   }
 
   void OnDone(bool) {
@@ -149,10 +177,11 @@ class UnaryInferCall final : public InferenceReceiver {
       MutexLock lock(&answer_mutex_);
       if (!answered_) prepared_.Cancel();  // an answered request has left its scheduler
     }
-    if (finished_) delete this;
+    DeleteIfOver();
   }
 
   UnaryInferQueues::Queue* const queue_;
+  grpc::ServerCompletionQueue* completion_queue_ = nullptr;
   grpc::ServerContext context_;
   // The request as it came (compressed or not), then the answer as it goes.
   grpc::ByteBuffer payload_;
@@ -165,9 +194,13 @@ class UnaryInferCall final : public InferenceReceiver {
   bool started_ = false;
   bool finished_ = false;
   bool done_ = false;
+  grpc::Alarm write_alarm_;
+  bool write_alarm_pending_ = false;  // set before Finish, so read safely once Finish came back
+  bool write_timed_out_ = false;
   Event arrived_event_{this, &UnaryInferCall::OnArrived};
   Event finished_event_{this, &UnaryInferCall::OnFinished};
   Event done_event_{this, &UnaryInferCall::OnDone};
+  Event write_alarm_event_{this, &UnaryInferCall::OnWriteAlarm};
 };
 
 }  // namespace

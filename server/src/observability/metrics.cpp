@@ -554,6 +554,13 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
   for (const char* reason : {"descriptor_reserve", "descriptors_exhausted"}) {
     refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}});
   }
+  dropped_answers_ = &prometheus::BuildCounter()
+                          .Name("graphserve_answers_dropped_total")
+                          .Help(
+                              "Answers computed but never delivered: the client did not read them within "
+                              "--grpc-answer-write-timeout-s, so the call was cancelled")
+                          .Register(*registry_);
+  dropped_answers_->Add({{"endpoint", "grpc"}});
   auth_refusals_ = &prometheus::BuildCounter()
                         .Name("graphserve_auth_failures_total")
                         .Help("Requests refused for a missing or wrong token, by endpoint (grpc, http, metrics)")
@@ -570,6 +577,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
 
 void ServerMetrics::CountRefusedConnection(const std::string& reason) {
   refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}}).Increment();
+}
+
+void ServerMetrics::CountDroppedAnswer(const char* endpoint) {
+  dropped_answers_->Add({{"endpoint", endpoint}}).Increment();
 }
 
 void ServerMetrics::SetDeviceFaulted() { device_faulted_->Set(1); }

@@ -170,6 +170,9 @@ Status CheckListenAddress(const char* flag, const std::string& address) {
 struct GraphserveValues {
   double drain_timeout_s = 30.0;
   double idle_timeout_s = 0;
+  double grpc_connection_age_s = 0;
+  double grpc_connection_age_grace_s = 0;
+  double grpc_answer_write_timeout_s = 0;
   int64_t busy_poll_us = -1;
   std::string control_mode = "none";
   std::string log_format = "plain";
@@ -239,6 +242,28 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
                  "close a gRPC connection that has had no call for this long, freeing its descriptor; 0: never")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 604800.0));  // a week: gRPC takes milliseconds as an int
+  app.add_option("--grpc-memory-budget-bytes", options.grpc_memory_budget_bytes,
+                 "bytes gRPC's transport may hold for all connections together (read buffers, messages not "
+                 "yet complete); past it gRPC cancels streams with RESOURCE_EXHAUSTED until it is back under")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{16} * 1024 * 1024, int64_t{1} << 46));
+  values->grpc_connection_age_s = options.grpc_max_connection_age.count() / 1000.0;
+  app.add_option("--grpc-max-connection-age-s", values->grpc_connection_age_s,
+                 "ask a gRPC connection this old to go (GOAWAY: clients reconnect for later calls); with the "
+                 "grace, bounds how long a message that never completes is held; 0: no age")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 604800.0));
+  values->grpc_connection_age_grace_s = options.grpc_max_connection_age_grace.count() / 1000.0;
+  app.add_option("--grpc-max-connection-age-grace-s", values->grpc_connection_age_grace_s,
+                 "then close it, cancelling the calls and streams still open on it")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 604800.0));
+  values->grpc_answer_write_timeout_s = options.grpc_answer_write_timeout.count() / 1000.0;
+  app.add_option("--grpc-answer-write-timeout-s", values->grpc_answer_write_timeout_s,
+                 "drop a gRPC answer the client has not read within this long and cancel its call "
+                 "(graphserve_answers_dropped_total); 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 604800.0));
   app.add_option("--max-request-bytes", options.max_request_bytes,
                  "largest gRPC request message and REST request body accepted (RESOURCE_EXHAUSTED / 413 "
                  "beyond); 0: derived from the largest request the repository's models take")
@@ -684,6 +709,12 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
   const double drain_timeout_s = Given(app, "--exit-timeout-secs") ? triton.exit_timeout_secs : values.drain_timeout_s;
   options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1000));
   options.connection_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(values.idle_timeout_s * 1000));
+  options.grpc_max_connection_age =
+      std::chrono::milliseconds(static_cast<int64_t>(values.grpc_connection_age_s * 1000));
+  options.grpc_max_connection_age_grace =
+      std::chrono::milliseconds(static_cast<int64_t>(values.grpc_connection_age_grace_s * 1000));
+  options.grpc_answer_write_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(values.grpc_answer_write_timeout_s * 1000));
   options.busy_poll = std::chrono::microseconds(values.busy_poll_us);
   // From the environment rather than a flag: a flag's value is visible to every user in `ps`.
   if (const char* tokens = std::getenv("GRAPHSERVE_AUTH_TOKEN")) options.auth.env_tokens = tokens;

@@ -141,6 +141,9 @@ class ServerMetrics {
 
   // A gRPC connection closed on arrival (GrpcAcceptor's refusal reasons).
   void CountRefusedConnection(const std::string& reason);
+  // An answer computed but never delivered: its client did not read it in time and the call was
+  // cancelled (`endpoint` "grpc").
+  void CountDroppedAnswer(const char* endpoint);
   // The engine reported a CUDA fault that no later batch survives (DeviceFault): 1 from then on.
   void SetDeviceFaulted();
 
@@ -163,6 +166,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* request_length_ = nullptr;
   prometheus::Family<prometheus::Histogram>* deadline_left_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
+  prometheus::Family<prometheus::Counter>* dropped_answers_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
   prometheus::Gauge* device_faulted_ = nullptr;
 

@@ -62,6 +62,19 @@ struct ServerOptions {
   int64_t max_request_bytes = 0;
   // A gRPC connection without calls for this long is closed (its descriptor freed); 0: never.
   std::chrono::milliseconds connection_idle_timeout{300000};
+  // Bytes gRPC's transport may hold for all connections together (grpc::ResourceQuota): read buffers
+  // and the parts of messages not yet complete. Past it gRPC cancels streams (RESOURCE_EXHAUSTED) until
+  // it is back under. 1 GiB: 256 requests at the 4 MiB floor of the request limit at once, and a
+  // quarter of a 4 GiB container.
+  int64_t grpc_memory_budget_bytes = int64_t{1} << 30;
+  // A gRPC connection older than this is asked to go (GOAWAY; clients open a new one for later calls),
+  // and closed once the grace has passed too, cancelling what is still open on it: a message that
+  // never completes is held at most age + grace. 0: no age.
+  std::chrono::milliseconds grpc_max_connection_age{600000};
+  std::chrono::milliseconds grpc_max_connection_age_grace{300000};
+  // A ModelInfer answer, or one answer of a ModelStreamInfer stream, not written to the client within
+  // this long (a client that does not read it) is dropped and the call cancelled; 0: no limit.
+  std::chrono::milliseconds grpc_answer_write_timeout{30000};
   // The KServe v2 HTTP/REST endpoint; empty: none.
   std::string http_address = "0.0.0.0:8000";
   int http_thread_count = 8;
