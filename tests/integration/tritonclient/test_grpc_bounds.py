@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The gRPC endpoint's bounds on hostile clients (issue #43), pushed past against the real server
+while a normal tritonclient keeps calling: messages that never complete (the transport's memory
+budget cancels streams past it; the connection's age and grace close it), and answers their client
+never reads (dropped after the write timeout, their calls cancelled and counted).
+
+The bounds are set small so that the test stays short on CI's two shared cores: a 16 MiB budget
+against ~94 MiB of incomplete messages, a 20 s age with 1 s of grace, a 1 s write timeout. The
+normal client's p99 while an attack holds must stay within twice its idle p99, plus 50 ms for a
+host that other tests load."""
+import statistics
+import sys
+import threading
+import time
+import unittest
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+import server_fixture
+from bench_support.raw_h2 import RawH2, grpc_message_prefix
+
+MODEL = "tiny_scripted"
+MIB = 1024 * 1024
+GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+BUDGET = 16 * MIB
+AGE_S, GRACE_S = 20, 1
+# The server hands free heap pages back every 5 s: what it holds is read after that.
+TRIM_S = 6
+# The limit gRPC applies to the integration models' requests (test_limits checks it is logged).
+REQUEST_LIMIT = 4 * MIB
+NOISE_S = 0.05
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def p99(latencies):
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+class NormalClient(threading.Thread):
+    """A tritonclient calling the model back to back until stopped, recording each call's latency
+    and its failures."""
+
+    def __init__(self, server):
+        super().__init__(daemon=True)
+        self.server = server
+        self.stopped = threading.Event()
+        self.latencies, self.failures = [], []
+        ids = np.full((1, 8), 7, dtype=np.int64)
+        self.inputs = server_fixture.token_inputs(ids, np.ones_like(ids))
+
+    def run(self):
+        with self.server.client() as client:
+            while not self.stopped.is_set():
+                started = time.monotonic()
+                try:
+                    client.infer(MODEL, self.inputs, client_timeout=10)
+                except server_fixture.InferenceServerException as error:
+                    self.failures.append(error.message())
+                self.latencies.append(time.monotonic() - started)
+
+    def measure(self, seconds):
+        """Latencies of the calls that end within the next `seconds`."""
+        first = len(self.latencies)
+        time.sleep(seconds)
+        return self.latencies[first:]
+
+
+class GrpcBoundsTest(server_fixture.ServerTestCase):
+    def setUp(self):
+        self.normal = NormalClient(self.server)
+        self.normal.start()
+        self.addCleanup(self.normal.join)
+        self.addCleanup(self.normal.stopped.set)
+        self.idle = self.normal.measure(2)
+
+    def assert_normal_client_unhurt(self, during, reclaimed_ok=False):
+        """`reclaimed_ok`: while the memory budget is full, gRPC cancels streams of any connection to
+        get back under it (RST_STREAM ENHANCE_YOUR_CALM, "Buffers full"), a normal call's now and
+        then (2 of 1,200 at a 16 MiB budget): at most 1% may fail so, and no other way."""
+        idle_p99, during_p99 = p99(self.idle), p99(during)
+        figures = (f"normal calls: idle p50/p99 {statistics.median(self.idle) * 1e3:.0f} / {idle_p99 * 1e3:.0f} ms "
+                   f"({len(self.idle)} calls), under attack {statistics.median(during) * 1e3:.0f} / "
+                   f"{during_p99 * 1e3:.0f} ms ({len(during)} calls)")
+        print(figures, file=sys.stderr)
+        reclaimed = [failure for failure in self.normal.failures if "RST_STREAM with error code 11" in failure]
+        print(f"normal calls cancelled by gRPC's reclaimer: {len(reclaimed)}", file=sys.stderr)
+        self.assertEqual([failure for failure in self.normal.failures if failure not in reclaimed], [])
+        self.assertLessEqual(len(reclaimed), len(self.normal.latencies) // 100 if reclaimed_ok else 0)
+        self.assertGreater(len(during), 10, figures)
+        self.assertLess(during_p99, 2 * idle_p99 + NOISE_S, figures)
+
+    def dropped_answers(self):
+        return sum(server_fixture.metrics.values(self.server.metric_samples(), "graphserve_answers_dropped_total",
+                                                 endpoint="grpc"))
+
+
+class IncompleteMessagesTest(GrpcBoundsTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.start_server("--model-repository", str(server_fixture.REPOSITORY), "--grpc-memory-budget-bytes",
+                         str(BUDGET), "--grpc-max-connection-age-s", str(AGE_S),
+                         "--grpc-max-connection-age-grace-s", str(GRACE_S), log_name="grpc_bounds_incomplete")
+
+    def test_incomplete_messages_are_cancelled_past_the_budget_and_closed_at_the_connection_age(self):
+        pid = self.server.process.pid
+        before = rss_bytes(pid)
+        connection = RawH2(("127.0.0.1", self.server.grpc_port))
+        opened = time.monotonic()
+        self.addCleanup(connection.close)
+        # Each message declares nearly the limit and stops 64 KiB short: about six budgets in all.
+        declared = REQUEST_LIMIT - 1024
+        payload = grpc_message_prefix(declared) + b"\x00" * (declared - 64 * 1024)
+        streams = 6 * BUDGET // declared
+        sent = 0
+        for _ in range(streams):
+            sent += connection.send_data(connection.open_stream(GRPC_INFER), payload,
+                                         deadline=time.monotonic() + 5)
+        sent_at = time.monotonic()
+        during = self.normal.measure(2)
+        time.sleep(max(0.0, sent_at + TRIM_S - time.monotonic()))
+        self.assertFalse(connection.closed, f"closed {time.monotonic() - opened:.1f} s after it opened (sent in "
+                         f"{sent_at - opened:.1f} s), before the attack's memory was read: raise AGE_S")
+        cancelled = len(connection.reset_streams)
+        held = rss_bytes(pid) - before
+        print(f"{streams} streams, {sent / MIB:.0f} MiB sent: {cancelled} cancelled by the server, RSS "
+              f"{before / MIB:.0f} MiB before, +{held / MIB:.0f} MiB held", file=sys.stderr)
+        self.assertGreater(sent, 5 * BUDGET)
+        # Past the budget gRPC cancels streams: what stays held is about the budget, not what was sent.
+        self.assertGreater(cancelled, 0)
+        self.assertLess(held, 3 * BUDGET)
+        self.assert_normal_client_unhurt(during, reclaimed_ok=True)
+        # The messages left never complete: the connection's age and grace end them.
+        self.assertTrue(connection.wait_for(lambda c: c.closed, AGE_S * 1.1 + GRACE_S + 10),
+                        "the server did not close the stalled connection")
+        closed_after = time.monotonic() - opened
+        print(f"stalled connection closed {closed_after:.1f} s after it opened (age {AGE_S} s, grace "
+              f"{GRACE_S} s)", file=sys.stderr)
+        self.assertTrue(connection.goaway)
+        self.assertGreater(closed_after, AGE_S * 0.9)
+        self.assertTrue(self.client.is_server_ready())
+
+
+class UnreadAnswersTest(GrpcBoundsTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.start_server("--model-repository", str(server_fixture.REPOSITORY), "--grpc-answer-write-timeout-s",
+                         "1", log_name="grpc_bounds_unread")
+
+    def test_answers_not_read_within_the_timeout_are_dropped_and_counted(self):
+        dropped_before = self.dropped_answers()
+        request = service_pb2.ModelInferRequest(model_name=MODEL)
+        ids = np.full((1, 32), 7, dtype=np.int64)
+        for name in ("input_ids", "attention_mask"):
+            tensor = request.inputs.add(name=name, datatype="INT64")
+            tensor.shape.extend(ids.shape)
+            request.raw_input_contents.append(ids.tobytes())
+        message = request.SerializeToString()
+        # A window of 0: the server can send an answer's headers, never its message.
+        connection = RawH2(("127.0.0.1", self.server.grpc_port), receive_window=0)
+        self.addCleanup(connection.close)
+        calls = 16
+        opened = [connection.open_stream(GRPC_INFER) for _ in range(calls)]
+        for stream in opened:
+            connection.send_data(stream, grpc_message_prefix(len(message)) + message, end_stream=True,
+                                 deadline=time.monotonic() + 5)
+        during = self.normal.measure(2)
+        self.assertTrue(connection.wait_for(lambda c: len(c.reset_streams) == calls, 15),
+                        f"{len(connection.reset_streams)} of {calls} unread calls cancelled")
+        self.assertFalse(connection.closed)
+        self.assertEqual(self.dropped_answers() - dropped_before, calls)
+        self.assert_normal_client_unhurt(during)
+        # The normal client's answers, all read, were never dropped.
+        self.assertEqual(self.dropped_answers() - dropped_before, calls)
+
+
+if __name__ == "__main__":
+    unittest.main()
