@@ -75,6 +75,12 @@ class NormalClient(threading.Thread):
 
 
 class GrpcBoundsTest(server_fixture.ServerTestCase):
+    @classmethod
+    def start_bounded_server(cls, *flags, log_name):
+        """A server of MODEL alone, so that it starts in seconds, with `flags`."""
+        model_dir = server_fixture.copy_model(MODEL, server_fixture.scratch_dir(f"{log_name}_repository"))
+        cls.start_server("--model-repository", str(model_dir.parent), *flags, log_name=log_name)
+
     def setUp(self):
         self.normal = NormalClient(self.server)
         self.normal.start()
@@ -106,9 +112,8 @@ class GrpcBoundsTest(server_fixture.ServerTestCase):
 class IncompleteMessagesTest(GrpcBoundsTest):
     @classmethod
     def setUpClass(cls):
-        cls.start_server("--model-repository", str(server_fixture.REPOSITORY), "--grpc-memory-budget-bytes",
-                         str(BUDGET), "--grpc-max-connection-age-s", str(AGE_S),
-                         "--grpc-max-connection-age-grace-s", str(GRACE_S), log_name="grpc_bounds_incomplete")
+        cls.start_bounded_server("--grpc-memory-budget-bytes", str(BUDGET), "--grpc-max-connection-age-s", str(AGE_S),
+                                 "--grpc-max-connection-age-grace-s", str(GRACE_S), log_name="grpc_bounds_incomplete")
 
     def test_incomplete_messages_are_cancelled_past_the_budget_and_closed_at_the_connection_age(self):
         pid = self.server.process.pid
@@ -152,8 +157,7 @@ class IncompleteMessagesTest(GrpcBoundsTest):
 class UnreadAnswersTest(GrpcBoundsTest):
     @classmethod
     def setUpClass(cls):
-        cls.start_server("--model-repository", str(server_fixture.REPOSITORY), "--grpc-answer-write-timeout-s",
-                         "1", log_name="grpc_bounds_unread")
+        cls.start_bounded_server("--grpc-answer-write-timeout-s", "1", log_name="grpc_bounds_unread")
 
     def test_answers_not_read_within_the_timeout_are_dropped_and_counted(self):
         dropped_before = self.dropped_answers()
