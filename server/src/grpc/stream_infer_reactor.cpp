@@ -6,6 +6,15 @@
 #include "graphserve/server/grpc/compressed_message.h"
 
 namespace graphserve {
+namespace {
+
+// grpc::Alarm takes system_clock deadlines; the stream times its writes on the steady clock.
+std::chrono::system_clock::time_point ToSystemTime(std::chrono::steady_clock::time_point when) {
+  return std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                when - std::chrono::steady_clock::now());
+}
+
+}  // namespace
 
 // One request of the stream, from its read to the write of its answer.
 struct StreamInferReactor::StreamRequest final : InferenceReceiver {
@@ -160,6 +169,41 @@ void StreamInferReactor::OnCancel() {
 
 void StreamInferReactor::OnDone() { delete this; }
 
+void StreamInferReactor::ArmAlarmLocked(NextCall* next) {
+  const std::chrono::milliseconds timeout = path_.answer_write_timeout();
+  if (timeout.count() <= 0 || alarm_set_) return;
+  alarm_set_ = true;
+  // The alarm being replaced may be the one whose callback runs now: it is kept until the next.
+  previous_alarm_ = std::move(write_alarm_);
+  write_alarm_ = std::make_unique<grpc::Alarm>();
+  next->alarm = write_alarm_.get();
+  next->alarm_deadline = write_started_ + timeout;
+}
+
+void StreamInferReactor::OnWriteAlarm(bool fired) {
+  NextCall next;
+  int dropped = 0;
+  {
+    MutexLock lock(&mutex_);
+    alarm_set_ = false;
+    if (fired && write_in_flight_ && !abandoned_) {
+      if (std::chrono::steady_clock::now() - write_started_ >= path_.answer_write_timeout()) {
+        // The client has not read this answer in time: it and the ones behind it go nowhere.
+        dropped = static_cast<int>(to_write_.size());
+        AbandonLocked();
+      } else {
+        ArmAlarmLocked(&next);  // a later write than the one the alarm was set for
+      }
+    }
+    if (next.alarm == nullptr) next = NextCallLocked();
+  }
+  if (dropped > 0) {
+    for (int i = 0; i < dropped; ++i) path_.CountDroppedAnswer();
+    context_->TryCancel();  // fails the write in flight
+  }
+  Make(next);
+}
+
 void StreamInferReactor::AbandonLocked() {
   if (abandoned_) return;
   abandoned_ = true;
@@ -176,12 +220,19 @@ StreamInferReactor::NextCall StreamInferReactor::NextCallLocked() {
   if (finishing_) return next;
   if (!abandoned_ && !write_in_flight_ && !to_write_.empty()) {
     write_in_flight_ = true;
+    write_started_ = std::chrono::steady_clock::now();
     next.write = to_write_.front().get();
+    ArmAlarmLocked(&next);
     return next;
   }
   // Finish only once nothing of the stream is left with gRPC or a scheduler: OnDone deletes the
   // reactor, and a scheduler answering later would reach a deleted one.
   if (read_in_flight_ || write_in_flight_ || !queued_.empty()) return next;
+  if (alarm_set_) {
+    // Its callback, once cancelled, comes back here to finish.
+    if (abandoned_ || (reads_ended_ && to_write_.empty())) next.alarm = write_alarm_.get();
+    return next;
+  }
   if (abandoned_) {
     finishing_ = true;
     next.finish = grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled");
@@ -193,6 +244,13 @@ StreamInferReactor::NextCall StreamInferReactor::NextCallLocked() {
 }
 
 void StreamInferReactor::Make(const NextCall& next) {
+  if (next.alarm != nullptr) {
+    if (next.alarm_deadline) {
+      next.alarm->Set(ToSystemTime(*next.alarm_deadline), [this](bool fired) { OnWriteAlarm(fired); });
+    } else {
+      next.alarm->Cancel();
+    }
+  }
   if (next.write != nullptr) {
     // The front of to_write_, which nothing else touches while its write is in flight.
     SerializeGrpcMessage(next.write->answer, &next.write->wire);

@@ -12,15 +12,19 @@
 // half-close the stream finishes OK once every request has been answered and every answer written.
 // When the client cancels (or the server's drain timeout does), the requests still queued are
 // cancelled, unwritten answers are dropped and the stream finishes CANCELLED. Answers the client has
-// not read yet wait here in memory (gRPC's flow control holds the writes back).
+// not read yet wait here in memory (gRPC's flow control holds the writes back), until a write has
+// waited for the path's answer_write_timeout: then the stream is cancelled, and that answer and those
+// behind it are dropped and counted (InferPath::CountDroppedAnswer).
 //
 // Thread safety: gRPC's reactions and the schedulers' answering threads call in concurrently; the
 // state they share is guarded by mutex_, and gRPC's Start*/Finish calls are made without it.
 // Lifetime: the reactor deletes itself in OnDone. It calls Finish only once no read, no write and no
 // request of the stream is left in flight, and starts none after that, so no scheduler callback can
 // reach a deleted reactor.
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <list>
 #include <memory>
 #include <optional>
@@ -53,6 +57,10 @@ class StreamInferReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   struct NextCall {
     StreamRequest* write = nullptr;  // its answer, serialized outside the lock
     std::optional<grpc::Status> finish;
+    // The write timeout's alarm: set for `alarm_deadline`, or (without a deadline) cancelled so that
+    // the stream can finish.
+    grpc::Alarm* alarm = nullptr;
+    std::optional<std::chrono::steady_clock::time_point> alarm_deadline;
   };
 
   ~StreamInferReactor() override;
@@ -69,6 +77,10 @@ class StreamInferReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   NextCall NextCallLocked() REQUIRES(mutex_);
   // Makes the call; the last thing a reaction does, since a Finish may lead to OnDone.
   void Make(const NextCall& next);
+  // The write timeout's alarm went off (`fired`) or was cancelled.
+  void OnWriteAlarm(bool fired) EXCLUDES(mutex_);
+  // Claims the alarm for the write in flight, unless it is already set.
+  void ArmAlarmLocked(NextCall* next) REQUIRES(mutex_);
 
   grpc::CallbackServerContext* const context_;
   const InferPath path_;
@@ -87,6 +99,13 @@ class StreamInferReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   bool reads_ended_ GUARDED_BY(mutex_) = false;  // the client half-closed, or the stream broke
   bool abandoned_ GUARDED_BY(mutex_) = false;    // cancelled, or a write failed
   bool finishing_ GUARDED_BY(mutex_) = false;    // Finish was claimed: nothing more starts
+  // The write timeout: when the write in flight started, and whether an alarm is set (the stream
+  // does not finish before its callback has run). A fresh alarm each time: one may be set from
+  // within the previous one's callback; the previous one is kept until then.
+  std::chrono::steady_clock::time_point write_started_ GUARDED_BY(mutex_);
+  bool alarm_set_ GUARDED_BY(mutex_) = false;
+  std::unique_ptr<grpc::Alarm> write_alarm_ GUARDED_BY(mutex_);
+  std::unique_ptr<grpc::Alarm> previous_alarm_ GUARDED_BY(mutex_);
 };
 
 }  // namespace graphserve
