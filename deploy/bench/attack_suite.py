@@ -314,8 +314,12 @@ class Context:
     def measure(self, seconds=None):
         """Normal clients for `seconds` (--hold-s), while the attack holds."""
         clients = NormalClients(self.server, self.args.call_timeout_s)
-        self.normal = clients.run_for(self.args.hold_s if seconds is None else seconds)
-        # What the server holds while the attack still does, without the peak of computing it.
+        hold_s = self.args.hold_s if seconds is None else seconds
+        self.normal = clients.run_for(hold_s)
+        # What the server holds while the attack still does, without the peak of computing it: once
+        # the server's periodic heap trim has run, so that memory it freed is not counted as held.
+        if self.held_mib is not None:
+            time.sleep(max(0.0, SETTLE_S - hold_s))
         self.rss_held = rss_mib(self.server.process.pid)
         self.lost += sum(figures["failed"] for figures in self.normal.values())
 
@@ -645,18 +649,25 @@ class Case:
     """An attack: `run(ctx)`, the point of issue #43 that will fix the damage it does (None: one that
     a bound of today must contain), the server's descriptor limit where the attack needs one, and
     whether the server's memory against what the attacker holds is its figure (its row then waits
-    for the heap's trim before "after")."""
+    for the heap's trim before "after"), and flags that bring the server's bounds within the case's
+    scale and hold (named in the row's notes)."""
 
-    def __init__(self, name, run, issue_point, descriptor_limit=None, check_memory=False):
+    def __init__(self, name, run, issue_point, descriptor_limit=None, check_memory=False, server_args=()):
         self.name, self.run, self.issue_point = name, run, issue_point
         self.descriptor_limit, self.check_memory = descriptor_limit, check_memory
+        self.server_args = list(server_args)
         self.settle_s = SETTLE_S if check_memory else 1
 
 
 CASES = [
-    Case("grpc_incomplete_messages", grpc_incomplete_messages, 2, check_memory=True),
+    # The defaults (a 1 GiB budget, 600 s of age and 300 of grace) act past this scale and hold; an
+    # age shorter than the time to send --full's streams would end the attack before it is built.
+    Case("grpc_incomplete_messages", grpc_incomplete_messages, 2, check_memory=True,
+         server_args=["--grpc-memory-budget-bytes", str(32 * MIB), "--grpc-max-connection-age-s", "10",
+                      "--grpc-max-connection-age-grace-s", "1"]),
     Case("rest_incomplete_bodies", rest_incomplete_bodies, 2, check_memory=True),
-    Case("grpc_unread_answers", grpc_unread_answers, 2, check_memory=True),
+    Case("grpc_unread_answers", grpc_unread_answers, 2, check_memory=True,
+         server_args=["--grpc-answer-write-timeout-s", "2"]),
     Case("rest_slowloris", rest_slowloris, 3),
     Case("rest_idle_connections", rest_idle, 3),
     Case("rest_past_connection_cap", rest_past_cap, 3),
@@ -676,7 +687,7 @@ def small_grid_config():
     return config + "buckets { batch_sizes: [ 1, 8 ] sequence_lengths: [ 16, 512 ] max_batch_tokens: 0 }\n"
 
 
-def start_server(args, repository, name, descriptor_limit=None):
+def start_server(args, repository, name, descriptor_limit=None, case_args=()):
     if descriptor_limit:
         # A shell that lowers both limits before it becomes graphserve: the server raises its soft
         # limit to the hard one, so the hard one is what counts.
@@ -687,7 +698,8 @@ def start_server(args, repository, name, descriptor_limit=None):
         args.graphserve = wrapper
     else:
         args.graphserve = args.graphserve_binary
-    server = Server(args, repository, MODEL, os.path.join(args.out, "logs", f"{name}.log"))
+    server = Server(argparse.Namespace(**{**vars(args), "server_args": args.server_args + list(case_args)}),
+                    repository, MODEL, os.path.join(args.out, "logs", f"{name}.log"))
     try:
         server.wait_ready(args.start_timeout_s)
     except SystemExit:
@@ -706,7 +718,7 @@ def slow(during, idle):
 
 def run_case(args, repository, case):
     log(f"--- {case.name}")
-    server, ports = start_server(args, repository, case.name, case.descriptor_limit)
+    server, ports = start_server(args, repository, case.name, case.descriptor_limit, case.server_args)
     row = {"attack": case.name, "violations": [], "notes": []}
     try:
         ctx = Context(args, server, ports)
@@ -725,6 +737,8 @@ def run_case(args, repository, case):
             time.sleep(0.25)
         peak = sampler.stop()
         after = rss_mib(pid) if server.running() else None
+        if case.server_args:
+            ctx.notes.insert(0, " ".join(case.server_args))
         row.update(idle=idle, normal=ctx.normal or {}, rss_mib=[before, peak, after], lost=ctx.lost,
                    notes=ctx.notes, violations=list(ctx.violations), held_mib=ctx.held_mib)
         if not server.running():
