@@ -393,6 +393,11 @@ def grpc_unread_answers(ctx):
     ctx.notes.append(f"{streams} calls of {answer_mib:.0f} MiB answers, {len(connection.answered_streams)} "
                      f"answered{'' if answered else ' (not all in time)'}, none read")
     ctx.measure()
+    # A call the server cancelled (--grpc-answer-write-timeout-s) has dropped its answer: what the
+    # attacker still holds is the answers of the others.
+    dropped = len(connection.reset_streams)
+    ctx.held_mib = max(0, len(connection.answered_streams) - dropped) * answer_mib
+    ctx.notes.append(f"{dropped} calls cancelled by the server, their answers dropped")
     connection.close()
 
 
