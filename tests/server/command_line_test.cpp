@@ -217,6 +217,26 @@ TEST(CommandLineTest, TraceConfigTakesTritonsSettingsInOrderWithItsOlderFlags) {
   ExpectRefused({"--trace-config", "rate=0"}, {"--trace-config rate=0"});
 }
 
+TEST(CommandLineTest, GrpcBoundsHaveDefaultsAndTakeSeconds) {
+  const CommandLine defaults = Accepted({});
+  EXPECT_EQ(defaults.server.grpc_memory_budget_bytes, int64_t{1} << 30);
+  EXPECT_EQ(defaults.server.grpc_max_connection_age.count(), 600000);
+  EXPECT_EQ(defaults.server.grpc_max_connection_age_grace.count(), 300000);
+  EXPECT_EQ(defaults.server.grpc_answer_write_timeout.count(), 30000);
+  const CommandLine set =
+      Accepted({"--grpc-memory-budget-bytes", "33554432", "--grpc-max-connection-age-s", "2.5",
+                "--grpc-max-connection-age-grace-s", "0", "--grpc-answer-write-timeout-s", "0.25"});
+  EXPECT_EQ(set.server.grpc_memory_budget_bytes, 33554432);
+  EXPECT_EQ(set.server.grpc_max_connection_age.count(), 2500);
+  EXPECT_EQ(set.server.grpc_max_connection_age_grace.count(), 0);
+  EXPECT_EQ(set.server.grpc_answer_write_timeout.count(), 250);
+  // Below the range (16 MiB, where test_grpc_bounds runs) and past what gRPC takes.
+  ExpectRefused({"--grpc-memory-budget-bytes", "1048576"}, {"--grpc-memory-budget-bytes"});
+  // gRPC takes the age in milliseconds as an int.
+  ExpectRefused({"--grpc-max-connection-age-s", "3000000"}, {"--grpc-max-connection-age-s"});
+  ExpectRefused({"--grpc-answer-write-timeout-s", "-1"}, {"--grpc-answer-write-timeout-s"});
+}
+
 TEST(CommandLineTest, MalformedCommandLinesAreBadUsageToo) {
   Parsed parsed = Parse({"--frobnicate"});
   ASSERT_TRUE(parsed.exit_status.has_value());
