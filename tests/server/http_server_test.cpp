@@ -1,6 +1,7 @@
 // HttpServer over real loopback sockets: answers sent later from another thread while the connection
 // waits without holding a thread, keep-alive, chunked bodies, the body limit, compressed bodies and
-// answers, a reply dropped unsent, and a drain that waits for the replies owed.
+// answers, a reply dropped unsent, a drain that waits for the replies owed, and the bounds on
+// clients (buffer budget, phase timeouts, connection caps).
 #include "graphserve/server/http/http_server.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -40,6 +42,8 @@ class Connection {
 
   bool connected() const { return connected_; }
   void Send(const std::string& text) { ASSERT_EQ(send(fd_, text.data(), text.size(), MSG_NOSIGNAL), ssize_t(text.size())); }
+  // Send to a connection the server may have closed meanwhile.
+  void SendIfOpen(const std::string& text) { (void)send(fd_, text.data(), text.size(), MSG_NOSIGNAL); }
 
   // The next answer's status line and body; "" when the connection closed or timed out first.
   std::pair<std::string, std::string> Read() {
@@ -65,6 +69,26 @@ class Connection {
 
   // The status line and headers of the answer Read returned last.
   const std::string& head() const { return head_; }
+
+  // Whether the server closes the connection (end of stream or reset) within `wait`, reading and
+  // dropping whatever it sends meanwhile.
+  bool ClosedWithin(std::chrono::milliseconds wait) {
+    const auto give_up = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < give_up) {
+      timeval slice{0, 20000};
+      setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof(slice));
+      char chunk[65536];
+      const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    }
+    return false;
+  }
+
+  // A receive buffer of a few KiB, so that an answer the test does not read fills it at once.
+  void ShrinkReceiveBuffer() {
+    int bytes = 4096;
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  }
 
  private:
   int fd_;
@@ -509,6 +533,179 @@ TEST(HttpServerTest, WaitForRepliesReturnsOnceTheOwedRepliesAreSentOrAtItsDeadli
   EXPECT_EQ(answer.status, 200);
   EXPECT_EQ(answer.body, "drained");
   EXPECT_TRUE(request.server->WaitForReplies(std::chrono::steady_clock::now()));
+}
+
+// What the bounds' callbacks report: bytes held (summed) and connections closed, by why.
+struct BoundsLog {
+  std::mutex mutex;
+  int64_t held = 0;
+  std::map<HttpClosure, int> closed;
+
+  void Attach(HttpServerOptions* options) {
+    options->on_buffered_bytes = [this](int64_t delta) {
+      std::lock_guard<std::mutex> lock(mutex);
+      held += delta;
+    };
+    options->on_closed = [this](HttpClosure why) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++closed[why];
+    };
+  }
+  int64_t Held() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return held;
+  }
+  int Closed(HttpClosure why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return closed[why];
+  }
+};
+
+// Polls `value` until it returns `wanted`, for up to 5 s; true when it did.
+template <typename Read>
+bool Becomes(Read value, int64_t wanted) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (value() != wanted && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return value() == wanted;
+}
+
+TEST(HttpServerTest, BodiesPastTheBufferBudgetAre503UnreadAndTheirBytesComeBack) {
+  BoundsLog log;
+  HttpServerOptions options = Options();  // 1024 bytes of body
+  options.bounds.max_buffered_bytes = 2048;
+  log.Attach(&options);
+  std::atomic<int> handled{0};
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  options,
+                  [&](const HttpRequest&, HttpReply reply) {
+                    ++handled;
+                    reply.Send(Text("ok"));
+                  },
+                  &server)
+                  .ok());
+  // Two bodies of the limit, declared and half sent: the whole budget, held from their headers.
+  auto first = std::make_unique<Connection>(server->port());
+  auto second = std::make_unique<Connection>(server->port());
+  for (Connection* holder : {first.get(), second.get()}) {
+    holder->Send("POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n" + std::string(512, 'a'));
+  }
+  ASSERT_TRUE(Becomes([&] { return log.Held(); }, 2048));
+  Connection declared(server->port());
+  declared.Send("POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n");
+  EXPECT_EQ(declared.Read().first, "HTTP/1.1 503 Service Unavailable");
+  EXPECT_NE(declared.head().find("Retry-After: 1"), std::string::npos) << declared.head();
+  Connection chunked(server->port());
+  chunked.Send(
+      "POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "a\r\n0123456789\r\n0\r\n\r\n");
+  const auto [status, body] = chunked.Read();
+  EXPECT_EQ(status, "HTTP/1.1 503 Service Unavailable");
+  EXPECT_NE(body.find("2048 bytes of request bodies and unsent answers"), std::string::npos) << body;
+  EXPECT_EQ(handled.load(), 0);
+  EXPECT_EQ(log.Held(), 2048);  // the refused bodies took nothing
+  // The holders leave: their bytes come back, and a body fits again.
+  first.reset();
+  second.reset();
+  ASSERT_TRUE(Becomes([&] { return log.Held(); }, 0));
+  Connection fits(server->port());
+  fits.Send(Post("", std::string(1024, 'b')));
+  EXPECT_EQ(fits.Read().first, "HTTP/1.1 200 OK");
+  EXPECT_EQ(handled.load(), 1);
+}
+
+TEST(HttpServerTest, EachPhaseTimeoutClosesAConnectionHoweverManyBytesItTrickles) {
+  BoundsLog log;
+  HttpServerOptions options = Options();
+  constexpr std::chrono::milliseconds kTimeout{300};
+  options.bounds.header_timeout = options.bounds.body_timeout = options.bounds.keep_alive_timeout = kTimeout;
+  log.Attach(&options);
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(
+                  options, [](const HttpRequest&, HttpReply reply) { reply.Send(Text("ok")); }, &server)
+                  .ok());
+  Connection headers(server->port()), body(server->port()), kept(server->port()), silent(server->port());
+  headers.Send("GET /h HTTP/1.1\r\nHost: x\r\n");
+  body.Send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
+  // Kept alive for a second request 200 ms after the first, each within the timeout.
+  for (int i = 0; i < 2; ++i) {
+    kept.Send("GET /k HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(kept.Read().first, "HTTP/1.1 200 OK");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // A byte every 20 ms for three timeouts: never silent, yet closed.
+  const auto started = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - started < 3 * kTimeout) {
+    headers.SendIfOpen("a");
+    body.SendIfOpen("b");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (Connection* trickling : {&headers, &body, &kept, &silent}) {
+    EXPECT_TRUE(trickling->ClosedWithin(std::chrono::seconds(2)));
+  }
+  EXPECT_TRUE(Becomes([&] { return log.Closed(HttpClosure::kHeaderTimeout); }, 2));  // trickled and silent
+  EXPECT_EQ(log.Closed(HttpClosure::kBodyTimeout), 1);
+  EXPECT_EQ(log.Closed(HttpClosure::kKeepAliveTimeout), 1);
+}
+
+TEST(HttpServerTest, AnAnswerItsClientDoesNotReadIsDroppedAfterTheSendTimeout) {
+  BoundsLog log;
+  HttpServerOptions options = Options();
+  options.bounds.send_timeout = std::chrono::milliseconds(300);
+  log.Attach(&options);
+  std::unique_ptr<HttpServer> server;
+  constexpr size_t kAnswerBytes = 64u << 20;  // far more than the sockets' buffers take
+  ASSERT_TRUE(
+      HttpServer::Start(
+          options,
+          [](const HttpRequest&, HttpReply reply) { reply.Send(Text(std::string(kAnswerBytes, 'x'))); },
+          &server)
+          .ok());
+  Connection reader(server->port());
+  reader.ShrinkReceiveBuffer();
+  reader.Send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(Becomes([&] { return log.Held(); }, int64_t{kAnswerBytes}));
+  EXPECT_TRUE(Becomes([&] { return log.Closed(HttpClosure::kSendTimeout); }, 1));
+  // libmicrohttpd closed the connection and completed its exchange: the answer's bytes came back.
+  // (What the kernel had already queued still reaches the client, slowly through its small window.)
+  EXPECT_TRUE(Becomes([&] { return log.Held(); }, 0));
+}
+
+TEST(HttpServerTest, ConnectionsPastTheCapOrTheCapPerAddressAreClosedAtOnce) {
+  BoundsLog log;
+  HttpServerOptions options = Options();
+  options.max_connections = 4;
+  log.Attach(&options);
+  std::unique_ptr<HttpServer> server;
+  const auto ok = [](const HttpRequest&, HttpReply reply) { reply.Send(Text("ok")); };
+  ASSERT_TRUE(HttpServer::Start(options, ok, &server).ok());
+  std::vector<std::unique_ptr<Connection>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<Connection>(server->port()));
+    held.back()->Send("GET /held HTTP/1.1\r\n");  // never finished
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all four accepted (one thread)
+  Connection late(server->port());
+  const auto knocked = std::chrono::steady_clock::now();
+  EXPECT_TRUE(late.ClosedWithin(std::chrono::seconds(2)));
+  EXPECT_LT(std::chrono::steady_clock::now() - knocked, std::chrono::seconds(1));
+  EXPECT_EQ(log.Closed(HttpClosure::kConnectionCap), 1);
+  held.pop_back();  // one leaves: the next is taken
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Connection next(server->port());
+  next.Send("GET /n HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(next.Read().first, "HTTP/1.1 200 OK");
+
+  HttpServerOptions per_client = Options();
+  per_client.bounds.max_connections_per_client = 2;
+  std::unique_ptr<HttpServer> shared;
+  ASSERT_TRUE(HttpServer::Start(per_client, ok, &shared).ok());
+  Connection one(shared->port()), two(shared->port()), three(shared->port());
+  EXPECT_TRUE(three.ClosedWithin(std::chrono::seconds(1)));
+  one.Send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(one.Read().first, "HTTP/1.1 200 OK");
 }
 
 }  // namespace

@@ -18,9 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "graphserve/server/observability/metrics_endpoint.h"
 #include "fake_clock.h"
+#include "graphserve/server/http/http_client_bounds.h"
 #include "graphserve/server/observability/log_limiter.h"
+#include "graphserve/server/observability/metrics_endpoint.h"
 #include "http_get.h"
 #include "prometheus_text.h"
 #include "scheduler_test_support.h"
@@ -292,6 +293,8 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_build_info", "gauge"},
       {"graphserve_auth_failures_total", "counter"},
       {"graphserve_connections_refused_total", "counter"},
+      {"graphserve_http_buffered_bytes", "gauge"},
+      {"graphserve_http_connections_closed_total", "counter"},
       {"graphserve_device_faulted", "gauge"},
       {"graphserve_log_lines_suppressed_total", "counter"},
       {"graphserve_request_rows", "histogram"},
@@ -312,6 +315,14 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.types(), expected);
   EXPECT_EQ(exposition.One("graphserve_auth_failures_total", {{"endpoint", "grpc"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_device_faulted", {}), 0.0);
+  EXPECT_EQ(exposition.One("graphserve_http_buffered_bytes", {}), 0.0);
+  EXPECT_EQ(exposition.One("graphserve_connections_refused_total",
+                           {{"endpoint", "http"}, {"reason", "connection_cap"}}),
+            0.0);
+  for (const char* reason : {"header_timeout", "body_timeout", "keep_alive_timeout", "send_timeout"}) {
+    EXPECT_EQ(exposition.One("graphserve_http_connections_closed_total", {{"reason", reason}}), 0.0)
+        << reason;
+  }
   for (LogKind kind : kLogKinds) {
     EXPECT_EQ(exposition.One("graphserve_log_lines_suppressed_total", {{"kind", LogKindLabel(kind)}}), 0.0)
         << LogKindLabel(kind);
@@ -384,6 +395,26 @@ TEST(MetricsTest, SuppressedLogLinesAreReadFromTheLimiterAtEachScrape) {
   log_limiter.Admit(LogKind::kAuthFailure);
   const Exposition second(metrics.TextExposition());
   EXPECT_EQ(second.One("graphserve_log_lines_suppressed_total", {{"kind", "auth_failure"}}), 4.0);
+}
+
+TEST(MetricsTest, RestBoundsCountBytesHeldClosuresAndRefusalsApart) {
+  ServerMetrics metrics(TestOptions());
+  metrics.AddHttpBufferedBytes(5000);
+  metrics.AddHttpBufferedBytes(-3000);
+  metrics.CountHttpClosure(HttpClosureName(HttpClosure::kSendTimeout));
+  metrics.CountHttpClosure(HttpClosureName(HttpClosure::kHeaderTimeout));
+  metrics.CountHttpClosure(HttpClosureName(HttpClosure::kHeaderTimeout));
+  metrics.CountHttpClosure(HttpClosureName(HttpClosure::kConnectionCap));
+  const Exposition exposition(metrics.TextExposition());
+  EXPECT_EQ(exposition.One("graphserve_http_buffered_bytes", {}), 2000.0);
+  EXPECT_EQ(exposition.One("graphserve_http_connections_closed_total", {{"reason", "send_timeout"}}), 1.0);
+  EXPECT_EQ(exposition.One("graphserve_http_connections_closed_total", {{"reason", "header_timeout"}}), 2.0);
+  // A refusal on arrival is no closing of a connection served: it counts with gRPC's refusals.
+  EXPECT_EQ(exposition.One("graphserve_connections_refused_total",
+                           {{"endpoint", "http"}, {"reason", "connection_cap"}}),
+            1.0);
+  EXPECT_TRUE(
+      exposition.Find("graphserve_http_connections_closed_total", {{"reason", "connection_cap"}}).empty());
 }
 
 TEST(MetricsTest, IdentitiesHoldAfterRequests) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -35,13 +36,20 @@ struct Exchange {
   Exchange(HttpServer* owner, MHD_Connection* on) : server(owner), connection(on) {}
 
   // Why a body that arrived whole is refused instead of handed on.
-  enum class BodyProblem { kNone, kTooLarge, kInflatesTooLarge, kCorrupt };
+  enum class BodyProblem { kNone, kTooLarge, kInflatesTooLarge, kCorrupt, kOverBudget };
 
   HttpServer* server;
   MHD_Connection* connection;
   HttpRequest request;
   size_t received_bytes = 0;  // of the body as sent, before any inflating
   BodyProblem body_problem = BodyProblem::kNone;
+  // Bytes of the server's buffer budget this exchange holds (its body, then its answer too), given
+  // back when libmicrohttpd completes it. Written by the libmicrohttpd thread before the handler,
+  // then by Send before the resume that lets the exchange complete.
+  uint64_t held_bytes = 0;
+  // A body with a Content-Length was held whole from its headers; a chunked or compressed one is
+  // held piece by piece.
+  bool body_held_whole = false;
   // A compressed body's (HttpServerOptions::content_codings): inflated into request.body as it arrives.
   std::unique_ptr<BodyInflater> inflater;
   ContentCoding coding = ContentCoding::kIdentity;
@@ -60,6 +68,10 @@ struct Exchange {
   void Send(HttpResponse answer) {
     HttpServer* owner = server;
     MHD_Connection* suspended = nullptr;
+    // An answer already computed is not refused, but counts until written, so that clients that do
+    // not read leave no room for more bodies.
+    owner->Hold(answer.body.size(), /*may_refuse=*/false);
+    held_bytes += answer.body.size();
     {
       MutexLock lock(&mutex);
       response = std::move(answer);
@@ -142,6 +154,7 @@ struct Callbacks {
     if (exchange->unframed_body) MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
     const MHD_Result queued = MHD_queue_response(exchange->connection, answer.status, response);
     MHD_destroy_response(response);
+    exchange->server->Enter(exchange->connection, HttpServer::Phase::kSending);
     return queued;
   }
 
@@ -176,25 +189,47 @@ struct Callbacks {
   static void TakeBodyPiece(Exchange* exchange, std::string_view piece) {
     exchange->received_bytes += piece.size();
     std::string& body = exchange->request.body;
-    if (exchange->received_bytes > exchange->server->options_.max_body_bytes) {
+    HttpServer* server = exchange->server;
+    if (exchange->received_bytes > server->options_.max_body_bytes) {
       exchange->body_problem = Exchange::BodyProblem::kTooLarge;  // a chunked body: read to its end, then refused
     }
+    if (exchange->body_problem == Exchange::BodyProblem::kNone && !exchange->inflater &&
+        !exchange->body_held_whole && !HoldMore(exchange, piece.size())) {
+      exchange->body_problem = Exchange::BodyProblem::kOverBudget;
+    }
     if (exchange->body_problem != Exchange::BodyProblem::kNone) {
-      body.clear();
-      body.shrink_to_fit();
+      DropBody(exchange);
       return;
     }
     if (!exchange->inflater) {
       body.append(piece);
       return;
     }
+    const size_t before = body.size();
     switch (exchange->inflater->Add(piece, &body)) {
-      case BodyInflater::Result::kMore: return;
+      case BodyInflater::Result::kMore:
+        // What one piece inflates to is only known once inflated: held then, or the body dropped.
+        if (HoldMore(exchange, body.size() - before)) return;
+        exchange->body_problem = Exchange::BodyProblem::kOverBudget;
+        break;
       case BodyInflater::Result::kTooLarge: exchange->body_problem = Exchange::BodyProblem::kInflatesTooLarge; break;
       case BodyInflater::Result::kCorrupt: exchange->body_problem = Exchange::BodyProblem::kCorrupt; break;
     }
-    body.clear();
-    body.shrink_to_fit();
+    DropBody(exchange);
+  }
+
+  static bool HoldMore(Exchange* exchange, uint64_t bytes) {
+    if (!exchange->server->Hold(bytes, /*may_refuse=*/true)) return false;
+    exchange->held_bytes += bytes;
+    return true;
+  }
+
+  // A refused body is not kept: the rest of it is read and dropped, then the refusal answered.
+  static void DropBody(Exchange* exchange) {
+    exchange->request.body.clear();
+    exchange->request.body.shrink_to_fit();
+    exchange->server->Release(std::exchange(exchange->held_bytes, 0));
+    exchange->body_held_whole = false;
   }
 
   // The whole body is in: answers the refusal it earned, if any.
@@ -213,6 +248,8 @@ struct Callbacks {
                       std::string("the request body inflates (Content-Encoding: ") +
                           ContentCodingName(exchange->coding) + ") to more than the " +
                           std::to_string(server.options_.max_body_bytes) + " bytes graphserve accepts");
+      case Exchange::BodyProblem::kOverBudget:
+        return Answer(exchange, MHD_HTTP_SERVICE_UNAVAILABLE, OverBudget(server), {{"Retry-After", "1"}});
       case Exchange::BodyProblem::kCorrupt: break;
     }
     return Answer(exchange, MHD_HTTP_BAD_REQUEST,
@@ -220,7 +257,9 @@ struct Callbacks {
                       " stream, as its Content-Encoding says");
   }
 
-  static MHD_Result Answer(Exchange* exchange, int status, const std::string& message) {
+  static MHD_Result Answer(Exchange* exchange, int status, const std::string& message,
+                           std::vector<std::pair<std::string, std::string>> headers = {}) {
+    exchange->response.headers = std::move(headers);
     exchange->response.status = status;
     exchange->response.content_type = "application/json";
     exchange->response.body = ErrorBody(message);
@@ -264,8 +303,8 @@ struct Callbacks {
         return Answer(exchange, status, framing_error);
       }
       if (!Authorized(*server, exchange->request)) {
-        exchange->response.headers = {{"WWW-Authenticate", "Bearer"}};
-        return Answer(exchange, MHD_HTTP_UNAUTHORIZED, "a token is required: authorization: Bearer TOKEN");
+        return Answer(exchange, MHD_HTTP_UNAUTHORIZED, "a token is required: authorization: Bearer TOKEN",
+                      {{"WWW-Authenticate", "Bearer"}});
       }
       if (server->options_.screen) {
         if (const std::optional<HttpRefusal> refusal = server->options_.screen(exchange->request)) {
@@ -278,15 +317,22 @@ struct Callbacks {
       }
       std::string coding_error;
       if (server->options_.content_codings && !ReadContentEncoding(exchange, &coding_error)) {
-        exchange->response.headers = {{MHD_HTTP_HEADER_ACCEPT_ENCODING, "gzip, deflate"}};  // RFC 9110 15.5.16
-        return Answer(exchange, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, coding_error);
+        return Answer(exchange, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, coding_error,
+                      {{MHD_HTTP_HEADER_ACCEPT_ENCODING, "gzip, deflate"}});  // RFC 9110 15.5.16
       }
       exchange->unframed_body = length == nullptr && exchange->request.method != "GET" &&
                                 exchange->request.method != "HEAD" &&
                                 exchange->request.Header(MHD_HTTP_HEADER_TRANSFER_ENCODING) == nullptr;
       if (length != nullptr && !exchange->inflater) {
-        exchange->request.body.reserve(std::strtoull(length, nullptr, 10));
+        // Held whole before a byte is read: refused now, the client has sent only its headers.
+        const uint64_t declared = std::strtoull(length, nullptr, 10);
+        if (!HoldMore(exchange, declared)) {
+          return Answer(exchange, MHD_HTTP_SERVICE_UNAVAILABLE, OverBudget(*server), {{"Retry-After", "1"}});
+        }
+        exchange->body_held_whole = true;
+        exchange->request.body.reserve(declared);
       }
+      server->Enter(connection, HttpServer::Phase::kBody);
       return MHD_YES;
     }
     if (*upload_data_size > 0) {  // a piece of the body
@@ -300,6 +346,7 @@ struct Callbacks {
         MutexLock lock(&exchange->mutex);
         exchange->state = Exchange::State::kHandling;
       }
+      server->Enter(connection, HttpServer::Phase::kHandling);
       exchange->handed_to_handler = true;
       server->ReplyOwed();
       server->handler_(exchange->request, HttpReply(exchange));
@@ -330,19 +377,43 @@ struct Callbacks {
     return false;
   }
 
-  // TLS connections: each new one takes the credentials current now and keeps them until it closes.
+  // Each connection gets its clock (HttpClientBounds' timeouts) and counts toward the cap; a TLS one
+  // also takes the credentials current now and keeps them until it closes.
   static void OnConnection(void* self, MHD_Connection* connection, void** socket_context,
                            MHD_ConnectionNotificationCode code) {
     auto* server = static_cast<HttpServer*>(self);
     using Held = std::shared_ptr<const HttpTls::Credentials>;
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      // Before libmicrohttpd closes the socket: the watcher never shuts a number already reused.
+      server->ConnectionClosed(connection);
       delete static_cast<Held*>(*socket_context);
       *socket_context = nullptr;
       return;
     }
+    const MHD_ConnectionInfo* fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    server->ConnectionOpened(connection, fd == nullptr ? -1 : fd->connect_fd);
+    if (!server->options_.tls) return;
     const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
     if (info == nullptr || info->tls_session == nullptr) return;  // keeps the daemon's first credentials
     *socket_context = new Held(server->options_.tls->Attach(static_cast<gnutls_session_int*>(info->tls_session)));
+  }
+
+  // Past the cap a connection is closed at once: left in the listen backlog, the client would wait
+  // with no answer and no error (libmicrohttpd stops accepting at its own limit).
+  static MHD_Result Admit(void* self, const sockaddr*, socklen_t) {
+    auto* server = static_cast<HttpServer*>(self);
+    if (server->connections_open_.load() < server->options_.max_connections) return MHD_YES;
+    LogLimited(LogKind::kRefusedConnection, "http-cap", spdlog::level::warn,
+               "{}: {} connections open, the most it takes at once; closing a new one", server->options_.flag,
+               server->options_.max_connections);
+    if (server->options_.on_closed) server->options_.on_closed(HttpClosure::kConnectionCap);
+    return MHD_NO;
+  }
+
+  // The request line is in: a kept-alive connection's wait for its next request is over.
+  static void* OnRequestLine(void* self, const char*, MHD_Connection* connection) {
+    static_cast<HttpServer*>(self)->Enter(connection, HttpServer::Phase::kHeaders);
+    return nullptr;  // OnRequest still sees a null context at the headers
   }
 
   static std::string Peer(MHD_Connection* connection) {
@@ -369,11 +440,14 @@ struct Callbacks {
     return length;
   }
 
-  static void OnCompleted(void*, MHD_Connection*, void** context, MHD_RequestTerminationCode) {
+  static void OnCompleted(void* self, MHD_Connection* connection, void** context,
+                          MHD_RequestTerminationCode) {
+    auto* server = static_cast<HttpServer*>(self);
+    server->Enter(connection, HttpServer::Phase::kIdle);
     auto* exchange = static_cast<Exchange*>(*context);
     if (exchange == nullptr) return;
     const bool handled = exchange->handed_to_handler;
-    HttpServer* server = exchange->server;
+    server->Release(exchange->held_bytes);
     delete exchange;
     *context = nullptr;
     if (handled) server->ExchangeClosed();
@@ -387,6 +461,12 @@ struct Callbacks {
     std::string text(message);
     while (!text.empty() && text.back() == '\n') text.pop_back();
     LogLimited(LogKind::kHttpLibrary, format, spdlog::level::warn, "http: {}", text);
+  }
+
+  static std::string OverBudget(const HttpServer& server) {
+    return "the server holds " + std::to_string(server.options_.bounds.max_buffered_bytes) +
+           " bytes of request bodies and unsent answers, the most it buffers at once "
+           "(--http-max-buffered-bytes); retry later";
   }
 
   static std::string TooLarge(const HttpServer& server) {
@@ -450,6 +530,7 @@ void HttpServer::WatchWaitingClients() {
       whose.push_back(exchange);
     }
     std::vector<std::function<void()>> cancels;
+    const std::vector<HttpClosure> closed = CloseOverdue();
     // Without waiting: a socket still being watched stays open until StopWatching, under this lock.
     if (!sockets.empty() && poll(sockets.data(), sockets.size(), 0) > 0) {
       for (size_t i = 0; i < sockets.size(); ++i) {
@@ -458,14 +539,115 @@ void HttpServer::WatchWaitingClients() {
         whose[i]->on_client_gone = nullptr;
       }
     }
-    if (!cancels.empty()) {
+    if (!cancels.empty() || (!closed.empty() && options_.on_closed)) {
       lock.Unlock();
       for (const std::function<void()>& cancel : cancels) cancel();
       cancels.clear();
+      if (options_.on_closed) {
+        for (const HttpClosure why : closed) options_.on_closed(why);
+      }
       lock.Lock();
     }
     watcher_wake_.wait_for(lock.native(), kClientGonePoll);
   }
+}
+
+void HttpServer::ConnectionOpened(MHD_Connection* connection, int fd) {
+  connections_open_.fetch_add(1);
+  MutexLock lock(&mutex_);
+  ConnectionClock& clock = clocks_[connection];
+  clock.fd = fd;
+  clock.phase = Phase::kFirstHeaders;
+  if (options_.bounds.header_timeout.count() > 0) {
+    clock.deadline = std::chrono::steady_clock::now() + options_.bounds.header_timeout;
+  }
+}
+
+void HttpServer::ConnectionClosed(MHD_Connection* connection) {
+  connections_open_.fetch_sub(1);
+  MutexLock lock(&mutex_);
+  clocks_.erase(connection);
+}
+
+void HttpServer::Enter(MHD_Connection* connection, Phase phase) {
+  std::chrono::milliseconds timeout{0};
+  switch (phase) {
+    case Phase::kFirstHeaders:
+    case Phase::kHeaders:
+      timeout = options_.bounds.header_timeout;
+      break;
+    case Phase::kBody:
+      timeout = options_.bounds.body_timeout;
+      break;
+    case Phase::kIdle:
+      timeout = options_.bounds.keep_alive_timeout;
+      break;
+    case Phase::kSending:
+      timeout = options_.bounds.send_timeout;
+      break;
+    case Phase::kHandling:
+    case Phase::kClosing:
+      break;
+  }
+  MutexLock lock(&mutex_);
+  const auto found = clocks_.find(connection);
+  if (found == clocks_.end()) return;
+  ConnectionClock& clock = found->second;
+  if (clock.phase == Phase::kClosing) return;  // shut already; its last callbacks change nothing
+  // The first request's line and headers both count from the connection's opening.
+  if (phase == Phase::kHeaders && clock.phase == Phase::kFirstHeaders) return;
+  clock.phase = phase;
+  clock.deadline = timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
+                                       : std::chrono::steady_clock::time_point::max();
+}
+
+std::vector<HttpClosure> HttpServer::CloseOverdue() {
+  std::vector<HttpClosure> closed;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [connection, clock] : clocks_) {
+    if (clock.deadline > now) continue;
+    switch (clock.phase) {
+      case Phase::kFirstHeaders:
+      case Phase::kHeaders:
+        closed.push_back(HttpClosure::kHeaderTimeout);
+        break;
+      case Phase::kBody:
+        closed.push_back(HttpClosure::kBodyTimeout);
+        break;
+      case Phase::kIdle:
+        closed.push_back(HttpClosure::kKeepAliveTimeout);
+        break;
+      case Phase::kSending:
+        closed.push_back(HttpClosure::kSendTimeout);
+        break;
+      case Phase::kHandling:
+      case Phase::kClosing:
+        continue;
+    }
+    // Not close(): libmicrohttpd owns the descriptor. A shut socket reads its end at once, and the
+    // connection is closed and completed the usual way (a suspended one is never overdue).
+    if (clock.fd >= 0) shutdown(clock.fd, SHUT_RDWR);
+    clock.phase = Phase::kClosing;
+    clock.deadline = std::chrono::steady_clock::time_point::max();
+  }
+  return closed;
+}
+
+bool HttpServer::Hold(uint64_t bytes, bool may_refuse) {
+  if (bytes == 0) return true;
+  const uint64_t budget = options_.bounds.max_buffered_bytes;
+  uint64_t held = buffered_bytes_.load();
+  do {
+    if (may_refuse && budget > 0 && held + bytes > budget) return false;
+  } while (!buffered_bytes_.compare_exchange_weak(held, held + bytes));
+  if (options_.on_buffered_bytes) options_.on_buffered_bytes(static_cast<int64_t>(bytes));
+  return true;
+}
+
+void HttpServer::Release(uint64_t bytes) {
+  if (bytes == 0) return;
+  buffered_bytes_.fetch_sub(bytes);
+  if (options_.on_buffered_bytes) options_.on_buffered_bytes(-static_cast<int64_t>(bytes));
 }
 
 Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
@@ -479,28 +661,29 @@ Status HttpServer::Start(const HttpServerOptions& options, Handler handler,
   unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   // Without TLS the list ends at its first entry; with it, libmicrohttpd starts from the first
   // credentials and OnConnection swaps in the current ones per connection.
-  MHD_OptionItem tls_options[] = {{MHD_OPTION_END, 0, nullptr}, {MHD_OPTION_END, 0, nullptr},
-                                  {MHD_OPTION_END, 0, nullptr}, {MHD_OPTION_END, 0, nullptr}};
+  MHD_OptionItem tls_options[] = {
+      {MHD_OPTION_END, 0, nullptr}, {MHD_OPTION_END, 0, nullptr}, {MHD_OPTION_END, 0, nullptr}};
   if (options.tls) {
     flags |= MHD_USE_TLS;
     tls_options[0] = {MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(options.tls->initial_cert_pem().c_str())};
     tls_options[1] = {MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(options.tls->initial_key_pem().c_str())};
-    tls_options[2] = {MHD_OPTION_NOTIFY_CONNECTION,
-                      reinterpret_cast<intptr_t>(&http_internal::Callbacks::OnConnection), started.get()};
   }
+  const int threads = std::max(options.thread_count, 1);
   started->daemon_ = MHD_start_daemon(
-      flags, 0, nullptr, nullptr,
-      &http_internal::Callbacks::OnRequest, started.get(),
+      flags, 0, &http_internal::Callbacks::Admit, started.get(), &http_internal::Callbacks::OnRequest,
+      started.get(),
       // First, so that libmicrohttpd's messages about the options after it reach the log too.
-      MHD_OPTION_EXTERNAL_LOGGER, &http_internal::Callbacks::Log, nullptr,
-      MHD_OPTION_ARRAY, tls_options,
-      MHD_OPTION_LISTEN_SOCKET, listen_fd,
-      MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(std::max(options.thread_count, 1)),
-      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections),
+      MHD_OPTION_EXTERNAL_LOGGER, &http_internal::Callbacks::Log, nullptr, MHD_OPTION_ARRAY, tls_options,
+      MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(threads),
+      // Admit holds the cap; libmicrohttpd's limit only backs it up, above the few connections that
+      // threads accepting together can let past it (at its own limit it would stop accepting).
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections + threads),
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, options.bounds.max_connections_per_client,
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.idle_timeout.count()),
-      MHD_OPTION_NOTIFY_COMPLETED, &http_internal::Callbacks::OnCompleted, nullptr,
-      MHD_OPTION_UNESCAPE_CALLBACK, &http_internal::Callbacks::Unescape, nullptr,
-      MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_CONNECTION, &http_internal::Callbacks::OnConnection, started.get(),
+      MHD_OPTION_URI_LOG_CALLBACK, &http_internal::Callbacks::OnRequestLine, started.get(),
+      MHD_OPTION_NOTIFY_COMPLETED, &http_internal::Callbacks::OnCompleted, started.get(),
+      MHD_OPTION_UNESCAPE_CALLBACK, &http_internal::Callbacks::Unescape, nullptr, MHD_OPTION_END);
   if (started->daemon_ == nullptr) {
     return Unavailable(options.flag + ": cannot start the HTTP server on " + options.address);
   }

@@ -528,6 +528,11 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   http.flag = "--http-address";
   http.thread_count = options.thread_count;
   http.max_body_bytes = options.max_body_bytes;
+  http.bounds = options.bounds;
+  if (metrics != nullptr) {
+    http.on_buffered_bytes = [metrics](int64_t delta) { metrics->AddHttpBufferedBytes(delta); };
+    http.on_closed = [metrics](HttpClosure why) { metrics->CountHttpClosure(HttpClosureName(why)); };
+  }
   const int open_file_limit = OpenFileLimit();
   const int wanted_connections = http.max_connections;
   http.max_connections = RestConnectionCap(open_file_limit, wanted_connections);

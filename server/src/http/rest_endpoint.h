@@ -23,6 +23,7 @@
 #include <string>
 
 #include "graphserve/engine/status.h"
+#include "graphserve/server/http/http_client_bounds.h"
 
 namespace grpc {
 class Channel;
@@ -47,6 +48,9 @@ struct RestEndpointOptions {
   // gRPC service.
   size_t max_body_bytes = 256u << 20;
   size_t max_request_bytes = 256u << 20;
+  // What clients may hold: buffered bytes, each phase's time, connections per address (the
+  // --http-* flags of docs/security.md).
+  HttpClientBounds bounds = RestClientBounds();
   // HTTPS with these credentials; null: plaintext.
   std::shared_ptr<HttpTls> tls;
   // Set (outliving the endpoint): requests need a token, health probes unless it protects them too.
@@ -63,8 +67,8 @@ class RestEndpoint {
  public:
   // Listens on options.address (UNAVAILABLE naming --http-address when it cannot) and serves through
   // `service`, an in-process channel to the gRPC service. `metrics` counts infer requests the REST
-  // layer refuses before they reach gRPC (malformed JSON, wrong data size); it must outlive the
-  // endpoint.
+  // layer refuses before they reach gRPC (malformed JSON, wrong data size), the bytes of bodies and
+  // answers held, and the connections closed to hold `options.bounds`; it must outlive the endpoint.
   static Status Start(const RestEndpointOptions& options, std::shared_ptr<grpc::Channel> service,
                       ServerMetrics* metrics, std::unique_ptr<RestEndpoint>* endpoint);
   ~RestEndpoint();

@@ -546,9 +546,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
   refused_connections_ = &prometheus::BuildCounter()
                               .Name("graphserve_connections_refused_total")
                               .Help(
-                                  "gRPC connections closed on arrival for want of file descriptors: "
-                                  "reason is descriptor_reserve (the rest is kept for the server) or "
-                                  "descriptors_exhausted (the limit was reached)")
+                                  "Connections closed on arrival: gRPC's for want of file descriptors "
+                                  "(reason descriptor_reserve: the rest is kept for the server; "
+                                  "descriptors_exhausted: the limit was reached), REST's past its "
+                                  "connection cap (connection_cap)")
                               .Register(*registry_);
   // At zero from the start, so that an alert on its rate sees the series before the first refusal.
   for (const char* reason : {"descriptor_reserve", "descriptors_exhausted"}) {
@@ -561,6 +562,24 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                               "--grpc-answer-write-timeout-s, so the call was cancelled")
                           .Register(*registry_);
   dropped_answers_->Add({{"endpoint", "grpc"}});
+  refused_connections_->Add({{"endpoint", "http"}, {"reason", "connection_cap"}});
+  http_closures_ = &prometheus::BuildCounter()
+                        .Name("graphserve_http_connections_closed_total")
+                        .Help(
+                            "REST connections the server closed because a client held a bound too long: "
+                            "header_timeout, body_timeout, keep_alive_timeout, or send_timeout (an answer "
+                            "the client did not read, dropped unsent)")
+                        .Register(*registry_);
+  for (const char* reason : {"header_timeout", "body_timeout", "keep_alive_timeout", "send_timeout"}) {
+    http_closures_->Add({{"reason", reason}});
+  }
+  http_buffered_bytes_ = &prometheus::BuildGauge()
+                              .Name("graphserve_http_buffered_bytes")
+                              .Help(
+                                  "Bytes of REST request bodies being received or waiting for their answer, "
+                                  "plus answers not yet sent (bounded by --http-max-buffered-bytes)")
+                              .Register(*registry_)
+                              .Add({});
   auth_refusals_ = &prometheus::BuildCounter()
                         .Name("graphserve_auth_failures_total")
                         .Help("Requests refused for a missing or wrong token, by endpoint (grpc, http, metrics)")
@@ -581,6 +600,20 @@ void ServerMetrics::CountRefusedConnection(const std::string& reason) {
 
 void ServerMetrics::CountDroppedAnswer(const char* endpoint) {
   dropped_answers_->Add({{"endpoint", endpoint}}).Increment();
+void ServerMetrics::AddHttpBufferedBytes(int64_t delta) {
+  if (delta >= 0) {
+    http_buffered_bytes_->Increment(static_cast<double>(delta));
+  } else {
+    http_buffered_bytes_->Decrement(static_cast<double>(-delta));
+  }
+}
+
+void ServerMetrics::CountHttpClosure(const char* reason) {
+  if (std::string_view(reason) == "connection_cap") {
+    refused_connections_->Add({{"endpoint", "http"}, {"reason", reason}}).Increment();
+    return;
+  }
+  http_closures_->Add({{"reason", reason}}).Increment();
 }
 
 void ServerMetrics::SetDeviceFaulted() { device_faulted_->Set(1); }

@@ -173,6 +173,11 @@ struct GraphserveValues {
   double grpc_connection_age_s = 0;
   double grpc_connection_age_grace_s = 0;
   double grpc_answer_write_timeout_s = 0;
+  // HttpClientBounds' timeouts, in seconds as given.
+  double http_header_timeout_s = 0;
+  double http_body_timeout_s = 0;
+  double http_keep_alive_timeout_s = 0;
+  double http_send_timeout_s = 0;
   int64_t busy_poll_us = -1;
   std::string control_mode = "none";
   std::string log_format = "plain";
@@ -207,6 +212,43 @@ struct TritonValues {
   std::vector<std::string> grpc_restricted_protocols, http_restricted_apis;
   std::vector<std::string> refused_values = std::vector<std::string>(std::size(kRefusedTritonFlags));
 };
+
+// The REST port's HttpClientBounds (docs/security.md says why each default).
+void AddHttpBoundFlags(CLI::App& app, HttpClientBounds* bounds, GraphserveValues* values) {
+  app.add_option("--http-max-buffered-bytes", bounds->max_buffered_bytes,
+                 "bytes of REST request bodies being received or awaiting their answer, plus answers not yet "
+                 "sent, held at once; a body past it is answered 503 unread; 0: no bound")
+      ->capture_default_str();
+  const std::pair<const char*, const char*> timeouts[] = {
+      {"--http-header-timeout-s",
+       "a REST request's line and headers must arrive within this of the connection's opening (or, on a "
+       "kept-alive "
+       "connection, of its request line), however many bytes trickle in; 0: no bound"},
+      {"--http-body-timeout-s", "a REST request's body must arrive within this of its headers; 0: no bound"},
+      {"--http-keep-alive-timeout-s",
+       "a kept-alive REST connection with no next request for this long is closed; 0: "
+       "never"},
+      {"--http-send-timeout-s",
+       "a REST answer not read by its client within this is dropped and its connection "
+       "closed (graphserve_http_connections_closed_total); 0: no bound"},
+  };
+  double* seconds[] = {&values->http_header_timeout_s, &values->http_body_timeout_s,
+                       &values->http_keep_alive_timeout_s, &values->http_send_timeout_s};
+  const std::chrono::milliseconds defaults[] = {bounds->header_timeout, bounds->body_timeout,
+                                                bounds->keep_alive_timeout, bounds->send_timeout};
+  for (size_t i = 0; i < std::size(timeouts); ++i) {
+    *seconds[i] = defaults[i].count() / 1000.0;
+    app.add_option(timeouts[i].first, *seconds[i], timeouts[i].second)
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 86400.0));  // a day
+  }
+  app.add_option(
+         "--http-max-connections-per-client", bounds->max_connections_per_client,
+         "REST connections one client address may have open at once; more are closed on arrival; 0: no "
+         "bound (behind a proxy every client shares its address)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 20));
+}
 
 void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* values) {
   ServerOptions& options = line->server;
@@ -288,6 +330,7 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
                  "threads of the REST endpoint (each serves many keep-alive connections)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  AddHttpBoundFlags(app, &options.http_bounds, values);
   app.add_option("--metrics-address", options.metrics_address,
                  "HOST:PORT of the Prometheus /metrics endpoint ('' for none; a bare HOST takes --metrics-port)")
       ->capture_default_str();
@@ -715,6 +758,13 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
       std::chrono::milliseconds(static_cast<int64_t>(values.grpc_connection_age_grace_s * 1000));
   options.grpc_answer_write_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(values.grpc_answer_write_timeout_s * 1000));
+  const auto milliseconds = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  };
+  options.http_bounds.header_timeout = milliseconds(values.http_header_timeout_s);
+  options.http_bounds.body_timeout = milliseconds(values.http_body_timeout_s);
+  options.http_bounds.keep_alive_timeout = milliseconds(values.http_keep_alive_timeout_s);
+  options.http_bounds.send_timeout = milliseconds(values.http_send_timeout_s);
   options.busy_poll = std::chrono::microseconds(values.busy_poll_us);
   // From the environment rather than a flag: a flag's value is visible to every user in `ps`.
   if (const char* tokens = std::getenv("GRAPHSERVE_AUTH_TOKEN")) options.auth.env_tokens = tokens;

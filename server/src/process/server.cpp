@@ -328,11 +328,19 @@ Status GraphServer::StartRestEndpoint(const ServerOptions& options, const Reques
   grpc::ChannelArguments channel_arguments;
   channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
   channel_arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+  const uint64_t budget = options.http_bounds.max_buffered_bytes;
+  if (budget > 0 && budget < static_cast<uint64_t>(limits.rest_body_bytes)) {
+    return InvalidArgument(fmt::format(
+        "--http-max-buffered-bytes {}: below the largest REST body accepted ({} bytes), which could never be "
+        "taken; raise it, or lower --max-request-bytes",
+        budget, limits.rest_body_bytes));
+  }
   RestEndpointOptions rest;
   rest.address = options.http_address;
   rest.thread_count = options.http_thread_count;
   rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
   rest.max_request_bytes = static_cast<size_t>(limits.grpc_bytes);
+  rest.bounds = options.http_bounds;
   rest.tls = http_tls_;
   rest.auth = auth_.get();
   rest.gate = http_gate_.get();

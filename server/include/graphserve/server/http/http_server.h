@@ -17,6 +17,7 @@
 // from any thread. Lifetime: construct and destroy from one controlling thread; the destructor waits
 // for every reply still owed (so whatever answers them must finish first) and lets answers given
 // finish writing for up to kFlushTimeout.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -25,12 +26,15 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "graphserve/engine/status.h"
 #include "graphserve/server/common/thread_annotations.h"
+#include "graphserve/server/http/http_client_bounds.h"
 
+struct MHD_Connection;
 struct MHD_Daemon;
 
 namespace graphserve {
@@ -104,10 +108,21 @@ struct HttpServerOptions {
   // any other coding is answered 415 before it is read; an answer is compressed when the request's
   // Accept-Encoding asks for gzip or deflate. Off: Content-Encoding and Accept-Encoding are not read.
   bool content_codings = false;
-  // Connections open at once; more wait in the listen backlog.
+  // Connections open at once; one arriving past it is closed at once (at most thread_count more may
+  // slip in while several threads accept together).
   int max_connections = 1024;
-  // An idle keep-alive connection (or a client that stalls mid-request) is closed after this.
+  // A connection that moves no byte for this long is closed (libmicrohttpd's own timeout; `bounds`
+  // holds the ones that a client trickling bytes cannot reset).
   std::chrono::seconds idle_timeout{60};
+  // Memory, time and connections per address that clients may hold (http_client_bounds.h); all off
+  // unless set.
+  HttpClientBounds bounds;
+  // Told when the bytes held against bounds.max_buffered_bytes change, by how much; may be empty.
+  // Called on any thread, without the server's locks held.
+  std::function<void(int64_t delta)> on_buffered_bytes;
+  // Told of each connection the server closed or refused to hold a bound; may be empty. Called on
+  // the server's threads, without its locks held.
+  std::function<void(HttpClosure why)> on_closed;
   // HTTPS with these credentials; null: plaintext.
   std::shared_ptr<HttpTls> tls;
   // Set: a request whose path needs_token accepts must carry an accepted token, checked when its
@@ -175,6 +190,30 @@ class HttpServer {
   // Also drops the exchange's OnClientGone callback: it never runs once the answer is given.
   void StopWatching(http_internal::Exchange* exchange) EXCLUDES(mutex_);
   void WatchWaitingClients() EXCLUDES(mutex_);
+
+  // Where a connection is in its request cycle: which of bounds' timeouts runs.
+  enum class Phase { kFirstHeaders, kIdle, kHeaders, kBody, kHandling, kSending, kClosing };
+  struct ConnectionClock {
+    int fd = -1;
+    Phase phase = Phase::kFirstHeaders;
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  };
+  void ConnectionOpened(MHD_Connection* connection, int fd) EXCLUDES(mutex_);
+  void ConnectionClosed(MHD_Connection* connection) EXCLUDES(mutex_);
+  // The connection enters `phase`; its deadline is that phase's timeout from now (none if zero). The
+  // first request's headers keep the deadline counted from the connection's opening.
+  void Enter(MHD_Connection* connection, Phase phase) EXCLUDES(mutex_);
+  // Shuts the sockets of connections past their deadline (libmicrohttpd then closes them); returns
+  // why, for on_closed.
+  std::vector<HttpClosure> CloseOverdue() REQUIRES(mutex_);
+  // Takes `bytes` of bounds.max_buffered_bytes; false (nothing taken) when `may_refuse` and they do
+  // not fit. Release gives them back.
+  bool Hold(uint64_t bytes, bool may_refuse);
+  void Release(uint64_t bytes);
+
+  std::unordered_map<MHD_Connection*, ConnectionClock> clocks_ GUARDED_BY(mutex_);
+  std::atomic<int> connections_open_{0};
+  std::atomic<uint64_t> buffered_bytes_{0};
 };
 
 }  // namespace graphserve

@@ -144,6 +144,11 @@ class ServerMetrics {
   // An answer computed but never delivered: its client did not read it in time and the call was
   // cancelled (`endpoint` "grpc").
   void CountDroppedAnswer(const char* endpoint);
+  // REST's bytes of request bodies and unsent answers held changed by `delta`.
+  void AddHttpBufferedBytes(int64_t delta);
+  // A REST connection the server closed to hold a bound (HttpClosureName): "connection_cap" counts
+  // as refused on arrival, the timeouts as closed.
+  void CountHttpClosure(const char* reason);
   // The engine reported a CUDA fault that no later batch survives (DeviceFault): 1 from then on.
   void SetDeviceFaulted();
 
@@ -168,6 +173,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
   prometheus::Family<prometheus::Counter>* dropped_answers_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
+  prometheus::Family<prometheus::Counter>* http_closures_ = nullptr;
+  prometheus::Gauge* http_buffered_bytes_ = nullptr;
   prometheus::Gauge* device_faulted_ = nullptr;
 
   Mutex mutex_;

@@ -17,6 +17,7 @@
 #include "graphserve/engine/status.h"
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
+#include "graphserve/server/http/http_client_bounds.h"
 #include "graphserve/server/observability/trace_settings.h"
 #include "graphserve/server/process/exit_status.h"
 #include "graphserve/server/repository/model_repository.h"
@@ -78,6 +79,8 @@ struct ServerOptions {
   // The KServe v2 HTTP/REST endpoint; empty: none.
   std::string http_address = "0.0.0.0:8000";
   int http_thread_count = 8;
+  // What REST clients may hold of the server (memory, time, connections per address).
+  HttpClientBounds http_bounds = RestClientBounds();
   // HTTP /metrics for Prometheus, apart from the gRPC port; empty: none.
   std::string metrics_address = "0.0.0.0:8002";
   RepositoryOptions repository;
