@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_support.common import fail, log  # noqa: E402
+from bench_support.hostile import Trickler, read_answer  # noqa: E402
 from bench_support.raw_h2 import RawH2, grpc_message_prefix  # noqa: E402
 from bench_support.repository import builtin_encoder_config, write_repository  # noqa: E402
 from bench_support.server import Server  # noqa: E402
@@ -220,18 +221,29 @@ class NormalClients:
                 for name, c in self.callers.items()}
 
 
-def open_sockets(port, count, first_bytes=b"", timeout_s=5):
-    """`count` connections to 127.0.0.1:port, each having sent `first_bytes`; stops at the first that
-    cannot connect (the descriptor limit) and returns those made."""
+# The hostile clients' address: the normal clients call from 127.0.0.1, so that a bound per client
+# address (REST's --http-max-connections-per-client) tells them apart as it would two hosts (Linux
+# routes all of 127/8 to lo).
+ATTACKER = "127.0.0.2"
+
+
+def open_sockets(port, count, first_bytes=b"", timeout_s=5, sources=(ATTACKER,)):
+    """`count` connections to 127.0.0.1:port from the `sources` addresses in turn, each having sent
+    `first_bytes`; stops at the first that cannot connect (the descriptor limit) and returns those
+    made, the ones the server closed at once (a cap) among them."""
     sockets = []
-    for _ in range(count):
+    for i in range(count):
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
-            if first_bytes:
-                s.sendall(first_bytes)
-            sockets.append(s)
+            s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s,
+                                         source_address=(sources[i % len(sources)], 0))
         except OSError:
             break
+        try:
+            if first_bytes:
+                s.sendall(first_bytes)
+        except OSError:
+            pass  # closed on arrival: still_open() does not count it
+        sockets.append(s)
     return sockets
 
 
@@ -260,18 +272,7 @@ def close_all(sockets):
 
 def read_status(sock, timeout_s):
     """The HTTP status code the server answered on `sock` within timeout_s, or None."""
-    sock.settimeout(timeout_s)
-    data = b""
-    try:
-        while b"\r\n" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        return None
-    parts = data.split(b" ", 2)
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    return read_answer(sock, timeout_s)[0]
 
 
 def rest_headers(port, content_length=None, extra=""):
@@ -414,27 +415,6 @@ def grpc_unread_answers(ctx):
     connection.close()
 
 
-class Trickler(threading.Thread):
-    """Sends one more byte of `tail` on every socket each `interval_s`, until stopped."""
-
-    def __init__(self, sockets, tail, interval_s=1.0):
-        super().__init__(daemon=True)
-        self.sockets, self.tail, self.interval_s = sockets, tail, interval_s
-        self.stopped = threading.Event()
-
-    def run(self):
-        position = 0
-        while not self.stopped.wait(self.interval_s):
-            byte = self.tail[position % len(self.tail):][:1]
-            position += 1
-            for s in self.sockets:
-                try:
-                    s.setblocking(False)
-                    s.send(byte)
-                except OSError:
-                    pass
-
-
 def hold_trickling(ctx, port, count, request_start, header_line):
     """`count` connections to `port` that send `request_start` and then `header_line` a byte a
     second, held while the normal clients are measured; returns them, still open."""
@@ -467,9 +447,11 @@ def rest_idle(ctx):
 
 
 def rest_past_cap(ctx):
-    """More REST connections than the cap, idle: are the ones past it refused, or left hanging?"""
+    """More REST connections than the cap, idle, from as many addresses as the cap per address
+    needs: are the ones past it refused, or left hanging?"""
     wanted = ctx.count("rest_past_cap")
-    sockets = open_sockets(ctx.ports["http"], wanted)
+    sources = [f"127.0.1.{i}" for i in range(1, 2 + wanted // 200)]
+    sockets = open_sockets(ctx.ports["http"], wanted, sources=sources)
     ctx.notes.append(f"{len(sockets)} connections" + ("" if len(sockets) == wanted else f" of {wanted} (descriptors)"))
     ctx.measure()
     ctx.notes.append(f"{still_open(sockets)}/{len(sockets)} not closed by the server")

@@ -110,10 +110,11 @@ class Server:
 
     default_addresses=False leaves the endpoints' addresses to `args` (tritonserver's --grpc-port,
     ...); `endpoints` names those the server is expected to log as listening (readiness is waited for
-    over gRPC, so without "grpc" pass wait_ready=False); `env` adds to the server's environment."""
+    over gRPC, so without "grpc" pass wait_ready=False); `env` adds to the server's environment;
+    `binary` runs in place of GRAPHSERVE_BINARY (a wrapper that sets limits, then execs it)."""
 
     def __init__(self, *args, log_name="graphserve", ready_timeout_s=600, wait_ready=True,
-                 default_addresses=True, endpoints=("grpc", "metrics", "http"), env=None):
+                 default_addresses=True, endpoints=("grpc", "metrics", "http"), env=None, binary=None):
         if not BINARY:
             raise RuntimeError("GRAPHSERVE_BINARY is not set (run through ctest)")
         addresses = ["--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
@@ -124,6 +125,7 @@ class Server:
         self.ready_timeout_s = ready_timeout_s
         self.wait_ready = wait_ready
         self.env = env  # added to this process's environment for the server's
+        self.binary = binary or BINARY
         self.graphserve = None  # the GraphserveProcess, from __enter__ on
         self.process = None  # its subprocess.Popen, for tests that signal or wait on it
         self.grpc_port = None
@@ -159,7 +161,7 @@ class Server:
 
     def __enter__(self):
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        self.graphserve = GraphserveProcess(BINARY, self.args, self.log_path, env=self.env)
+        self.graphserve = GraphserveProcess(self.binary, self.args, self.log_path, env=self.env)
         self.process = self.graphserve.process
         try:
             self._wait_for_ports()
