@@ -237,6 +237,30 @@ TEST(CommandLineTest, GrpcBoundsHaveDefaultsAndTakeSeconds) {
   ExpectRefused({"--grpc-answer-write-timeout-s", "-1"}, {"--grpc-answer-write-timeout-s"});
 }
 
+TEST(CommandLineTest, RestBoundsDefaultToRestClientBoundsAndTakeSeconds) {
+  const HttpClientBounds defaults = RestClientBounds();
+  const HttpClientBounds taken = Accepted({}).server.http_bounds;
+  EXPECT_EQ(taken.max_buffered_bytes, defaults.max_buffered_bytes);
+  EXPECT_EQ(taken.header_timeout, defaults.header_timeout);
+  EXPECT_EQ(taken.body_timeout, defaults.body_timeout);
+  EXPECT_EQ(taken.keep_alive_timeout, defaults.keep_alive_timeout);
+  EXPECT_EQ(taken.send_timeout, defaults.send_timeout);
+  EXPECT_EQ(taken.max_connections_per_client, defaults.max_connections_per_client);
+  const HttpClientBounds set =
+      Accepted({"--http-max-buffered-bytes", "0", "--http-header-timeout-s", "2.5", "--http-body-timeout-s",
+                "0", "--http-keep-alive-timeout-s", "7", "--http-send-timeout-s", "0.25",
+                "--http-max-connections-per-client", "3"})
+          .server.http_bounds;
+  EXPECT_EQ(set.max_buffered_bytes, 0u);
+  EXPECT_EQ(set.header_timeout.count(), 2500);
+  EXPECT_EQ(set.body_timeout.count(), 0);
+  EXPECT_EQ(set.keep_alive_timeout.count(), 7000);
+  EXPECT_EQ(set.send_timeout.count(), 250);
+  EXPECT_EQ(set.max_connections_per_client, 3u);
+  ExpectRefused({"--http-header-timeout-s", "-1"}, {"--http-header-timeout-s"});
+  ExpectRefused({"--http-max-connections-per-client", "-2"}, {"--http-max-connections-per-client"});
+}
+
 TEST(CommandLineTest, MalformedCommandLinesAreBadUsageToo) {
   Parsed parsed = Parse({"--frobnicate"});
   ASSERT_TRUE(parsed.exit_status.has_value());

@@ -47,6 +47,7 @@ struct Exchange {
   // back when libmicrohttpd completes it. Written by the libmicrohttpd thread before the handler,
   // then by Send before the resume that lets the exchange complete.
   uint64_t held_bytes = 0;
+  std::string client;  // the address whose share of the budget held_bytes counts in
   // A body with a Content-Length was held whole from its headers; a chunked or compressed one is
   // held piece by piece.
   bool body_held_whole = false;
@@ -70,7 +71,7 @@ struct Exchange {
     MHD_Connection* suspended = nullptr;
     // An answer already computed is not refused, but counts until written, so that clients that do
     // not read leave no room for more bodies.
-    owner->Hold(answer.body.size(), /*may_refuse=*/false);
+    owner->Hold(client, answer.body.size(), /*may_refuse=*/false);
     held_bytes += answer.body.size();
     {
       MutexLock lock(&mutex);
@@ -219,7 +220,7 @@ struct Callbacks {
   }
 
   static bool HoldMore(Exchange* exchange, uint64_t bytes) {
-    if (!exchange->server->Hold(bytes, /*may_refuse=*/true)) return false;
+    if (!exchange->server->Hold(exchange->client, bytes, /*may_refuse=*/true)) return false;
     exchange->held_bytes += bytes;
     return true;
   }
@@ -228,7 +229,7 @@ struct Callbacks {
   static void DropBody(Exchange* exchange) {
     exchange->request.body.clear();
     exchange->request.body.shrink_to_fit();
-    exchange->server->Release(std::exchange(exchange->held_bytes, 0));
+    exchange->server->Release(exchange->client, std::exchange(exchange->held_bytes, 0));
     exchange->body_held_whole = false;
   }
 
@@ -285,7 +286,8 @@ struct Callbacks {
       *context = exchange;
       exchange->request.method = method;
       exchange->request.path = url;
-      if (server->options_.auth != nullptr) exchange->request.peer = Peer(connection);
+      exchange->client = Peer(connection);
+      if (server->options_.auth != nullptr) exchange->request.peer = exchange->client;
       if (const MHD_ConnectionInfo* info =
               MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD)) {
         exchange->fd = info->connect_fd;
@@ -447,7 +449,7 @@ struct Callbacks {
     auto* exchange = static_cast<Exchange*>(*context);
     if (exchange == nullptr) return;
     const bool handled = exchange->handed_to_handler;
-    server->Release(exchange->held_bytes);
+    server->Release(exchange->client, exchange->held_bytes);
     delete exchange;
     *context = nullptr;
     if (handled) server->ExchangeClosed();
@@ -464,9 +466,17 @@ struct Callbacks {
   }
 
   static std::string OverBudget(const HttpServer& server) {
-    return "the server holds " + std::to_string(server.options_.bounds.max_buffered_bytes) +
-           " bytes of request bodies and unsent answers, the most it buffers at once "
-           "(--http-max-buffered-bytes); retry later";
+    const HttpClientBounds& bounds = server.options_.bounds;
+    std::string held;
+    if (bounds.max_buffered_bytes_per_client > 0) {
+      held = "for this client (at most " + std::to_string(bounds.max_buffered_bytes_per_client) +
+             " bytes, --http-max-buffered-bytes-per-client)";
+    }
+    if (bounds.max_buffered_bytes > 0) {
+      held += std::string(held.empty() ? "" : " or ") + "for all clients (at most " +
+              std::to_string(bounds.max_buffered_bytes) + " bytes, --http-max-buffered-bytes)";
+    }
+    return "the request bodies and unsent answers held " + held + " leave no room for this body; retry later";
   }
 
   static std::string TooLarge(const HttpServer& server) {
@@ -633,20 +643,33 @@ std::vector<HttpClosure> HttpServer::CloseOverdue() {
   return closed;
 }
 
-bool HttpServer::Hold(uint64_t bytes, bool may_refuse) {
+bool HttpServer::Hold(const std::string& client, uint64_t bytes, bool may_refuse) {
   if (bytes == 0) return true;
   const uint64_t budget = options_.bounds.max_buffered_bytes;
-  uint64_t held = buffered_bytes_.load();
-  do {
-    if (may_refuse && budget > 0 && held + bytes > budget) return false;
-  } while (!buffered_bytes_.compare_exchange_weak(held, held + bytes));
+  const uint64_t share = options_.bounds.max_buffered_bytes_per_client;
+  {
+    MutexLock lock(&budget_mutex_);
+    const auto found = buffered_by_client_.find(client);
+    const uint64_t mine = found == buffered_by_client_.end() ? 0 : found->second;
+    if (may_refuse &&
+        ((budget > 0 && buffered_bytes_ + bytes > budget) || (share > 0 && mine + bytes > share))) {
+      return false;
+    }
+    buffered_bytes_ += bytes;
+    buffered_by_client_[client] = mine + bytes;
+  }
   if (options_.on_buffered_bytes) options_.on_buffered_bytes(static_cast<int64_t>(bytes));
   return true;
 }
 
-void HttpServer::Release(uint64_t bytes) {
+void HttpServer::Release(const std::string& client, uint64_t bytes) {
   if (bytes == 0) return;
-  buffered_bytes_.fetch_sub(bytes);
+  {
+    MutexLock lock(&budget_mutex_);
+    buffered_bytes_ -= bytes;
+    const auto found = buffered_by_client_.find(client);
+    if (found != buffered_by_client_.end() && (found->second -= bytes) == 0) buffered_by_client_.erase(found);
+  }
   if (options_.on_buffered_bytes) options_.on_buffered_bytes(-static_cast<int64_t>(bytes));
 }
 

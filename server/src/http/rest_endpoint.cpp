@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string_view>
@@ -537,10 +538,15 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   const int wanted_connections = http.max_connections;
   http.max_connections = RestConnectionCap(open_file_limit, wanted_connections);
   if (http.max_connections < wanted_connections) {
+    // The cap per address shrinks with the cap, or one client could again take every slot.
+    unsigned& per_client = http.bounds.max_connections_per_client;
+    per_client = std::min<unsigned>(
+        per_client, std::max<unsigned>(1, static_cast<unsigned>(uint64_t{per_client} * http.max_connections /
+                                                                static_cast<unsigned>(wanted_connections))));
     spdlog::info(
-        "REST: at most {} connections at once under the open-file limit of {} (ulimit -n); gRPC and "
-        "/metrics keep the other descriptors",
-        http.max_connections, open_file_limit);
+        "REST: at most {} connections at once under the open-file limit of {} (ulimit -n), {} per client "
+        "address; gRPC and /metrics keep the other descriptors",
+        http.max_connections, open_file_limit, per_client);
   }
   http.content_codings = true;
   http.tls = options.tls;

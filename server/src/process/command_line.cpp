@@ -219,6 +219,11 @@ void AddHttpBoundFlags(CLI::App& app, HttpClientBounds* bounds, GraphserveValues
                  "bytes of REST request bodies being received or awaiting their answer, plus answers not yet "
                  "sent, held at once; a body past it is answered 503 unread; 0: no bound")
       ->capture_default_str();
+  app.add_option(
+         "--http-max-buffered-bytes-per-client", bounds->max_buffered_bytes_per_client,
+         "the same, for the connections of one client address together, so that one client cannot take "
+         "it all; 0: no bound")
+      ->capture_default_str();
   const std::pair<const char*, const char*> timeouts[] = {
       {"--http-header-timeout-s",
        "a REST request's line and headers must arrive within this of the connection's opening (or, on a "

@@ -328,12 +328,16 @@ Status GraphServer::StartRestEndpoint(const ServerOptions& options, const Reques
   grpc::ChannelArguments channel_arguments;
   channel_arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
   channel_arguments.SetMaxSendMessageSize(kMaxMessageBytes);
-  const uint64_t budget = options.http_bounds.max_buffered_bytes;
-  if (budget > 0 && budget < static_cast<uint64_t>(limits.rest_body_bytes)) {
-    return InvalidArgument(fmt::format(
-        "--http-max-buffered-bytes {}: below the largest REST body accepted ({} bytes), which could never be "
-        "taken; raise it, or lower --max-request-bytes",
-        budget, limits.rest_body_bytes));
+  const std::pair<const char*, uint64_t> budgets[] = {
+      {"--http-max-buffered-bytes", options.http_bounds.max_buffered_bytes},
+      {"--http-max-buffered-bytes-per-client", options.http_bounds.max_buffered_bytes_per_client}};
+  for (const auto& [flag, budget] : budgets) {
+    if (budget > 0 && budget < static_cast<uint64_t>(limits.rest_body_bytes)) {
+      return InvalidArgument(fmt::format(
+          "{} {}: below the largest REST body accepted ({} bytes), which could never be taken; raise it, or "
+          "lower --max-request-bytes",
+          flag, budget, limits.rest_body_bytes));
+    }
   }
   RestEndpointOptions rest;
   rest.address = options.http_address;

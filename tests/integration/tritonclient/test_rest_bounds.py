@@ -23,6 +23,7 @@ MODEL = "encoder"
 INFER_PATH = f"/v2/models/{MODEL}/infer"
 BODY_LIMIT = 4 * MIB  # --max-request-bytes
 BUDGET = 4 * BODY_LIMIT  # --http-max-buffered-bytes: four whole bodies
+SHARE = 2 * BODY_LIMIT  # --http-max-buffered-bytes-per-client: two
 TIMEOUT_S = 1.0  # every timeout of the bounds server
 # The held connections' share of each kind, and where they come from: the normal clients call from
 # 127.0.0.1, the attackers from other loopback addresses (Linux routes 127/8 to lo).
@@ -94,12 +95,13 @@ def metric(server, name, **labels):
 
 
 class RestTimeoutsAndBudgetTest(server_fixture.ServerTestCase):
-    """A server with one-second timeouts and a budget of four largest bodies."""
+    """A server with one-second timeouts and a budget of four largest bodies, two per address."""
 
     @classmethod
     def setUpClass(cls):
         cls.start_server("--model-repository", str(small_encoder_repository("rest_bounds_repository")),
                          "--max-request-bytes", str(BODY_LIMIT), "--http-max-buffered-bytes", str(BUDGET),
+                         "--http-max-buffered-bytes-per-client", str(SHARE),
                          "--http-header-timeout-s", str(TIMEOUT_S), "--http-body-timeout-s", str(TIMEOUT_S),
                          "--http-keep-alive-timeout-s", str(TIMEOUT_S), "--http-send-timeout-s", str(TIMEOUT_S),
                          log_name="rest_bounds")
@@ -180,34 +182,44 @@ class RestTimeoutsAndBudgetTest(server_fixture.ServerTestCase):
             self.assertLess(time.monotonic(), deadline, f"buffered bytes {held}, waiting for {wanted}")
             time.sleep(0.05)
 
-    def test_bodies_past_the_budget_are_refused_503_unread(self):
+    def test_bodies_past_a_clients_share_or_the_budget_are_refused_503_unread(self):
         self.wait_for_buffered_bytes(0)
         held = []
+
+        def refused(source, head, body=b""):
+            sock = connect(self.port, source)
+            try:
+                sock.sendall(head + body)
+                return read_answer(sock)
+            finally:
+                sock.close()
+
         try:
-            for _ in range(BUDGET // BODY_LIMIT):  # four whole bodies fit, each half sent
-                sock = connect(self.port)
-                sock.sendall(post_head(self.port, BODY_LIMIT) + b" " * (BODY_LIMIT // 2))
-                held.append(sock)
+            # Each of two addresses holds its share, two whole bodies (each half sent): the budget.
+            for source in ("127.0.0.2", "127.0.0.3"):
+                for _ in range(SHARE // BODY_LIMIT):
+                    sock = connect(self.port, source)
+                    sock.sendall(post_head(self.port, BODY_LIMIT) + b" " * (BODY_LIMIT // 2))
+                    held.append(sock)
+                    time.sleep(0.05)  # in order: the share fills before the other address starts
+                if source == "127.0.0.2":
+                    self.wait_for_buffered_bytes(SHARE)
+                    # Past its share, with room left in the budget: refused from its headers.
+                    status, answer = refused(source, post_head(self.port, 1000))
+                    self.assertEqual(status, 503)
+                    self.assertIn(b"--http-max-buffered-bytes-per-client", answer)
             self.wait_for_buffered_bytes(BUDGET)
-            # One more, with a Content-Length: refused from its headers, no byte of body sent.
-            refused = connect(self.port)
-            refused.sendall(post_head(self.port, 1000))
-            status, answer = read_answer(refused)
-            refused.close()
+            # A third address past the budget: refused from its headers, no byte of body sent...
+            status, answer = refused("127.0.0.4", post_head(self.port, 1000))
             self.assertEqual(status, 503)
-            self.assertIn(b"--http-max-buffered-bytes", answer)
-            # A chunked one: dropped as it arrives, refused once it ends.
-            chunked = connect(self.port)
-            chunked.sendall(post_head(self.port, extra="Transfer-Encoding: chunked\r\n") +
-                            b"400\r\n" + b" " * 1024 + b"\r\n0\r\n\r\n")
-            self.assertEqual(read_answer(chunked)[0], 503)
-            chunked.close()
+            self.assertIn(b"--http-max-buffered-bytes)", answer)
+            # ...and chunked: dropped as it arrives, refused once it ends.
+            status, _ = refused("127.0.0.4", post_head(self.port, extra="Transfer-Encoding: chunked\r\n"),
+                                b"400\r\n" + b" " * 1024 + b"\r\n0\r\n\r\n")
+            self.assertEqual(status, 503)
             self.assertEqual(metric(self.server, "graphserve_http_buffered_bytes"), BUDGET)
             # One body over the per-request limit is 413, as before.
-            too_large = connect(self.port)
-            too_large.sendall(post_head(self.port, BODY_LIMIT + 1))
-            self.assertEqual(read_answer(too_large)[0], 413)
-            too_large.close()
+            self.assertEqual(refused("127.0.0.4", post_head(self.port, BODY_LIMIT + 1))[0], 413)
         finally:
             close_all(held)
         self.wait_for_buffered_bytes(0)
@@ -235,9 +247,10 @@ class RestConnectionsTest(unittest.TestCase):
         cls.server.__enter__()
         cls.addClassCleanup(cls.server.__exit__, None, None, None)
         cls.port = int(cls.server.http_url.split(":")[1])
-        # (2048 - its reserve of 128) / 2, as the server logs it.
-        cls.cap = 960
-        assert f"REST: at most {cls.cap} connections" in cls.server.log(), cls.server.log()[-2000:]
+        # (2048 - its reserve of 128) / 2, and the cap per address scaled with it from 256 of 1,024.
+        cls.cap, cls.per_client = 960, 240
+        assert (f"REST: at most {cls.cap} connections at once under the open-file limit of 2048 (ulimit -n), "
+                f"{cls.per_client} per client address") in cls.server.log(), cls.server.log()[-2000:]
 
     def normal_p99_ms(self, seconds):
         """p99 of a normal client's small infer calls on one kept-alive connection from 127.0.0.1."""
@@ -284,7 +297,7 @@ class RestConnectionsTest(unittest.TestCase):
         self.assertLessEqual(during_p99, 2 * idle_p99 + JITTER_FLOOR_MS)
 
     def test_one_address_past_its_cap_and_every_address_past_the_servers_are_closed_at_once(self):
-        per_client = 256  # REST's default --http-max-connections-per-client
+        per_client = self.per_client
         mine = self.open_held(per_client + 4, addresses=["127.0.0.9"])
         others = []
         try:

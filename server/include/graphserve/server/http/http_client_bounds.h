@@ -12,6 +12,9 @@ struct HttpClientBounds {
   // Bytes of request bodies being received or waiting for their answer, plus answers not yet sent,
   // over all connections. A body that would pass it is answered 503 without being buffered.
   uint64_t max_buffered_bytes = 0;
+  // The same, for one client address's connections together: one client cannot take the whole
+  // budget and leave the others 503.
+  uint64_t max_buffered_bytes_per_client = 0;
   // From a connection's opening (its first request) or from the request line (a later request on a
   // kept-alive connection) to the end of the headers.
   std::chrono::milliseconds header_timeout{0};
@@ -55,6 +58,7 @@ inline const char* HttpClosureName(HttpClosure closure) {
 inline HttpClientBounds RestClientBounds() {
   HttpClientBounds bounds;
   bounds.max_buffered_bytes = uint64_t{1} << 30;
+  bounds.max_buffered_bytes_per_client = uint64_t{256} << 20;
   bounds.header_timeout = std::chrono::seconds(10);
   bounds.body_timeout = std::chrono::seconds(60);
   bounds.keep_alive_timeout = std::chrono::seconds(30);

@@ -206,14 +206,17 @@ class HttpServer {
   // Shuts the sockets of connections past their deadline (libmicrohttpd then closes them); returns
   // why, for on_closed.
   std::vector<HttpClosure> CloseOverdue() REQUIRES(mutex_);
-  // Takes `bytes` of bounds.max_buffered_bytes; false (nothing taken) when `may_refuse` and they do
-  // not fit. Release gives them back.
-  bool Hold(uint64_t bytes, bool may_refuse);
-  void Release(uint64_t bytes);
+  // Takes `bytes` of bounds.max_buffered_bytes and of `client`'s share of it; false (nothing taken)
+  // when `may_refuse` and they do not fit. Release gives them back.
+  bool Hold(const std::string& client, uint64_t bytes, bool may_refuse) EXCLUDES(budget_mutex_);
+  void Release(const std::string& client, uint64_t bytes) EXCLUDES(budget_mutex_);
 
   std::unordered_map<MHD_Connection*, ConnectionClock> clocks_ GUARDED_BY(mutex_);
   std::atomic<int> connections_open_{0};
-  std::atomic<uint64_t> buffered_bytes_{0};
+  Mutex budget_mutex_;
+  uint64_t buffered_bytes_ GUARDED_BY(budget_mutex_) = 0;
+  // By client address; an address holding nothing has no entry.
+  std::unordered_map<std::string, uint64_t> buffered_by_client_ GUARDED_BY(budget_mutex_);
 };
 
 }  // namespace graphserve
