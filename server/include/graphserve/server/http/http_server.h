@@ -5,7 +5,10 @@
 // suspended meanwhile, so no thread waits for inference and one thread serves many connections.
 // With HttpServerOptions::tls it serves HTTPS (http_tls.h: reloadable certificates, mutual TLS checked
 // in the handshake); with ::auth it refuses a request without a token from its headers alone; with
-// ::content_codings it inflates compressed bodies before the handler sees them and compresses answers.
+// ::content_codings it inflates compressed bodies before the handler sees them and compresses answers;
+// with ::bounds (http_client_bounds.h) it holds bodies and unsent answers to a budget, closes
+// connections that outlast a phase's timeout, and caps connections per client address. Past
+// ::max_connections a connection is closed at once.
 //
 // Why libmicrohttpd: Debian packages it (C ABI, so it unpacks onto the CUDA host like gRPC), its
 // epoll thread pool keeps keep-alive connections cheap, and suspend/resume suits answers that come
