@@ -104,6 +104,33 @@ TEST(RestCodecTest, ParametersGraphserveDoesNotConsumeArePassedOnForGrpcToJudge)
   EXPECT_TRUE(format.IsBinary("o2"));
 }
 
+// A REST call's deadline: its `timeout` parameter as parsed from the body, capped by the server's
+// (--http-infer-deadline-ms), which is also the deadline of a call without one.
+TEST(RestCodecTest, TheTimeoutParameterIsTheCallsDeadlineCappedByTheServers) {
+  const auto deadline = [](const std::string& parameters, int64_t longest_us) {
+    inference::ModelInferRequest request;
+    RestOutputFormat format;
+    const Status status =
+        Parse(R"({"parameters": )" + parameters +
+                  R"(, "inputs": [{"name": "a", "datatype": "INT64", "shape": [1], "data": [1]}]})",
+              &request, &format);
+    EXPECT_TRUE(status.ok()) << parameters << ": " << status.message();
+    return RestInferDeadlineUs(request, longest_us);
+  };
+  EXPECT_EQ(deadline(R"({"timeout": 500000})", 60'000'000), 500'000);
+  EXPECT_EQ(deadline(R"({"timeout": 60000000})", 60'000'000), 60'000'000);
+  EXPECT_EQ(deadline(R"({"timeout": 60000001})", 60'000'000), 60'000'000);  // past the cap: the cap
+  EXPECT_EQ(deadline("{}", 60'000'000), 60'000'000);                        // none: the server's
+  EXPECT_EQ(deadline(R"({"timeout": 0})", 60'000'000), 60'000'000);         // Triton's "none"
+  // Refused by the gRPC service, naming the parameter; here they only give no deadline of their own.
+  EXPECT_EQ(deadline(R"({"timeout": -5})", 60'000'000), 60'000'000);
+  EXPECT_EQ(deadline(R"({"timeout": "5000"})", 60'000'000), 60'000'000);
+  // No server deadline: the client's alone, up to a day.
+  EXPECT_EQ(deadline("{}", 0), 0);
+  EXPECT_EQ(deadline(R"({"timeout": 1500})", 0), 1500);
+  EXPECT_EQ(deadline(R"({"timeout": 9223372036854775807})", 0), kLongestRestDeadlineUs);
+}
+
 // A value quoted in a refusal is described, not dumped: dumping recurses, and 100,000 brackets in
 // one ~200 KB body overflowed the handler thread's stack and killed the server.
 TEST(RestCodecTest, DeeplyNestedValuesAreRefusedWithoutQuotingThem) {

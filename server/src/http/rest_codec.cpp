@@ -497,6 +497,16 @@ bool RestOutputFormat::IsBinary(const std::string& output) const {
   return binary_by_default;
 }
 
+int64_t RestInferDeadlineUs(const inference::ModelInferRequest& request, int64_t longest_us) {
+  const auto timeout = request.parameters().find("timeout");
+  const bool given = timeout != request.parameters().end() &&
+                     timeout->second.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+                     timeout->second.int64_param() > 0;
+  if (!given) return longest_us;
+  const int64_t bound = longest_us > 0 ? longest_us : kLongestRestDeadlineUs;
+  return std::min(timeout->second.int64_param(), bound);
+}
+
 Status ParseRestInferRequest(std::string_view body, std::optional<size_t> json_length,
                              const std::string& model, const std::string& version,
                              inference::ModelInferRequest* request, RestOutputFormat* format) {

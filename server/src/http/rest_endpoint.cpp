@@ -132,15 +132,22 @@ struct RestApi {
   ServerMetrics* metrics;
   const GrpcApiGate* grpc_gate = nullptr;
   size_t max_request_bytes = 0;
+  int64_t infer_deadline_us = 0;  // RestEndpointOptions::infer_deadline_us
   std::atomic<bool> stopping{false};
   // Set once a drain gave up waiting (RestEndpoint::Drain): the calls still open are then cancelled.
   std::atomic<bool> drain_expired{false};
 
+  // `deadline_us`: the call's deadline from now (0: none), which the gRPC service sees as a gRPC
+  // client's: admission refuses at once what cannot meet it, and the queue drops what outlives it.
   template <typename Request, typename Response, typename Invoke>
-  void Call(HttpReply reply, Request request, Invoke invoke, std::function<HttpResponse(const Response&)> encode) {
+  void Call(HttpReply reply, Request request, Invoke invoke,
+            std::function<HttpResponse(const Response&)> encode, int64_t deadline_us = 0) {
     auto* rpc = new Rpc<Request, Response>(std::move(reply), &drain_expired);
     rpc->request = std::move(request);
     rpc->encode = std::move(encode);
+    if (deadline_us > 0) {
+      rpc->context->set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(deadline_us));
+    }
     if (grpc_gate != nullptr) grpc_gate->MarkInProcess(rpc->context.get());
     // A client gone before its answer: gRPC cancels the call as it would a gRPC client's, so that
     // its request leaves the queue (or its batch) and counts as cancelled, not as a success.
@@ -362,6 +369,7 @@ struct RestApi {
                                       " (the models' largest, or --max-request-bytes)"),
                     413);
     }
+    const int64_t deadline_us = RestInferDeadlineUs(request, infer_deadline_us);
     Call<inference::ModelInferRequest, inference::ModelInferResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelInfer(args...); },
         [format](const inference::ModelInferResponse& response) {
@@ -372,7 +380,8 @@ struct RestApi {
             answer.headers = {{"Inference-Header-Content-Length", std::to_string(*encoded.json_length)}};
           }
           return answer;
-        });
+        },
+        deadline_us);
   }
 
   static Status HeaderLength(const HttpRequest& http, std::optional<size_t>* json_length) {
@@ -524,6 +533,7 @@ Status RestEndpoint::Start(const RestEndpointOptions& options, std::shared_ptr<g
   api->metrics = metrics;
   api->grpc_gate = options.grpc_gate;
   api->max_request_bytes = options.max_request_bytes;
+  api->infer_deadline_us = options.infer_deadline_us;
   HttpServerOptions http;
   http.address = options.address;
   http.flag = "--http-address";

@@ -13,12 +13,14 @@
 // has none); CUDA shared-memory registration on a server without a CUDA device is refused with 400
 // (by the gRPC service, as every other refusal). A client that disconnects while
 // its request waits for its batch has its call cancelled (HttpReply::OnClientGone), as gRPC cancels
-// a gRPC client's.
+// a gRPC client's. An infer call carries a deadline as a gRPC client's call does: its request's
+// `timeout` parameter, or the endpoint's default (RestEndpointOptions::infer_deadline_us).
 // Thread safety: requests run on the HTTP server's threads and answer from gRPC's. Lifetime: create
 // and destroy from one controlling thread; destroy it before the gRPC server it calls is gone, or
 // after every call through the channel has finished (the destructor waits for answers owed).
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,6 +53,10 @@ struct RestEndpointOptions {
   // What clients may hold: buffered bytes, each phase's time, connections per address (the
   // --http-* flags of docs/security.md).
   HttpClientBounds bounds = RestClientBounds();
+  // An infer call's deadline when its request sends no `timeout`, and the cap on one that does
+  // (RestInferDeadlineUs); 0: none. 60 s, tritonclient.http's network timeout: its caller has left
+  // by then, so work still queued is dropped unrun rather than run for nobody.
+  int64_t infer_deadline_us = 60'000'000;
   // HTTPS with these credentials; null: plaintext.
   std::shared_ptr<HttpTls> tls;
   // Set (outliving the endpoint): requests need a token, health probes unless it protects them too.

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "graphserve/server/batching/batch_planner.h"
+#include "graphserve/server/http/rest_codec.h"
 #include "graphserve/server/observability/log_settings.h"
 #include "graphserve/server/observability/trace_settings.h"
 #include "graphserve/server/security/auth.h"
@@ -178,6 +179,7 @@ struct GraphserveValues {
   double http_body_timeout_s = 0;
   double http_keep_alive_timeout_s = 0;
   double http_send_timeout_s = 0;
+  int64_t http_infer_deadline_ms = 0;
   int64_t busy_poll_us = -1;
   std::string control_mode = "none";
   std::string log_format = "plain";
@@ -336,6 +338,14 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   AddHttpBoundFlags(app, &options.http_bounds, values);
+  values->http_infer_deadline_ms = options.http_infer_deadline.count();
+  app.add_option(
+         "--http-infer-deadline-ms", values->http_infer_deadline_ms,
+         "deadline of a REST infer call whose request sends no `timeout` parameter, and the cap on one "
+         "that does: queued work past it is dropped unrun and admission refuses at once what cannot "
+         "meet it (504); 0: none. The default is tritonclient.http's network timeout")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, kLongestRestDeadlineUs / 1000));
   app.add_option("--metrics-address", options.metrics_address,
                  "HOST:PORT of the Prometheus /metrics endpoint ('' for none; a bare HOST takes --metrics-port)")
       ->capture_default_str();
@@ -770,6 +780,7 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
   options.http_bounds.body_timeout = milliseconds(values.http_body_timeout_s);
   options.http_bounds.keep_alive_timeout = milliseconds(values.http_keep_alive_timeout_s);
   options.http_bounds.send_timeout = milliseconds(values.http_send_timeout_s);
+  options.http_infer_deadline = std::chrono::milliseconds(values.http_infer_deadline_ms);
   options.busy_poll = std::chrono::microseconds(values.busy_poll_us);
   // From the environment rather than a flag: a flag's value is visible to every user in `ps`.
   if (const char* tokens = std::getenv("GRAPHSERVE_AUTH_TOKEN")) options.auth.env_tokens = tokens;

@@ -345,6 +345,8 @@ Status GraphServer::StartRestEndpoint(const ServerOptions& options, const Reques
   rest.max_body_bytes = static_cast<size_t>(limits.rest_body_bytes);
   rest.max_request_bytes = static_cast<size_t>(limits.grpc_bytes);
   rest.bounds = options.http_bounds;
+  rest.infer_deadline_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(options.http_infer_deadline).count();
   rest.tls = http_tls_;
   rest.auth = auth_.get();
   rest.gate = http_gate_.get();

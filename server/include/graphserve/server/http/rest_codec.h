@@ -10,6 +10,7 @@
 // Stateless functions; thread-safe. Errors are INVALID_ARGUMENT naming the JSON field
 // (`inputs[1].shape`), the form gRPC's refusals take.
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +49,18 @@ struct RestOutputFormat {
 Status ParseRestInferRequest(std::string_view body, std::optional<size_t> json_length,
                              const std::string& model, const std::string& version,
                              inference::ModelInferRequest* request, RestOutputFormat* format);
+
+// The longest REST infer deadline (RestInferDeadlineUs): a day, far past any batch, and within what
+// a gRPC deadline added to the clock can hold.
+inline constexpr int64_t kLongestRestDeadlineUs = int64_t{86'400} * 1'000'000;
+// A REST infer call's deadline, in microseconds from its arrival; 0: none. HTTP carries no deadline,
+// so a REST client's is Triton's `timeout` request parameter (int64 µs, what tritonclient.http's
+// `infer(timeout=)` sends), capped at `longest_us`; a call without one (or with 0, Triton's "none")
+// gets `longest_us` (--http-infer-deadline-ms; 0: no cap and no default, a `timeout` then counting
+// up to kLongestRestDeadlineUs). A negative or mistyped `timeout` counts as none here: the gRPC
+// service then refuses it, naming the parameter. The parameter also goes on to the model's queue policy
+// (allow_timeout_override) as over gRPC.
+int64_t RestInferDeadlineUs(const inference::ModelInferRequest& request, int64_t longest_us);
 
 // An encoded infer response: `body` is the JSON header followed by the binary outputs;
 // `json_length` is the header's size when any output is binary (send it as

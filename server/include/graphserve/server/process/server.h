@@ -81,6 +81,9 @@ struct ServerOptions {
   int http_thread_count = 8;
   // What REST clients may hold of the server (memory, time, connections per address).
   HttpClientBounds http_bounds = RestClientBounds();
+  // A REST infer call's deadline when its request sends no `timeout` parameter, and the cap on one
+  // that does (RestEndpointOptions::infer_deadline_us); 0: none.
+  std::chrono::milliseconds http_infer_deadline{60000};
   // HTTP /metrics for Prometheus, apart from the gRPC port; empty: none.
   std::string metrics_address = "0.0.0.0:8002";
   RepositoryOptions repository;
