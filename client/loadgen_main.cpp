@@ -101,7 +101,8 @@ void AddLoadFlags(CLI::App& app, Flags* flags) {
 // How the calls travel, and where the report goes. Added after AddLoadFlags: --help keeps this order.
 void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   loadgen::LoadOptions& options = flags->options;
-  app.add_option("--timeout-ms", options.timeout_ms, "Deadline of each call in ms; 0: none")
+  app.add_option("--timeout-ms", options.timeout_ms,
+                 "Deadline of each call in ms (over REST also sent as Triton's `timeout` parameter); 0: none")
       ->check(graphserve::NonNegativeFlag())
       ->capture_default_str();
   app.add_option("--max-in-flight", options.max_in_flight,
@@ -118,10 +119,11 @@ void AddTransportAndReportFlags(CLI::App& app, Flags* flags) {
   app.add_flag("--grpc-executor-offload", flags->grpc_executor_offload,
                "let gRPC move a busy connection's transport work to its executor thread (gRPC's default); "
                "without it the polling thread that picked the work up finishes it");
-  graphserve::AddHttpAddressFlag(&app, &options.http_address,
-                                 "Send the infer calls over the KServe v2 REST binding to this HOST[:PORT] (port "
-                                 "8000 when left out; binary tensors; closed loop); --address still answers "
-                                 "readiness and metadata");
+  graphserve::AddHttpAddressFlag(
+      &app, &options.http_address,
+      "Send the infer calls over the KServe v2 REST binding to this HOST[:PORT] (port "
+      "8000 when left out; binary tensors); --address still answers "
+      "readiness and metadata");
   app.add_option("--connections", options.connections, "HTTP/2 connections to spread calls over")
       ->check(graphserve::PositiveFlag())
       ->capture_default_str();

@@ -195,7 +195,11 @@ class LoadRun {
       }
       made->request = request.get();
       if (rest_) {
-        made->rest_body = std::make_shared<const std::string>(RestInferBody(*request, &made->rest_json_length));
+        // The call's deadline as Triton's `timeout` parameter, so that the server knows it as it knows
+        // a gRPC call's (the client's own timer alone would leave the server running calls for
+        // callers that have left).
+        made->rest_body = std::make_shared<const std::string>(
+            RestInferBody(*request, &made->rest_json_length, options_.timeout_ms * 1000));
       }
       // Kept for every later call of this length while the cache has room (a call serialises its
       // request when it starts, so one message can serve them all); otherwise the call owns it.
@@ -421,6 +425,10 @@ grpc::Status ValidateOptions(const LoadOptions& options) {
   }
   if (options.rows < 1) return Invalid("--rows must be at least 1");
   if (options.timeout_ms < 0) return Invalid("--timeout-ms must be 0 (none) or more");
+  // Beyond it, the deadline in µs (REST's `timeout` parameter) or added to the clock could overflow.
+  if (options.timeout_ms > kMaxSeconds * 1000) {
+    return Invalid("--timeout-ms must be at most " + std::to_string(kMaxSeconds * 1000));
+  }
   if (options.max_in_flight < 1) return Invalid("--max-in-flight must be at least 1");
   if (options.request_cache_bytes < 0) return Invalid("request_cache_bytes must be 0 or more");
   if (options.busy_poll && !options.http_address.empty()) {
@@ -428,9 +436,6 @@ grpc::Status ValidateOptions(const LoadOptions& options) {
   }
   if (options.polling_threads < 1 || options.polling_threads > kMaxThreads) {
     return Invalid("--threads must be in [1, " + std::to_string(kMaxThreads) + "]");
-  }
-  if (!options.http_address.empty() && options.concurrency == 0) {
-    return Invalid("--http-address: REST load runs in a closed loop only; use --concurrency");
   }
   if (!options.http_address.empty() && options.encoding != InputEncoding::kRaw) {
     return Invalid("--contents typed: the REST binding sends binary tensors; use --contents raw");

@@ -19,13 +19,15 @@ using nlohmann::json;
 
 }  // namespace
 
-std::string RestInferBody(const inference::ModelInferRequest& request, size_t* json_length) {
+std::string RestInferBody(const inference::ModelInferRequest& request, size_t* json_length,
+                          int64_t timeout_us) {
   json header = json::object();
   if (!request.id().empty()) header["id"] = request.id();
   json parameters = json::object();
   for (const auto& [name, value] : request.parameters()) {
     parameters[name] = rest_json::InferParameterJson(value);
   }
+  if (timeout_us > 0) parameters["timeout"] = timeout_us;
   json inputs = json::array();
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);

@@ -21,7 +21,10 @@ namespace graphserve::loadgen {
 
 // An infer request as the REST binding's body: a JSON header of *json_length bytes, then every
 // input's raw bytes (binary_data_size), asking for every requested output (or all) in binary.
-std::string RestInferBody(const inference::ModelInferRequest& request, size_t* json_length);
+// `timeout_us` > 0 goes as Triton's `timeout` request parameter: over REST the call's deadline, which
+// the server then enforces as a gRPC call's (HTTP carries none).
+std::string RestInferBody(const inference::ModelInferRequest& request, size_t* json_length,
+                          int64_t timeout_us = 0);
 // A REST infer answer back into the gRPC message, so that the gRPC run's answer checks apply:
 // `status` is the HTTP status, `json_length` the Inference-Header-Content-Length header (nullopt
 // when absent). A non-200 status is the gRPC status the server's HTTP status stands for, with the

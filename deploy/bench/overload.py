@@ -37,17 +37,12 @@ def open_loop(args, server, rate, json_path):
     commands = []
     for client in range(args.clients):
         part = f"{json_path}.{client}"
-        if args.protocol == "http":
-            # graphserve-loadgen's REST transport runs closed loops only: as many callers as would
-            # keep `rate` calls a second in flight if each took the whole deadline (Little's law).
-            callers = max(1, round(rate * args.deadline_ms / 1000 / args.clients))
-            command = loadgen_command(args, server, ["--concurrency", str(callers)], part,
-                                      extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
-                                             "--http-address", server.http])
-        else:
-            command = loadgen_command(args, server, ["--rate", f"{rate / args.clients:.1f}"], part,
-                                      extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
-                                             "--max-in-flight", str(args.max_in_flight)])
+        # Over REST the loadgen sends the deadline as Triton's `timeout` parameter too, so the
+        # server refuses and drops calls for it as it does gRPC's.
+        rest = ["--http-address", server.http] if args.protocol == "http" else []
+        command = loadgen_command(args, server, ["--rate", f"{rate / args.clients:.1f}"], part,
+                                  extra=["--seed", str(client + 1), "--timeout-ms", str(args.deadline_ms),
+                                         "--max-in-flight", str(args.max_in_flight), *rest])
         commands.append((part, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     reports = []
     for part, process in commands:
@@ -413,8 +408,8 @@ def main():
                         "warms up in seconds on a CPU)")
     parser.add_argument("--max-sequence-length", type=int, help="the model's max_sequence_length, cut")
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc",
-                        help="send the infer calls over gRPC (Poisson arrivals) or to the REST port (closed "
-                             "loops of rate x deadline callers: the loadgen's REST transport has no open loop)")
+                        help="send the infer calls over gRPC or to the REST port (Poisson arrivals both, "
+                             "the deadline sent as REST's `timeout` parameter)")
     parser.add_argument("--busy-start-processes", type=int, default=0,
                         help="busy loops running while the server starts and warms up (a poisoned start-up)")
     add_load_arguments(parser)

@@ -1,12 +1,13 @@
 // LoadRunner against an in-process fake KServe v2 server on 127.0.0.1: request counts, warm-up
 // exclusion, errors by status code, answers of the wrong shape, the open loop's rate and in-flight cap,
-// deadlines, and option validation.
+// deadlines, option validation, and REST runs against a fake REST server.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -17,11 +18,19 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "graphserve/client/load_runner.h"
 
 namespace graphserve::loadgen {
 namespace {
+
+// Raises *highest to `value` where that is higher.
+void RaiseTo(std::atomic<int64_t>* highest, int64_t value) {
+  int64_t seen = highest->load();
+  while (value > seen && !highest->compare_exchange_weak(seen, value)) {
+  }
+}
 
 // Answers ModelInfer for token models with one output "projected" FP32 [rows, length, 4], rows and
 // length taken from the first input. By model name:
@@ -40,10 +49,7 @@ class FakeModelService final : public inference::GRPCInferenceService::Service {
 
   grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest* request,
                           inference::ModelInferResponse* response) override {
-    const int64_t concurrent = ++concurrent_;
-    int64_t seen = max_concurrent.load();
-    while (concurrent > seen && !max_concurrent.compare_exchange_weak(seen, concurrent)) {
-    }
+    RaiseTo(&max_concurrent, ++concurrent_);
     const int64_t call = ++calls;
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
     --concurrent_;
@@ -118,6 +124,15 @@ class LoadRunnerTest : public ::testing::Test {
     options.requests = requests;
     options.warmup_s = 0;
     options.lengths = Lengths("uniform:4-32");
+    return options;
+  }
+
+  static LoadOptions OpenLoop(const std::string& model, double rate_rps, const std::string& lengths) {
+    LoadOptions options;
+    options.model = model;
+    options.rate_rps = rate_rps;
+    options.warmup_s = 0;
+    options.lengths = Lengths(lengths);
     return options;
   }
 
@@ -234,12 +249,8 @@ TEST_F(LoadRunnerTest, OpenLoopOffersItsRate) {
 TEST_F(LoadRunnerTest, OpenLoopKeepsSendingWhileAnswersAreSlow) {
   // A closed loop of one would send at most 1 s / 100 ms = 10; the open loop offers 100 in 1 s.
   service_.delay_ms = 100;
-  LoadOptions options;
-  options.model = "good";
-  options.rate_rps = 100;
+  LoadOptions options = OpenLoop("good", 100, "fixed:8");
   options.requests = 100;
-  options.warmup_s = 0;
-  options.lengths = Lengths("fixed:8");
   const Report report = RunLoad(options);
   EXPECT_EQ(report.ok, 100);
   EXPECT_GT(service_.max_concurrent.load(), 3);
@@ -249,13 +260,9 @@ TEST_F(LoadRunnerTest, OpenLoopKeepsSendingWhileAnswersAreSlow) {
 
 TEST_F(LoadRunnerTest, OpenLoopDropsArrivalsBeyondMaxInFlight) {
   service_.delay_ms = 100;
-  LoadOptions options;
-  options.model = "good";
-  options.rate_rps = 300;
+  LoadOptions options = OpenLoop("good", 300, "fixed:8");
   options.requests = 60;
-  options.warmup_s = 0;
   options.max_in_flight = 3;
-  options.lengths = Lengths("fixed:8");
   const Report report = RunLoad(options);
   EXPECT_EQ(report.issued, 60);
   EXPECT_GT(report.errors.at(kNotSent), 30) << ReportToJson(report);
@@ -300,7 +307,7 @@ TEST_F(LoadRunnerTest, ProgressIsReportedAndEndsDrained) {
 
 TEST_F(LoadRunnerTest, CreateRejectsBadOptions) {
   const LoadOptions good = ClosedLoop("good", 2, 10);
-  std::vector<LoadOptions> bad(15, good);
+  std::vector<LoadOptions> bad(16, good);
   bad[0].rate_rps = 10;      // both loops
   bad[1].concurrency = 0;    // neither loop
   bad[2].duration_s = 1;     // both limits
@@ -318,6 +325,7 @@ TEST_F(LoadRunnerTest, CreateRejectsBadOptions) {
   bad[13].warmup_s = 1e9;
   bad[14].busy_poll = true;  // REST's threads are libcurl's
   bad[14].http_address = "127.0.0.1:1";
+  bad[15].timeout_ms = int64_t{1} << 60;  // its µs would overflow
   for (size_t i = 0; i < bad.size(); ++i) {
     std::unique_ptr<LoadRunner> runner;
     EXPECT_EQ(LoadRunner::Create(address_, bad[i], TokenMetadata("good"), &runner).error_code(),
@@ -365,6 +373,171 @@ TEST_F(LoadRunnerTest, RequestsBeyondTheCacheAreBuiltPerCall) {
     EXPECT_EQ(report.ok, 80) << ReportToJson(report);
     EXPECT_EQ(service_.calls.load() - calls_before, 80);
     EXPECT_EQ(report.tokens, service_.tokens.load() - tokens_before);
+  }
+}
+
+// A KServe v2 REST server on 127.0.0.1 for the token models' infer calls, a thread per keep-alive
+// connection: each call is answered "projected" FP32 [rows, length, 4] in binary after delay_ms, and
+// the JSON header of every request is kept.
+class FakeRestServer {
+ public:
+  std::atomic<int64_t> delay_ms{0};
+  std::atomic<int64_t> max_concurrent{0};
+
+  FakeRestServer() {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(listen(listener_, 512), 0);
+    socklen_t size = sizeof address;
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
+    port_ = ntohs(address.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+
+  ~FakeRestServer() {
+    shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    close(listener_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int fd : connections_) shutdown(fd, SHUT_RDWR);
+    }
+    for (std::thread& thread : threads_) thread.join();
+    for (int fd : connections_) close(fd);
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  std::vector<nlohmann::json> headers() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return headers_;
+  }
+
+ private:
+  void Accept() {
+    while (true) {
+      const int fd = accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      std::lock_guard<std::mutex> lock(mutex_);
+      connections_.push_back(fd);
+      threads_.emplace_back([this, fd] { Serve(fd); });
+    }
+  }
+
+  // The value of the header `name` (lower case) in `head`, as a byte count; 0 when absent.
+  static size_t HeaderBytes(const std::string& head, const std::string& name) {
+    std::string lower = head;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    const size_t at = lower.find("\r\n" + name + ":");
+    return at == std::string::npos ? 0 : std::stoull(head.substr(at + name.size() + 3));
+  }
+
+  void Serve(int fd) {
+    std::string buffer;
+    char chunk[65536];
+    const auto fill = [&](size_t bytes) {
+      while (buffer.size() < bytes) {
+        const ssize_t got = recv(fd, chunk, sizeof chunk, 0);
+        if (got <= 0) return false;
+        buffer.append(chunk, static_cast<size_t>(got));
+      }
+      return true;
+    };
+    while (true) {
+      size_t end;
+      while ((end = buffer.find("\r\n\r\n")) == std::string::npos) {
+        if (!fill(buffer.size() + 1)) return;
+      }
+      const std::string head = buffer.substr(0, end + 4);
+      const size_t body_start = end + 4;
+      if (!fill(body_start + HeaderBytes(head, "content-length"))) return;
+      const size_t json_bytes = HeaderBytes(head, "inference-header-content-length");
+      const nlohmann::json request = nlohmann::json::parse(buffer.substr(body_start, json_bytes));
+      buffer.erase(0, body_start + HeaderBytes(head, "content-length"));
+      RaiseTo(&max_concurrent, ++concurrent_);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        headers_.push_back(request);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
+      --concurrent_;
+      const int64_t rows = request["inputs"][0]["shape"][0];
+      const int64_t length = request["inputs"][0]["shape"][1];
+      const size_t bytes = static_cast<size_t>(rows * length * 4 * 4);
+      const std::string answer = nlohmann::json{{"model_name", "good"},
+                                                {"outputs",
+                                                 {{{"name", "projected"},
+                                                   {"datatype", "FP32"},
+                                                   {"shape", {rows, length, 4}},
+                                                   {"parameters", {{"binary_data_size", bytes}}}}}}}
+                                     .dump();
+      const std::string response =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+          "Inference-Header-Content-Length: " +
+          std::to_string(answer.size()) + "\r\nContent-Length: " + std::to_string(answer.size() + bytes) +
+          "\r\n\r\n" + answer + std::string(bytes, '\0');
+      for (size_t sent = 0; sent < response.size();) {
+        const ssize_t wrote = send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
+        if (wrote <= 0) return;
+        sent += static_cast<size_t>(wrote);
+      }
+    }
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread acceptor_;
+  std::atomic<int64_t> concurrent_{0};
+  mutable std::mutex mutex_;
+  std::vector<int> connections_;         // guarded by mutex_
+  std::vector<std::thread> threads_;     // guarded by mutex_
+  std::vector<nlohmann::json> headers_;  // guarded by mutex_
+};
+
+// REST in an open loop: arrivals go out on their schedule whatever is outstanding, as over gRPC,
+// and each carries its deadline as Triton's `timeout` parameter, so that the server can refuse or
+// drop what its caller will not wait for.
+TEST_F(LoadRunnerTest, RestOpenLoopOffersItsRateAndSendsEachCallsDeadline) {
+  FakeRestServer rest;
+  rest.delay_ms = 100;
+  LoadOptions options = OpenLoop("good", 100, "fixed:16");
+  options.duration_s = 1;
+  options.warmup_s = 0.2;
+  options.timeout_ms = 750;
+  options.seed = 5;
+  options.http_address = rest.address();
+  const Report report = RunLoad(options);
+  EXPECT_EQ(report.mode, "open");
+  // 100 expected, standard deviation 10.
+  EXPECT_GT(report.issued, 60);
+  EXPECT_LT(report.issued, 140);
+  EXPECT_EQ(report.ok, report.issued) << ReportToJson(report);
+  // A closed loop would keep one call out; the open loop kept sending behind the 100 ms answers.
+  EXPECT_GT(rest.max_concurrent.load(), 3);
+  // Latency counts from the due time, so it is at least the server's delay.
+  EXPECT_GE(report.latency.min_ms, 100);
+  const std::vector<nlohmann::json> headers = rest.headers();
+  EXPECT_EQ(static_cast<int64_t>(headers.size()), report.warmup_requests + report.issued);
+  for (const nlohmann::json& header : headers) {
+    EXPECT_EQ(header["parameters"]["timeout"], 750'000) << header.dump();
+  }
+}
+
+TEST_F(LoadRunnerTest, RestCallsWithoutADeadlineSendNoTimeout) {
+  FakeRestServer rest;
+  LoadOptions options = ClosedLoop("good", 2, 10);
+  options.timeout_ms = 0;
+  options.http_address = rest.address();
+  const Report report = RunLoad(options);
+  EXPECT_EQ(report.ok, 10) << ReportToJson(report);
+  const std::vector<nlohmann::json> headers = rest.headers();
+  ASSERT_EQ(headers.size(), 10u);
+  for (const nlohmann::json& header : headers) {
+    EXPECT_FALSE(header["parameters"].contains("timeout")) << header.dump();
   }
 }
 

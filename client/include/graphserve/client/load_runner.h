@@ -38,7 +38,8 @@ struct LoadOptions {
   int64_t requests = 0;
   // Requests issued (closed) or due (open) in the first warmup_s seconds are sent but not counted.
   double warmup_s = 1;
-  // Deadline of each call from its send; 0 means none.
+  // Deadline of each call from its send; 0 means none. Over REST it also goes to the server as
+  // Triton's `timeout` request parameter (µs), since HTTP carries no deadline.
   int64_t timeout_ms = 10000;
   // Open loop: an arrival that finds this many calls outstanding is not sent and counts as the error
   // kNotSent, so that an overloaded server cannot exhaust the client's memory.
@@ -59,7 +60,7 @@ struct LoadOptions {
   uint64_t seed = 0;
   InputEncoding encoding = InputEncoding::kRaw;
   // Non-empty: the infer calls go to this HOST:PORT over the KServe v2 HTTP/REST binding (binary
-  // tensors) instead of gRPC; metadata still comes from the gRPC address. Closed loop only.
+  // tensors) instead of gRPC; metadata still comes from the gRPC address. Either loop.
   std::string http_address;
   // Outputs to ask for (KServe's `outputs` field); empty asks for all. An embedding service that
   // needs only the pooled vector saves the server and the network the per-token output.
