@@ -427,8 +427,12 @@ def main():
             server.wait_ready(args.start_timeout_s)
         finally:
             stop_busy_loops(busy_loops)
+        # Really without deadline: the loadgen's default (10 s) now reaches a REST server too, whose
+        # admission then refuses at once whatever a poisoned warm-up figure puts past it, and a
+        # closed loop of instant refusals spins on them instead of measuring capacity.
         capacity_report = run_loadgen(args, server, args.capacity_concurrency,
-                                      os.path.join(args.out, "raw", "capacity.json"), protocol=args.protocol)
+                                      os.path.join(args.out, "raw", "capacity.json"), protocol=args.protocol,
+                                      extra=["--timeout-ms", "0"])
         capacity = capacity_report["requests_per_s"]
         log(f"capacity: {capacity:,.0f} req/s (closed loop, c={args.capacity_concurrency}, no deadline)")
         for factor in [float(f) for f in csv(args.factors)]:

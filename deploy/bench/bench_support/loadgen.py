@@ -21,12 +21,12 @@ def loadgen_command(args, server, load, json_path, lengths=None, duration_s=None
 
 
 def run_loadgen(args, server, concurrency, json_path, lengths=None, duration_s=None, protocol="grpc",
-                lone_client=False, rate=None):
+                lone_client=False, rate=None, extra=()):
     """One closed-loop run (an open loop of Poisson arrivals at `rate` req/s instead when given);
-    protocol "http" sends the infer calls to the REST port instead. Its report; a run that could not
-    start, or hangs, ends the benchmark (Server.fail)."""
+    protocol "http" sends the infer calls to the REST port instead; `extra` flags added. Its report;
+    a run that could not start, or hangs, ends the benchmark (Server.fail)."""
     load = ["--rate", f"{rate:.1f}"] if rate else ["--concurrency", str(concurrency)]
-    command = loadgen_command(args, server, load, json_path, lengths, duration_s, lone_client)
+    command = loadgen_command(args, server, load, json_path, lengths, duration_s, lone_client, extra)
     if protocol == "http":
         command += ["--http-address", server.http]
     # A closed loop ends after its duration plus the answers still in flight; far beyond that
