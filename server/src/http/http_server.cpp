@@ -75,13 +75,15 @@ struct Exchange {
     held_bytes += answer.body.size();
     {
       MutexLock lock(&mutex);
+      // Out of the watcher's sight before the state turns kAnswered: an answer that comes while the
+      // handler still runs is queued by the libmicrohttpd thread as soon as it sees kAnswered, and the
+      // exchange deleted once sent (a refusal from another thread at once hit this under overload);
+      // and after a resume the socket may close and its number be reused.
+      owner->StopWatching(this);
       response = std::move(answer);
       if (state == State::kSuspended) suspended = connection;
       state = State::kAnswered;
     }
-    // Out of the watcher's sight before the resume: after it the socket may close and its number be
-    // reused.
-    owner->StopWatching(this);
     // A suspended connection is not processed, so the exchange lives until this resume; after it,
     // libmicrohttpd may complete and delete it at once.
     if (suspended != nullptr) MHD_resume_connection(suspended);
