@@ -92,15 +92,23 @@ class RestDeadlineTest(DeadlineTestCase):
 
 
 class ServerDeadlineTest(DeadlineTestCase):
-    """--http-infer-deadline-ms 1: no run of the slow model fits, so every REST call fails for its
-    deadline, the one sending a longer `timeout` too (capped); gRPC calls have no such deadline."""
+    """--http-infer-deadline-ms 20: no run of the slow model fits, so every REST call fails for its
+    deadline, the one sending a longer `timeout` too (capped); gRPC calls have no such deadline.
+    20 ms rather than less: long enough for the in-process hop to the model, so that the model
+    counts each call (a deadline gone before the call reaches it is answered 504 uncounted)."""
+
+    DEADLINE_MS = 20
 
     @classmethod
     def setUpClass(cls):
         cls.start_server("--model-repository", str(slow_repository("server_deadline_repository")),
-                         "--http-infer-deadline-ms", "1", log_name="server_deadline")
+                         "--http-infer-deadline-ms", str(cls.DEADLINE_MS), log_name="server_deadline")
 
     def test_the_servers_rest_deadline_applies_and_caps_the_clients(self):
+        # The premise: a run of the slow model takes longer than the deadline on this host.
+        run_s = min(server_fixture.metrics.values(self.server.metric_samples(),
+                                                  "graphserve_bucket_cost_estimate_seconds", model=SLOW))
+        self.assertGreater(run_s, self.DEADLINE_MS / 1000)
         for kwargs in ({}, {"timeout": 60_000_000}):
             status, message, _ = self.rest_infer(**kwargs)
             self.assertEqual(status, "504", f"{kwargs}: {message}")
