@@ -35,9 +35,10 @@ def write_ragged(bert, *, pooling: str, name: str, repository: pathlib.Path, exp
         folder.mkdir(parents=True, exist_ok=True)
         if suffix:
             model = RaggedBert(bert, pooling, attention).eval()
+            # The server's largest bucket has max_batch_size rows and a spare one for the tail's filler.
             export_ragged_pt2(model, example, folder / "model.pt2", input_names=["input_ids", "cu_seqlens"],
                               output_names=["last_hidden_state", pooled], max_tokens=max_batch_tokens,
-                              max_rows=max_rows)
+                              max_rows=max_rows + 1)
             platform = "torch_aoti"
         else:
             # A trace bakes constants: FlashAttention gets the batch's token bound, not the example's T.

@@ -47,6 +47,15 @@ bool IsGridPoint(int64_t batch, int64_t length, int64_t max_batch_size, int64_t 
   return length > 0 && batch <= max_batch_tokens / length;
 }
 
+namespace {
+// Whether (batch, length) of the axes is a point of `spec`'s grid: IsGridPoint, or any pair for a
+// ragged model, whose length is its tokens (the budget bounds them already) and whose rows beyond
+// max_batch_size are the spare one's.
+bool IsPoint(const ModelSpec& spec, int64_t batch, int64_t length) {
+  return spec.ragged || IsGridPoint(batch, length, spec.max_batch_size, spec.max_batch_tokens);
+}
+}  // namespace
+
 std::vector<TensorSpec> ModelSpec::arguments() const {
   std::vector<TensorSpec> all = inputs;
   all.insert(all.end(), batch_inputs.begin(), batch_inputs.end());
@@ -72,9 +81,10 @@ bool ModelSpec::IsUnpaddableLength(int64_t length) const {
 
 bool ModelSpec::IsOversize(int64_t rows, int64_t length) const {
   if (ragged) {
-    // Every (rows, tokens) of the axes is a point; only the filler row may need a larger one.
+    // Every (rows, tokens) of the axes is a point; only the filler row may need a larger one. The
+    // largest row size's spare row is the filler's, never a real one's.
     const size_t tokens = SmallestAtLeast(bucket_lengths, length);
-    return tokens == bucket_lengths.size() ||
+    return rows > max_batch_size || tokens == bucket_lengths.size() ||
            SmallestAtLeast(bucket_batch_sizes, RaggedRowsNeeded(rows, length, bucket_lengths[tokens])) ==
                bucket_batch_sizes.size();
   }
@@ -91,14 +101,14 @@ bool ModelSpec::IsOversize(int64_t rows, int64_t length) const {
 bool ModelSpec::HasBucket(const BucketShape& shape) const {
   return std::binary_search(bucket_batch_sizes.begin(), bucket_batch_sizes.end(), shape.batch) &&
          std::binary_search(bucket_lengths.begin(), bucket_lengths.end(), shape.length) &&
-         IsGridPoint(shape.batch, shape.length, max_batch_size, max_batch_tokens);
+         IsPoint(*this, shape.batch, shape.length);
 }
 
 int64_t ModelSpec::LargestBatchFor(int64_t length) const {
   const size_t padded_length = SmallestAtLeast(bucket_lengths, length);
   if (padded_length == bucket_lengths.size()) return 0;
   for (auto size = bucket_batch_sizes.rbegin(); size != bucket_batch_sizes.rend(); ++size) {
-    if (IsGridPoint(*size, bucket_lengths[padded_length], max_batch_size, max_batch_tokens)) {
+    if (IsPoint(*this, *size, bucket_lengths[padded_length])) {
       return *size;
     }
   }
@@ -109,7 +119,7 @@ std::vector<BucketShape> ModelSpec::Buckets() const {
   std::vector<BucketShape> points;
   for (int64_t batch : bucket_batch_sizes) {
     for (int64_t length : bucket_lengths) {
-      if (IsGridPoint(batch, length, max_batch_size, max_batch_tokens)) {
+      if (IsPoint(*this, batch, length)) {
         points.push_back(BucketShape{batch, length});
       }
     }
@@ -342,6 +352,16 @@ Status CheckRaggedSpec(const ModelSpec& spec) {
     if (batch_input.batch_input_kind == BatchInputKind::kNone) {
       return InvalidArgument(model + "batch input '" + batch_input.name + "' has no kind");
     }
+  }
+  // Without the spare row a full batch with a tail would have no bucket (RaggedLargestRows).
+  if (spec.bucket_batch_sizes.empty() ||
+      spec.bucket_batch_sizes.back() != RaggedLargestRows(spec.max_batch_size)) {
+    return InvalidArgument(model + "the largest bucket row size must be max_batch_size + 1 = " +
+                           std::to_string(RaggedLargestRows(spec.max_batch_size)) +
+                           " (a spare row for the tail of a full batch), got " +
+                           (spec.bucket_batch_sizes.empty()
+                                ? std::string("none")
+                                : std::to_string(spec.bucket_batch_sizes.back())));
   }
   return Status::Ok();
 }

@@ -472,8 +472,15 @@ TEST(RaggedSpecTest, BucketsAreRowsByTotalTokensWithARowSpareForTheTail) {
   EXPECT_EQ(spec.BucketFor(4, 16), (BucketShape{4, 16}));
   // 4 rows that leave a tail need a fifth row for it.
   EXPECT_EQ(spec.BucketFor(4, 15), (BucketShape{8, 16}));
-  EXPECT_FALSE(spec.IsOversize(8, 64));
-  EXPECT_TRUE(spec.IsOversize(8, 63));  // the tail has no row left
+  // max_batch_size (7) rows always have a bucket: the largest row size keeps a row spare.
+  EXPECT_EQ(spec.BucketFor(7, 63), (BucketShape{8, 64}));
+  EXPECT_EQ(spec.BucketFor(7, 7), (BucketShape{8, 16}));
+  EXPECT_FALSE(spec.IsOversize(7, 63));
+  EXPECT_FALSE(spec.IsOversize(7, 64));
+  // The spare row is the filler's: more real rows than max_batch_size are off the grid even when
+  // their tokens fill the bucket exactly.
+  EXPECT_TRUE(spec.IsOversize(8, 64));
+  EXPECT_EQ(spec.BucketFor(8, 64), (BucketShape{8, 64}));  // its own shape, run eagerly
   EXPECT_TRUE(spec.IsOversize(1, 65));
   EXPECT_EQ(spec.BucketFor(1, 65), (BucketShape{1, 65}));
   EXPECT_EQ(spec.LargestBucket(), (BucketShape{8, 64}));
@@ -506,6 +513,16 @@ TEST(RaggedSpecTest, ASpecThatBreaksTheRaggedGeometryIsRefused) {
   spec.ragged = false;
   spec.inputs[0].ragged = false;
   EXPECT_EQ(CheckModelSpec(spec).code(), StatusCode::kInvalidArgument);  // batch inputs left
+  // No spare row beyond max_batch_size: a full batch with a tail would have no bucket.
+  spec = RaggedGridSpec();
+  spec.max_batch_size = 8;
+  const Status no_spare = CheckModelSpec(spec);
+  EXPECT_EQ(no_spare.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_spare.message().find("max_batch_size + 1 = 9"), std::string::npos) << no_spare.message();
+  spec.bucket_batch_sizes = {4, 9};
+  EXPECT_TRUE(CheckModelSpec(spec).ok());
+  spec.bucket_batch_sizes.clear();
+  EXPECT_EQ(CheckModelSpec(spec).code(), StatusCode::kInvalidArgument);
 }
 
 InferenceItem RaggedItem(int64_t rows, int64_t length) {

@@ -418,6 +418,24 @@ TEST(TorchScriptRaggedTest, RandomMixesGetWhatEachRequestGetsAlone) {
   }
 }
 
+TEST(TorchScriptRaggedTest, ALoneRequestOfMaxBatchSizeRowsWithATailRunsInTheLargestBucket) {
+  std::unique_ptr<Executor> executor = WarmRaggedExecutor();
+  ASSERT_NE(executor, nullptr);
+  const ModelSpec spec = testing::RaggedTestSpec();
+  // 7 rows (max_batch_size) of 5 tokens: 35 of the 64-token bucket's tokens, the 29-token tail in
+  // the spare eighth row, which touches none of the 7.
+  const std::vector<InferenceItem> items = {RaggedItem(spec.max_batch_size, 5, 3)};
+  const BucketShape bucket = spec.BucketFor(spec.max_batch_size, spec.max_batch_size * 5);
+  ASSERT_EQ(bucket, (BucketShape{8, 64}));
+  ASSERT_TRUE(spec.HasBucket(bucket));
+  BatchOutputs outputs;
+  const Status status = executor->Execute(MakeBatch({&items[0]}, bucket), &outputs);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ExpectRaggedAnswers(items, outputs);
+  EXPECT_EQ(executor->Counters().real_elements, 35u);
+  EXPECT_EQ(executor->Counters().padded_elements, 64u);
+}
+
 TEST(TorchScriptRaggedTest, ABucketWithoutARowForTheTailIsRefused) {
   std::unique_ptr<Executor> executor = WarmRaggedExecutor();
   ASSERT_NE(executor, nullptr);

@@ -1057,11 +1057,33 @@ TEST(RaggedPlannerTest, ABatchGoesOnceTheNextRequestsTokensWouldNotFit) {
 TEST(RaggedPlannerTest, RowsAreBoundedTooWithARowKeptForTheTail) {
   FakeClock clock;
   BatchPlanner planner(RaggedTestSpec(), Options(1'000'000));
-  // 7 one-token rows fill the 8-row bucket with its filler row: an eighth needs a ninth row.
+  // max_batch_size (7) one-token rows, then the 8-row bucket's spare row holds their tail.
   for (int i = 0; i < 8; ++i) AddAt(planner, clock, MakeRequest(1, 1));
   const auto decision = planner.Next(clock.NowMicros(), false);
   ASSERT_TRUE(decision);
   EXPECT_EQ(decision->requests.size(), 7u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 16}));
+}
+
+TEST(RaggedPlannerTest, ALoneRequestOfMaxBatchSizeRowsWithATailGetsABucket) {
+  const ModelSpec spec = RaggedTestSpec();
+  FakeClock clock;
+  BatchPlanner planner(spec, Options(1'000'000));
+  // 7 rows of 9 tokens: 63 of 64, so the tail needs an eighth row, which the grid keeps spare.
+  AddAt(planner, clock, MakeRequest(spec.max_batch_size, 9));
+  AddAt(planner, clock, MakeRequest(1, 1));
+  auto decision = planner.Next(clock.NowMicros(), false);  // full by its rows: goes at once
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(Rows(*decision), (std::vector<int64_t>{7}));
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));
+  EXPECT_TRUE(spec.HasBucket(decision->padded_shape));
+  // Batching disabled: still its bucket, not its exact shape.
+  SchedulerOptions alone_options = Options(1'000'000);
+  alone_options.batching_disabled = true;
+  BatchPlanner alone(spec, alone_options);
+  AddAt(alone, clock, MakeRequest(spec.max_batch_size, 2));
+  decision = alone.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
   EXPECT_EQ(decision->padded_shape, (BucketShape{8, 16}));
 }
 

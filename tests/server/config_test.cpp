@@ -590,8 +590,9 @@ TEST(RaggedConfigTest, TritonsRaggedConfigBecomesARaggedSpec) {
   EXPECT_EQ(spec.batch_inputs[0].batch_input_kind, BatchInputKind::kAccumulatedElementCountWithZero);
   EXPECT_TRUE(spec.outputs[0].ragged);
   EXPECT_FALSE(spec.outputs[1].ragged);
-  // Default grid: one row size (rows are nearly free), token sizes in steps ending at the budget.
-  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{8}));
+  // Default grid: one row size (rows are nearly free), max_batch_size 8 and a row spare for the
+  // tail's filler; token sizes in steps ending at the budget.
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{9}));
   EXPECT_EQ(spec.bucket_lengths.front(), 16);
   EXPECT_EQ(spec.bucket_lengths.back(), 1024);
   EXPECT_EQ(spec.max_batch_tokens, 1024);
@@ -628,8 +629,23 @@ TEST(RaggedConfigTest, TheServedBatchInputKindsAreRead) {
   ASSERT_EQ(spec.batch_inputs.size(), 3u);
   EXPECT_EQ(spec.batch_inputs[1].batch_input_kind, BatchInputKind::kElementCount);
   EXPECT_EQ(spec.batch_inputs[2].batch_input_kind, BatchInputKind::kAccumulatedElementCount);
-  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{2, 8}));
+  // The configured rows, then max_batch_size + 1, whose spare row a full batch's tail needs.
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{2, 8, 9}));
   EXPECT_EQ(spec.bucket_lengths, (std::vector<int64_t>{128, 512}));
+  EXPECT_TRUE(CheckModelSpec(spec).ok());
+}
+
+TEST(RaggedConfigTest, TheSpareRowMayBeConfiguredAndIsNotAddedTwice) {
+  inference::ModelConfig config = Parse(kRaggedConfig);
+  config.mutable_buckets()->add_batch_sizes(4);
+  config.mutable_buckets()->add_batch_sizes(9);
+  ModelSpec spec;
+  const Status status = ModelSpecFromConfig(config, &spec);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{4, 9}));
+  // A request of max_batch_size rows that leaves a tail has a bucket: the spare row takes the tail.
+  EXPECT_FALSE(spec.IsOversize(8, 8 * 100));
+  EXPECT_EQ(spec.BucketFor(8, 8 * 100).batch, 9);
 }
 
 class BadRaggedConfigTest : public testing::TestWithParam<BadConfigCase> {};
@@ -681,7 +697,9 @@ INSTANTIATE_TEST_SUITE_P(
                       "buckets.sequence_lengths: 2048 is outside [1, 1024]"},
         BadConfigCase{"buckets { sequence_lengths: [ 64 ] }",
                       "buckets.sequence_lengths: the largest token size 64"},
-        BadConfigCase{"buckets { batch_sizes: [ 16 ] }", "buckets.batch_sizes: 16 is outside [1, 8]"},
+        BadConfigCase{"buckets { batch_sizes: [ 16 ] }", "buckets.batch_sizes: 16 is outside [1, 9]"},
+        BadConfigCase{"buckets { batch_sizes: [ 10 ] }",
+                      "buckets.batch_sizes: 10 is outside [1, 9] (max_batch_size + 1"},
         BadConfigCase{"sequence_mask_input: \"input_ids\"", "sequence_mask_input: a ragged model"}));
 
 TEST(RaggedConfigTest, BatchInputsAndOutputsNeedARaggedInput) {

@@ -51,11 +51,12 @@
 //     model); any other runs at its exact shape. What Triton does for such models, with graphs
 //     where the grid has the length.
 //   - Ragged models (ModelSpec::ragged). Rows of any lengths go end to end with no padding
-//     between them, so there is one bin: the oldest requests while their rows and tokens fit the
-//     largest bucket (a spare row kept for the tail's filler row), in the smallest bucket holding
-//     them, the tail of its tokens the only padding. It goes when the next request would not fit,
-//     when the oldest is due, or (not under FIFO) when an executor is idle and waiting cannot help,
-//     as a bin does above. Packing in arrival order is FIFO already, with no length to bin by.
+//     between them, so there is one bin: the oldest requests while their rows (max_batch_size at
+//     most; the largest bucket keeps a spare row for the tail's filler) and tokens fit, in the
+//     smallest bucket holding them, the tail of its tokens the only padding. It goes when the
+//     next request would not fit, when the oldest is due, or (not under FIFO) when an executor is
+//     idle and waiting cannot help, as a bin does above. Packing in arrival order is FIFO already,
+//     with no length to bin by.
 //   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
 //     what a server without a batcher does, kept as a mode of its own so that its cost can be
 //     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
@@ -574,7 +575,7 @@ std::optional<DispatchDecision> BatchPlanner::NextRagged(int64_t now_us, bool ex
     tokens = more_tokens;
   }
   // Nothing more can join a batch at the largest token size or rows, nor an oversize one.
-  full = full || tokens >= spec_.bucket_lengths.back() || packed.rows >= spec_.bucket_batch_sizes.back() ||
+  full = full || tokens >= spec_.bucket_lengths.back() || packed.rows >= spec_.max_batch_size ||
          spec_.IsOversize(packed.rows, tokens);
   const bool may_go_early =
       options_.policy != BatchingPolicy::kFifo && executor_idle && WaitingCannotHelp(0, now_us);

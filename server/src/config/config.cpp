@@ -534,8 +534,8 @@ Status SequenceMaskFromConfig(const inference::ModelConfig& config, ModelSpec* s
 // is the configured one, else the default where the batch sizes are the default too (a length-
 // varying model's: a fixed-shape model has none); the batch sizes above max_batch_size must fit
 // it at the shortest length, so that each is a point of the grid.
-// A ragged model's grid: rows up to max_batch_size, token sizes up to the token budget, which must
-// hold one row of max_sequence_length; every pair a point.
+// A ragged model's grid: rows up to max_batch_size + 1 (the last always present), token sizes up
+// to the token budget, which must hold one row of max_sequence_length; every pair a point.
 Status RaggedGridFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {
   const inference::BucketGrid& buckets = config.buckets();
   spec->max_batch_tokens =
@@ -557,14 +557,22 @@ Status RaggedGridFromConfig(const inference::ModelConfig& config, ModelSpec* spe
                            std::to_string(spec->max_sequence_length) +
                            "; one row of the longest length must fit");
   }
+  // The largest row size always has a spare row beyond max_batch_size for the tail's filler row
+  // (RaggedLargestRows), or a full batch that leaves a tail would have no bucket and run eagerly.
+  const int64_t largest_rows = RaggedLargestRows(spec->max_batch_size);
   if (buckets.batch_sizes().empty()) {
     // Rows are nearly free in a ragged bucket (an offset and a pooled vector each; the tokens are
-    // the work), so one row size, the most a batch may hold, captures one graph per token size.
-    spec->bucket_batch_sizes = {spec->max_batch_size};
+    // the work), so one row size, the most a batch may need, captures one graph per token size.
+    spec->bucket_batch_sizes = {largest_rows};
     return Status::Ok();
   }
-  return GridAxis(buckets.batch_sizes(), spec->max_batch_size, "buckets.batch_sizes",
-                  "max_batch_size: a ragged bucket's rows", &spec->bucket_batch_sizes);
+  status = GridAxis(buckets.batch_sizes(), largest_rows, "buckets.batch_sizes",
+                    "max_batch_size + 1: a ragged bucket's rows, one spare for the tail",
+                    &spec->bucket_batch_sizes);
+  if (status.ok() && spec->bucket_batch_sizes.back() != largest_rows) {
+    spec->bucket_batch_sizes.push_back(largest_rows);
+  }
+  return status;
 }
 
 Status BucketGridFromConfig(const inference::ModelConfig& config, ModelSpec* spec) {

@@ -121,7 +121,7 @@ class RaggedModelTest(unittest.TestCase):
     def random_mix(self):
         """Rows as the server packs them: real rows (some empty), then a filler row taking the rest of
         the bucket's tokens and empty rows up to the bucket's rows."""
-        rows_in_bucket = self.random.randint(2, self.exported.max_rows)
+        rows_in_bucket = self.random.randint(2, self.exported.max_rows + 1)  # with the spare row
         real, used = [], 0
         for _ in range(self.random.randint(1, rows_in_bucket - 1)):
             length = self.random.choice([0, 1, 2, self.random.randint(3, self.exported.max_length)])
@@ -151,6 +151,9 @@ class RaggedModelTest(unittest.TestCase):
             "R=1, T=1": [[101]],
             "R=1, T=max_batch_tokens": [self.random_row(self.exported.max_batch_tokens)],
             "R=max_rows": [self.random_row(self.random.randint(0, 20)) for _ in range(self.exported.max_rows)],
+            # A full batch and its tail's filler row, the server's largest bucket.
+            "R=max_rows+1": [self.random_row(self.random.randint(1, 20)) for _ in range(self.exported.max_rows)]
+            + [[0] * 33],
             "R=max_rows, T=max_batch_tokens": [self.random_row(self.exported.max_batch_tokens // self.exported.max_rows)
                                                for _ in range(self.exported.max_rows)],
             "empty rows first and last": [[], [101, 7592, 102], []],
@@ -227,7 +230,8 @@ class RaggedModelTest(unittest.TestCase):
         signature = json.loads(self.loaded["pt2"].get_metadata()["graphserve.signature"])
         self.assertEqual(signature["inputs"], [
             {"name": "input_ids", "dtype": "int64", "dims": [[1, self.exported.max_batch_tokens]]},
-            {"name": "cu_seqlens", "dtype": "int32", "dims": [[2, self.exported.max_rows + 1]]}])
+            # max_batch_size rows and the server's spare row for the tail: R + 1 offsets.
+            {"name": "cu_seqlens", "dtype": "int32", "dims": [[2, self.exported.max_rows + 2]]}])
         self.assertEqual(signature["outputs"], ["last_hidden_state", self.exported.pooled])
         self.assertEqual(signature["weights_dtype"], "fp32")
 

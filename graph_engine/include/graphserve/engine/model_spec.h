@@ -118,7 +118,8 @@ struct ModelSpec {
   // Triton's ragged batching: every input is ragged (TensorSpec::ragged), requests of any lengths
   // share a batch with no padding between them, and the buckets are (rows, total tokens):
   // bucket_batch_sizes are the rows, bucket_lengths the token sizes (up to max_batch_tokens, the
-  // token budget of a batch), every pair of them a point. max_sequence_length still bounds one row.
+  // token budget of a batch), every pair of them a point. max_sequence_length still bounds one row,
+  // max_batch_size a batch's real rows; the largest row size is RaggedLargestRows(max_batch_size).
   bool ragged = false;
   // The model's arguments after its inputs, in config order (ragged models only).
   std::vector<TensorSpec> batch_inputs;
@@ -140,7 +141,8 @@ struct ModelSpec {
   // model that does not mask padding, `length` itself, when it is a bucket length), and at it the
   // smallest batch size >= rows among those that are points there; {rows, length} itself (an
   // off-grid batch, run eagerly) when none does. Ragged: `length` is the total tokens, and a
-  // bucket with more tokens than that needs a spare row for the filler (RaggedRowsNeeded).
+  // bucket with more tokens than that needs a spare row for the filler (RaggedRowsNeeded); more
+  // than max_batch_size real rows is off the grid.
   BucketShape BucketFor(int64_t rows, int64_t length) const;
   // Whether no bucket holds `rows` × `length` (BucketFor's off-grid case): longer or wider than the
   // grid, or, for a model that does not mask padding, a length that is no bucket length.
@@ -168,10 +170,16 @@ struct ModelSpec {
 size_t SmallestAtLeast(const std::vector<int64_t>& grid, int64_t value);
 
 // Rows a ragged bucket of `bucket_tokens` needs for `rows` real rows of `tokens` tokens: one more
-// for the filler row when the tokens do not fill it.
+// for the filler row when the tokens do not fill it. The filler is a row of its own, never a real
+// row's tail, so that no padded token is attended to by a real one.
 inline int64_t RaggedRowsNeeded(int64_t rows, int64_t tokens, int64_t bucket_tokens) {
   return tokens < bucket_tokens ? rows + 1 : rows;
 }
+
+// The rows of a ragged model's largest bucket, the last of its row sizes: a batch holds at most
+// max_batch_size real rows, and one spare row is kept for their tail's filler, so that a full
+// batch (a lone request of max_batch_size rows included) has a bucket whatever its tokens.
+inline int64_t RaggedLargestRows(int64_t max_batch_size) { return max_batch_size + 1; }
 
 // [shape.batch, tensor.dims...] with the variable dimension replaced by shape.length: the shape of a
 // tensor padded to a bucket. A ragged tensor: [shape.length, dims after the -1...]; a batch input:
