@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -641,6 +642,84 @@ TEST(RequestCodecTest, NoInputs) {
   Status status = Decode(request);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("missing input 'input_ids'"), std::string::npos) << status.message();
+}
+
+// A ragged model (Triton's ragged batching): 8 rows, 128 tokens a row, 512 tokens a batch.
+ModelSpec RaggedSpec() {
+  inference::ModelConfig config;
+  Status status = ParseModelConfig(R"pb(
+                                     name: "ragged"
+                                     platform: "pytorch_libtorch"
+                                     max_batch_size: 8
+                                     max_sequence_length: 128
+                                     input {
+                                       name: "input_ids"
+                                       data_type: TYPE_INT64
+                                       dims: [ -1 ]
+                                       allow_ragged_batch: true
+                                     }
+                                     batch_input {
+                                       kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO
+                                       target_name: "cu_seqlens"
+                                       data_type: TYPE_INT32
+                                       source_input: "input_ids"
+                                     }
+                                     output {
+                                       name: "pooled"
+                                       data_type: TYPE_FP32
+                                       dims: [ 4 ]
+                                     }
+                                     buckets { max_batch_tokens: 512 }
+                                   )pb",
+                                   "ragged", &config);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  ModelSpec spec;
+  status = ModelSpecFromConfig(config, &spec);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return spec;
+}
+
+// input_ids of rows × length, raw; `offsets` adds a cu_seqlens of the client's own.
+Status DecodeRagged(int64_t rows, int64_t length, bool offsets = false) {
+  inference::ModelInferRequest request;
+  request.set_model_name("ragged");
+  auto* input = request.add_inputs();
+  input->set_name("input_ids");
+  input->set_datatype("INT64");
+  input->add_shape(rows);
+  input->add_shape(length);
+  request.add_raw_input_contents(
+      std::string(static_cast<size_t>(std::max<int64_t>(rows * length, 0)) * 8, '\0'));
+  if (offsets) {
+    auto* made = request.add_inputs();
+    made->set_name("cu_seqlens");
+    made->set_datatype("INT32");
+    made->add_shape(1);
+    made->add_shape(2);
+    request.add_raw_input_contents(std::string(2 * 4, '\0'));
+  }
+  PendingRequest pending;
+  return DecodeInferRequest(RaggedSpec(), &request, &pending);
+}
+
+TEST(RequestCodecTest, ARaggedRequestIsBoundedByItsRowsRowLengthAndTheBatchsTokens) {
+  EXPECT_TRUE(DecodeRagged(1, 1).ok());
+  EXPECT_TRUE(DecodeRagged(1, 128).ok());  // max_sequence_length
+  EXPECT_TRUE(DecodeRagged(4, 128).ok());  // exactly the 512-token budget
+  EXPECT_TRUE(DecodeRagged(8, 64).ok());   // max_batch_size rows, exactly the budget
+  EXPECT_TRUE(DecodeRagged(8, 1).ok());    // many rows of one token
+  const std::vector<std::pair<Status, std::string>> refused = {
+      {DecodeRagged(5, 103), "5 rows of 103 tokens exceed buckets.max_batch_tokens 512"},
+      {DecodeRagged(8, 65), "8 rows of 65 tokens exceed buckets.max_batch_tokens 512"},
+      {DecodeRagged(1, 0), "has a dimension below 1"},
+      {DecodeRagged(0, 4), "has a dimension below 1"},
+      {DecodeRagged(9, 1), "batch 9 exceeds max_batch_size 8"},
+      {DecodeRagged(1, 129), "length 129 exceeds max_sequence_length 128"},
+      {DecodeRagged(1, 4, /*offsets=*/true), "'cu_seqlens': a batch input, made by the server"}};
+  for (const auto& [status, fragment] : refused) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << fragment;
+    EXPECT_NE(status.message().find(fragment), std::string::npos) << status.message();
+  }
 }
 
 ModelSpec CnnSpec() {

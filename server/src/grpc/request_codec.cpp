@@ -157,6 +157,15 @@ Status CheckInputShape(const ModelSpec& spec, const TensorSpec& tensor, const st
                            " exceeds max_sequence_length " +
                            std::to_string(spec.max_sequence_length));
   }
+  // A ragged request's tokens beyond the budget fit no bucket, and no size a .pt2 was exported
+  // for; one row always fits (the config keeps max_batch_tokens >= max_sequence_length). Divided,
+  // not multiplied: the shape is the client's.
+  if (spec.ragged && spec.max_batch_tokens > 0 && *length > 0 && *rows > spec.max_batch_tokens / *length) {
+    return InvalidArgument(model + field + ": " + std::to_string(*rows) + " rows of " +
+                           std::to_string(*length) + " tokens exceed buckets.max_batch_tokens " +
+                           std::to_string(spec.max_batch_tokens) +
+                           " (a ragged model's tokens of one batch); send fewer rows per request");
+  }
   return Status::Ok();
 }
 
