@@ -600,6 +600,8 @@ void ServerMetrics::CountRefusedConnection(const std::string& reason) {
 
 void ServerMetrics::CountDroppedAnswer(const char* endpoint) {
   dropped_answers_->Add({{"endpoint", endpoint}}).Increment();
+}
+
 void ServerMetrics::AddHttpBufferedBytes(int64_t delta) {
   if (delta >= 0) {
     http_buffered_bytes_->Increment(static_cast<double>(delta));
