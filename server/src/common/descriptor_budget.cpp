@@ -19,4 +19,9 @@ int RestConnectionCap(int limit, int wanted) {
   return std::max(8, std::min(wanted, shareable / 2));
 }
 
+int MetricsConnectionCap(int limit, int wanted) {
+  const int shareable = std::max(0, limit - DescriptorReserve(limit));
+  return std::max(4, std::min(wanted, shareable / 8));
+}
+
 }  // namespace graphserve

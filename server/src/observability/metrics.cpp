@@ -546,10 +546,12 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
   refused_connections_ = &prometheus::BuildCounter()
                               .Name("graphserve_connections_refused_total")
                               .Help(
-                                  "Connections closed on arrival: gRPC's for want of file descriptors "
-                                  "(reason descriptor_reserve: the rest is kept for the server; "
-                                  "descriptors_exhausted: the limit was reached), REST's past its "
-                                  "connection cap (connection_cap)")
+                                  "Connections closed on arrival, by endpoint and reason: gRPC's and "
+                                  "/metrics' for want of file descriptors (descriptor_reserve: the rest is "
+                                  "kept for the server; descriptors_exhausted: the limit was reached), "
+                                  "/metrics' past its caps with no connection to make room "
+                                  "(connection_cap, address_cap), REST's past its connection cap "
+                                  "(connection_cap)")
                               .Register(*registry_);
   // At zero from the start, so that an alert on its rate sees the series before the first refusal.
   for (const char* reason : {"descriptor_reserve", "descriptors_exhausted"}) {
@@ -580,6 +582,20 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                                   "plus answers not yet sent (bounded by --http-max-buffered-bytes)")
                               .Register(*registry_)
                               .Add({});
+  for (const char* reason :
+       {"descriptor_reserve", "descriptors_exhausted", "connection_cap", "address_cap"}) {
+    refused_connections_->Add({{"endpoint", "metrics"}, {"reason", reason}});
+  }
+  closed_connections_ = &prometheus::BuildCounter()
+                             .Name("graphserve_connections_closed_total")
+                             .Help(
+                                 "/metrics connections the server closed: client_timeout (a request or an "
+                                 "answer outlasted --metrics-client-timeout-s) or evicted (waiting for a "
+                                 "request while the port was full, replaced by a new connection)")
+                             .Register(*registry_);
+  for (const char* reason : {"client_timeout", "evicted"}) {
+    closed_connections_->Add({{"endpoint", "metrics"}, {"reason", reason}});
+  }
   auth_refusals_ = &prometheus::BuildCounter()
                         .Name("graphserve_auth_failures_total")
                         .Help("Requests refused for a missing or wrong token, by endpoint (grpc, http, metrics)")
@@ -594,8 +610,12 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                          .Add({});
 }
 
-void ServerMetrics::CountRefusedConnection(const std::string& reason) {
-  refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}}).Increment();
+void ServerMetrics::CountRefusedConnection(const char* endpoint, const std::string& reason) {
+  refused_connections_->Add({{"endpoint", endpoint}, {"reason", reason}}).Increment();
+}
+
+void ServerMetrics::CountClosedConnection(const char* endpoint, const char* reason) {
+  closed_connections_->Add({{"endpoint", endpoint}, {"reason", reason}}).Increment();
 }
 
 void ServerMetrics::CountDroppedAnswer(const char* endpoint) {

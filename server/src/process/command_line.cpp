@@ -180,6 +180,7 @@ struct GraphserveValues {
   double http_keep_alive_timeout_s = 0;
   double http_send_timeout_s = 0;
   int64_t http_infer_deadline_ms = 0;
+  double metrics_client_timeout_s = 0;
   int64_t busy_poll_us = -1;
   std::string control_mode = "none";
   std::string log_format = "plain";
@@ -349,6 +350,24 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
   app.add_option("--metrics-address", options.metrics_address,
                  "HOST:PORT of the Prometheus /metrics endpoint ('' for none; a bare HOST takes --metrics-port)")
       ->capture_default_str();
+  app.add_option("--metrics-max-connections", options.metrics.max_connections,
+                 "/metrics connections held at once (at most an eighth of what the open-file limit leaves "
+                 "the ports); past it a new connection takes the place of one waiting for a request, or gets "
+                 "503 when none is")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--metrics-max-connections-per-address", options.metrics.max_connections_per_address,
+                 "/metrics connections held at once from one client address; past it the address's oldest "
+                 "connection waiting for a request makes room, or the new one gets 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  values->metrics_client_timeout_s = options.metrics.client_timeout.count() / 1000.0;
+  app.add_option(
+         "--metrics-client-timeout-s", values->metrics_client_timeout_s,
+         "how long a /metrics connection has to send each request whole (from its opening or its "
+         "previous answer) and to read each answer, however slowly it trickles bytes; then it is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--model-repository", options.repository.model_repository,
                  "folder with one sub-folder per model: config.pbtxt and model.pt2 or model.pt, or "
                  "Triton's numbered version folders (MODEL/1/model.pt; the highest is served); "
@@ -781,6 +800,8 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
   options.http_bounds.keep_alive_timeout = milliseconds(values.http_keep_alive_timeout_s);
   options.http_bounds.send_timeout = milliseconds(values.http_send_timeout_s);
   options.http_infer_deadline = std::chrono::milliseconds(values.http_infer_deadline_ms);
+  options.metrics.client_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(values.metrics_client_timeout_s * 1000));
   options.busy_poll = std::chrono::microseconds(values.busy_poll_us);
   // From the environment rather than a flag: a flag's value is visible to every user in `ps`.
   if (const char* tokens = std::getenv("GRAPHSERVE_AUTH_TOKEN")) options.auth.env_tokens = tokens;

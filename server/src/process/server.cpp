@@ -194,12 +194,19 @@ Status GraphServer::StartMetricsEndpoint(const ServerOptions& options) {
     return Status::Ok();
   }
   const bool metrics_tls = http_tls_ && !options.metrics_plaintext;
-  const Status status = MetricsEndpoint::Start(options.metrics_address, metrics_.get(), &metrics_endpoint_,
-                                               metrics_tls ? http_tls_ : nullptr,
-                                               options.auth.protect_metrics ? auth_.get() : nullptr);
+  MetricsEndpointOptions endpoint = options.metrics;
+  endpoint.address = options.metrics_address;
+  endpoint.tls = metrics_tls ? http_tls_ : nullptr;
+  endpoint.auth = options.auth.protect_metrics ? auth_.get() : nullptr;
+  const Status status = MetricsEndpoint::Start(endpoint, metrics_.get(), &metrics_endpoint_);
   if (!status.ok()) return status;
-  spdlog::info("metrics endpoint listening on {} (port {}): {} /metrics", options.metrics_address,
-               metrics_endpoint_->port(), metrics_tls ? "https" : "http");
+  spdlog::info(
+      "metrics endpoint listening on {} (port {}): {} /metrics; at most {} connections, {} per address, {} "
+      "ms "
+      "for each request and answer",
+      options.metrics_address, metrics_endpoint_->port(), metrics_tls ? "https" : "http",
+      metrics_endpoint_->max_connections(), endpoint.max_connections_per_address,
+      endpoint.client_timeout.count());
   return Status::Ok();
 }
 
@@ -229,9 +236,9 @@ Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const Reques
     status = GrpcAcceptor::Listen(
         options.grpc_address,
         [metrics](GrpcAcceptor::Refusal refusal) {
-          metrics->CountRefusedConnection(refusal == GrpcAcceptor::Refusal::kDescriptorReserve
-                                              ? "descriptor_reserve"
-                                              : "descriptors_exhausted");
+          metrics->CountRefusedConnection("grpc", refusal == GrpcAcceptor::Refusal::kDescriptorReserve
+                                                      ? "descriptor_reserve"
+                                                      : "descriptors_exhausted");
         },
         &grpc_acceptor_);
     if (!status.ok()) return FailStart(StartFailure::kCannotListen, status);

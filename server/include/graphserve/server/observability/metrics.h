@@ -139,8 +139,13 @@ class ServerMetrics {
   // A request refused for a missing or wrong token, on `endpoint` ("grpc", "http" or "metrics").
   void CountAuthFailure(const char* endpoint);
 
-  // A gRPC connection closed on arrival (GrpcAcceptor's refusal reasons).
-  void CountRefusedConnection(const std::string& reason);
+  // A connection closed on arrival, on `endpoint` ("grpc": GrpcAcceptor's refusal reasons; "metrics":
+  // MetricsEndpoint's).
+  void CountRefusedConnection(const char* endpoint, const std::string& reason);
+  // A /metrics connection the server closed after accepting it: `reason` "client_timeout" (a request
+  // or an answer outlasted --metrics-client-timeout-s) or "evicted" (it waited for a request while
+  // the port was full, and a new connection took its place).
+  void CountClosedConnection(const char* endpoint, const char* reason);
   // An answer computed but never delivered: its client did not read it in time and the call was
   // cancelled (`endpoint` "grpc").
   void CountDroppedAnswer(const char* endpoint);
@@ -172,6 +177,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* deadline_left_seconds_ = nullptr;
   prometheus::Family<prometheus::Counter>* refused_connections_ = nullptr;
   prometheus::Family<prometheus::Counter>* dropped_answers_ = nullptr;
+  prometheus::Family<prometheus::Counter>* closed_connections_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_refusals_ = nullptr;
   prometheus::Family<prometheus::Counter>* http_closures_ = nullptr;
   prometheus::Gauge* http_buffered_bytes_ = nullptr;

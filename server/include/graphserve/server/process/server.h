@@ -18,6 +18,7 @@
 #include "graphserve/server/common/clock.h"
 #include "graphserve/server/grpc/shared_memory_registry.h"
 #include "graphserve/server/http/http_client_bounds.h"
+#include "graphserve/server/observability/metrics_endpoint.h"
 #include "graphserve/server/observability/trace_settings.h"
 #include "graphserve/server/process/exit_status.h"
 #include "graphserve/server/repository/model_repository.h"
@@ -35,7 +36,6 @@ class GpuMonitor;
 class GrpcApiGate;
 class HttpTls;
 class InferenceService;
-class MetricsEndpoint;
 class RestEndpoint;
 class ServerMetrics;
 class TraceWriter;
@@ -86,6 +86,9 @@ struct ServerOptions {
   std::chrono::milliseconds http_infer_deadline{60000};
   // HTTP /metrics for Prometheus, apart from the gRPC port; empty: none.
   std::string metrics_address = "0.0.0.0:8002";
+  // Its bounds against clients that hold connections (metrics_endpoint.h); address and TLS are set
+  // from the fields above.
+  MetricsEndpointOptions metrics;
   RepositoryOptions repository;
   // TLS of the gRPC, REST and (unless metrics_plaintext) /metrics ports.
   TlsOptions tls;
