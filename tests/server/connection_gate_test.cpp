@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace graphserve {
@@ -18,9 +19,13 @@ class ConnectionGateTest : public ::testing::Test {
     options.max_connections = cap;
     options.max_connections_per_address = per_address;
     options.client_timeout_us = timeout_us;
-    return ConnectionGate(options, [this](int id) { dropped_.push_back(id); });
+    return ConnectionGate(options, [this](int id, const char* reason) {
+      dropped_.push_back(id);
+      reasons_.push_back(reason);
+    });
   }
   std::vector<int> dropped_;
+  std::vector<std::string> reasons_;
 };
 
 TEST_F(ConnectionGateTest, PastThePortsCapTheBusiestAddresssOldestWaitingConnectionMakesRoom) {
@@ -34,6 +39,7 @@ TEST_F(ConnectionGateTest, PastThePortsCapTheBusiestAddresssOldestWaitingConnect
   EXPECT_TRUE(admission.admitted);
   EXPECT_EQ(admission.evict, 11);
   EXPECT_EQ(dropped_, std::vector<int>{11});
+  EXPECT_EQ(reasons_, std::vector<std::string>{"evicted"});
   EXPECT_EQ(gate.live(), 4);
   // The dropped one holds its descriptor until its socket closes.
   EXPECT_EQ(gate.open(), 5);
@@ -101,6 +107,7 @@ TEST_F(ConnectionGateTest, EachPhaseHasTheTimeoutFromItsStart) {
   EXPECT_EQ(dropped_, (std::vector<int>{10, 12}));
   EXPECT_EQ(gate.DropExpired(8 * kSecond), 1);
   EXPECT_EQ(dropped_, (std::vector<int>{10, 12, 11}));
+  EXPECT_EQ(reasons_, std::vector<std::string>(3, "client_timeout"));
   // Dropped once: a connection still closing is not dropped again.
   EXPECT_EQ(gate.DropExpired(60 * kSecond), 0);
   EXPECT_EQ(gate.live(), 0);

@@ -25,5 +25,14 @@ TEST(DescriptorBudgetTest, RestGetsAtMostHalfOfWhatTheReserveLeaves) {
 
 TEST(DescriptorBudgetTest, TheOpenFileLimitIsTheSoftOne) { EXPECT_GT(OpenFileLimit(), 0); }
 
+TEST(DescriptorBudgetTest, MetricsGetsAtMostAnEighthOfWhatTheReserveLeaves) {
+  // ulimit -n 256: 224 shareable, /metrics 28 of the 64 asked for.
+  EXPECT_EQ(MetricsConnectionCap(256, 64), 28);
+  EXPECT_EQ(MetricsConnectionCap(1 << 20, 64), 64);
+  // A tiny limit still leaves room for a scrape, and a smaller cap asked for is kept.
+  EXPECT_EQ(MetricsConnectionCap(40, 64), 4);
+  EXPECT_EQ(MetricsConnectionCap(1 << 20, 2), 2);
+}
+
 }  // namespace
 }  // namespace graphserve

@@ -27,7 +27,7 @@ ConnectionGate::Admission ConnectionGate::Admit(int id, const std::string& addre
   }
   if (admission.evict >= 0) {
     Leave(admission.evict);
-    drop_(admission.evict);
+    drop_(admission.evict, "evicted");
   }
   // A descriptor number is reused only after Closed; an id still listed is a stale entry.
   Forget(id);
@@ -61,7 +61,7 @@ int ConnectionGate::DropExpired(int64_t now_us) {
   for (auto& [id, connection] : connections_) {
     if (connection.leaving || now_us - connection.phase_start_us < options_.client_timeout_us) continue;
     Leave(id);
-    drop_(id);
+    drop_(id, "client_timeout");
     ++dropped;
   }
   return dropped;

@@ -43,9 +43,11 @@ class ConnectionGate {
     const char* refusal = "";
   };
 
-  // `drop` makes a connection leave (shuts its socket down); it runs under the gate's lock, so that a
-  // connection's id cannot be Closed and reused meanwhile, and must not call back into the gate.
-  ConnectionGate(const ConnectionGateOptions& options, std::function<void(int id)> drop)
+  // `drop` makes a connection leave (shuts its socket down), told why: "evicted" or "client_timeout".
+  // It runs under the gate's lock, so that a connection's id cannot be Closed and reused meanwhile,
+  // and must not call back into the gate.
+  using Drop = std::function<void(int id, const char* reason)>;
+  ConnectionGate(const ConnectionGateOptions& options, Drop drop)
       : options_(options), drop_(std::move(drop)) {}
 
   // A new connection `id` from `address` (the client's IP): admitted (maybe in place of one it
@@ -84,7 +86,7 @@ class ConnectionGate {
   void Forget(int id) REQUIRES(mutex_);
 
   const ConnectionGateOptions options_;
-  const std::function<void(int id)> drop_;
+  const Drop drop_;
   mutable Mutex mutex_;
   std::map<int, Connection> connections_ GUARDED_BY(mutex_);
   std::map<std::string, int> live_by_address_ GUARDED_BY(mutex_);

@@ -21,7 +21,7 @@ int RestConnectionCap(int limit, int wanted) {
 
 int MetricsConnectionCap(int limit, int wanted) {
   const int shareable = std::max(0, limit - DescriptorReserve(limit));
-  return std::max(4, std::min(wanted, shareable / 8));
+  return std::min(wanted, std::max(4, shareable / 8));
 }
 
 }  // namespace graphserve

@@ -13,7 +13,7 @@ int DescriptorReserve(int limit);
 // leaves (the other half is gRPC's and /metrics'), and never below 8.
 int RestConnectionCap(int limit, int wanted);
 // The /metrics port's connection cap under `limit`: `wanted`, but at most an eighth of what the
-// reserve leaves (a scrape needs one connection; the rest is gRPC's), and never below 4. The port may
+// reserve leaves (a scrape needs one connection; the rest is gRPC's) unless that is below 4. The port may
 // hold twice this many descriptors while the sockets it dropped close (connection_gate.h).
 int MetricsConnectionCap(int limit, int wanted);
 

@@ -42,6 +42,8 @@ constexpr char kTooManyConnections[] =
 
 // Accepts taken per wake-up before the deadlines are checked again, so a flood cannot starve them.
 constexpr int kAcceptsPerTurn = 256;
+// How long accepting pauses while the sockets the endpoint dropped close.
+constexpr std::chrono::milliseconds kClosingWait{2};
 
 int64_t NowMicros() { return SteadyClock().NowMicros(); }
 
@@ -179,17 +181,17 @@ Status MetricsEndpoint::Start(const MetricsEndpointOptions& options, ServerMetri
     tls_options[1] = {MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(options.tls->initial_key_pem().c_str())};
   }
   MetricsEndpoint* self = started.get();
-  // The gate decides which connections stay; libmicrohttpd's own limit only has to hold them all,
-  // those being closed included. Its idle timeout backs the gate's deadlines up.
+  // One thread serves every connection the cap allows, since a scrape takes well under a millisecond
+  // (and with a pool of threads, libmicrohttpd 0.9.75's MHD_stop_daemon hung joining a worker after
+  // a flood of MHD_add_connection). The gate decides which connections stay; libmicrohttpd's own limit only
+  // has to hold them all, those being closed included. Its idle timeout backs the gate's deadlines up.
   const auto timeout_s = std::chrono::ceil<std::chrono::seconds>(options.client_timeout);
   started->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Callbacks::OnRequest, self,
       // First, so that libmicrohttpd's messages about the options after it reach the log too.
       MHD_OPTION_EXTERNAL_LOGGER, &Callbacks::Log, nullptr, MHD_OPTION_ARRAY, tls_options,
       MHD_OPTION_NOTIFY_CONNECTION, &Callbacks::OnConnection, self, MHD_OPTION_NOTIFY_COMPLETED,
-      &Callbacks::OnCompleted, self,
-      // Scrapes take well under a millisecond each: two threads serve every connection the cap allows.
-      MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_LIMIT,
+      &Callbacks::OnCompleted, self, MHD_OPTION_CONNECTION_LIMIT,
       static_cast<unsigned>(2 * started->max_connections_ + 8), MHD_OPTION_CONNECTION_TIMEOUT,
       static_cast<unsigned>(timeout_s.count()), MHD_OPTION_END);
   if (started->daemon_ == nullptr) {
@@ -218,7 +220,11 @@ MetricsEndpoint::MetricsEndpoint(const MetricsEndpointOptions& options, ServerMe
       std::chrono::duration_cast<std::chrono::microseconds>(options.client_timeout).count();
   // A dropped connection's socket is shut down, not closed: libmicrohttpd sees it end, closes it and
   // tells the gate (OnConnection), which owns the descriptor until then.
-  gate_ = std::make_unique<ConnectionGate>(gate, [](int fd) { shutdown(fd, SHUT_RDWR); });
+  gate_ = std::make_unique<ConnectionGate>(gate, [metrics](int fd, const char* reason) {
+    // Counted before the client can see its connection end.
+    metrics->CountClosedConnection("metrics", reason);
+    shutdown(fd, SHUT_RDWR);
+  });
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
@@ -239,13 +245,21 @@ void MetricsEndpoint::AcceptLoop() {
   NameThisThread("gs-metrics-acc");
   pollfd watched[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   int64_t next_check_us = 0;
+  bool paused = false;
   while (true) {
-    if (poll(watched, 2, static_cast<int>(kDeadlineCheck.count())) < 0 && errno != EINTR) {
+    // While the sockets it dropped are still closing (twice the cap held), new connections wait in
+    // the backlog for a few milliseconds instead of being refused: a scraper among them is then
+    // served once the closes are done, and the listening socket is polled only for the wake-up.
+    watched[0].events = paused ? 0 : POLLIN;
+    const int wait_ms =
+        paused ? static_cast<int>(kClosingWait.count()) : static_cast<int>(kDeadlineCheck.count());
+    if (poll(watched, 2, wait_ms) < 0 && errno != EINTR) {
       spdlog::error("metrics: poll failed: {}", std::strerror(errno));
       std::this_thread::sleep_for(kDeadlineCheck);
     }
     if (watched[1].revents != 0) return;
-    for (int taken = 0; (watched[0].revents & POLLIN) != 0 && taken < kAcceptsPerTurn; ++taken) {
+    paused = gate_->open() >= 2 * max_connections_;
+    for (int taken = 0; !paused && (watched[0].revents & POLLIN) != 0 && taken < kAcceptsPerTurn; ++taken) {
       sockaddr_storage address{};
       socklen_t length = sizeof(address);
       const int fd =
@@ -256,6 +270,7 @@ void MetricsEndpoint::AcceptLoop() {
           // libmicrohttpd closed it; only this thread admits, so the number is not in use again yet.
           gate_->Closed(fd);
         }
+        paused = gate_->open() >= 2 * max_connections_;
         continue;
       }
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -267,9 +282,7 @@ void MetricsEndpoint::AcceptLoop() {
     }
     const int64_t now_us = NowMicros();
     if (now_us >= next_check_us) {
-      for (int dropped = gate_->DropExpired(now_us); dropped > 0; --dropped) {
-        metrics_->CountClosedConnection("metrics", "client_timeout");
-      }
+      gate_->DropExpired(now_us);
       next_check_us = now_us + std::chrono::duration_cast<std::chrono::microseconds>(kDeadlineCheck).count();
     }
   }
@@ -286,20 +299,21 @@ bool MetricsEndpoint::Admit(int fd, const std::string& address) {
     Refuse(fd, admission.refusal);
     return false;
   }
-  if (admission.evict >= 0) metrics_->CountClosedConnection("metrics", "evicted");
   return true;
 }
 
 void MetricsEndpoint::Refuse(int fd, const char* reason) {
-  // Best effort and without waiting: the client learns why instead of seeing a bare close. Over TLS
-  // a plaintext answer would be noise before the handshake.
-  if (!options_.tls)
-    send(fd, kTooManyConnections, sizeof(kTooManyConnections) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-  close(fd);
+  // Counted before the client can see the close.
   metrics_->CountRefusedConnection("metrics", reason);
   LogLimited(LogKind::kRefusedConnection, reason, spdlog::level::warn,
              "metrics: refusing a connection ({}): {} of at most {} connections are open", reason,
              gate_->open(), max_connections_);
+  // Best effort and without waiting: the client learns why instead of seeing a bare close. Over TLS
+  // a plaintext answer would be noise before the handshake.
+  if (!options_.tls) {
+    send(fd, kTooManyConnections, sizeof(kTooManyConnections) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  close(fd);
 }
 
 void MetricsEndpoint::ShedOne() {
