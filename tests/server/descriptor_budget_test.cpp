@@ -34,5 +34,11 @@ TEST(DescriptorBudgetTest, MetricsGetsAtMostAnEighthOfWhatTheReserveLeaves) {
   EXPECT_EQ(MetricsConnectionCap(1 << 20, 2), 2);
 }
 
+TEST(DescriptorBudgetTest, MetricsMayTakeHalfOfTheReserveThatGrpcAndRestLeave) {
+  // ulimit -n 256: gRPC and REST stop at descriptor 224, /metrics at 240.
+  EXPECT_EQ(MetricsHighestDescriptor(256), 240);
+  EXPECT_GT(MetricsHighestDescriptor(1 << 20), (1 << 20) - DescriptorReserve(1 << 20));
+}
+
 }  // namespace
 }  // namespace graphserve

@@ -24,4 +24,6 @@ int MetricsConnectionCap(int limit, int wanted) {
   return std::min(wanted, std::max(4, shareable / 8));
 }
 
+int MetricsHighestDescriptor(int limit) { return limit - DescriptorReserve(limit) / 2; }
+
 }  // namespace graphserve

@@ -207,7 +207,7 @@ MetricsEndpoint::MetricsEndpoint(const MetricsEndpointOptions& options, ServerMe
     : options_(options), metrics_(metrics), listen_fd_(listen_fd), wake_fd_(wake_fd) {
   port_ = BoundPort(listen_fd_);
   const int limit = OpenFileLimit();
-  highest_connection_fd_ = limit - DescriptorReserve(limit);
+  highest_connection_fd_ = MetricsHighestDescriptor(limit);
   max_connections_ = MetricsConnectionCap(limit, options.max_connections);
   if (max_connections_ < options.max_connections) {
     spdlog::info("metrics: at most {} connections (not {}): the open-file limit is {}", max_connections_,
