@@ -82,7 +82,8 @@ SCALES = {
     "rest_slowloris": (128, 1100),
     "rest_idle": (128, 5000),
     "rest_past_cap": (REST_CONNECTION_CAP + 16, REST_CONNECTION_CAP + 100),
-    "metrics_slow": (METRICS_CONNECTION_CAP + 1, METRICS_CONNECTION_CAP + 64),
+    "metrics_slow": (4 * METRICS_CONNECTION_CAP, 5000),
+    "metrics_idle": (4 * METRICS_CONNECTION_CAP, 5000),
     "transfer_encoding": (8, 64),
     "bad_requests": (2000, 20000),
     "gzip_bombs": (4, 64),
@@ -480,9 +481,22 @@ def rest_past_cap(ctx):
 
 
 def metrics_slow_readers(ctx):
-    """Connections to /metrics that trickle their request, one more than the endpoint's cap."""
-    close_all(hold_trickling(ctx, ctx.ports["metrics"], ctx.count("metrics_slow"), b"GET /metrics HTTP/1.1\r\n",
-                             b"X-Slow: " + b"a" * 4000))
+    """Connections to /metrics that trickle their request, four times the endpoint's cap."""
+    sockets = hold_trickling(ctx, ctx.ports["metrics"], ctx.count("metrics_slow"), b"GET /metrics HTTP/1.1\r\n",
+                             b"X-Slow: " + b"a" * 4000)
+    ctx.notes.append(f"{still_open(sockets)}/{len(sockets)} not closed by the server")
+    close_all(sockets)
+
+
+def metrics_idle(ctx):
+    """/metrics connections that send nothing, or half a request line and then nothing."""
+    count = ctx.count("metrics_idle")
+    sockets = open_sockets(ctx.ports["metrics"], count // 2) + open_sockets(ctx.ports["metrics"], count - count // 2,
+                                                                              b"GET /met")
+    ctx.notes.append(f"{len(sockets)} connections")
+    ctx.measure()
+    ctx.notes.append(f"{still_open(sockets)}/{len(sockets)} not closed by the server")
+    close_all(sockets)
 
 
 def transfer_encoding(ctx):
@@ -695,6 +709,7 @@ CASES = [
     Case("rest_idle_connections", rest_idle, 3),
     Case("rest_past_connection_cap", rest_past_cap, 3),
     Case("metrics_slow_readers", metrics_slow_readers, 3),
+    Case("metrics_idle_connections", metrics_idle, 3),
     Case("descriptor_exhaustion", descriptor_exhaustion, 3, descriptor_limit=256),
     Case("transfer_encoding_not_chunked", transfer_encoding, None),
     Case("bad_request_log_flood", bad_request_flood, None),
