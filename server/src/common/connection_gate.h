@@ -29,7 +29,7 @@ namespace graphserve {
 
 struct ConnectionGateOptions {
   int max_connections = 64;
-  int max_connections_per_address = 16;
+  int max_connections_per_address = 8;
   int64_t client_timeout_us = 5'000'000;
 };
 

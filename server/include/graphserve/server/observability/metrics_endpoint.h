@@ -15,8 +15,9 @@
 // client address, a new connection taking the place of an idle one) and hands those it keeps to
 // libmicrohttpd (MHD_add_connection), which speaks HTTP and TLS. Connections it cannot keep get a 503
 // (plaintext) or are closed at once, never left in the backlog; it keeps a spare descriptor to do so
-// when the process has none left, and refuses connections whose descriptor would eat into the
-// process's reserve (descriptor_budget.h).
+// when the process has none left, and takes descriptors up to MetricsHighestDescriptor
+// (descriptor_budget.h): half of the process's reserve is its own, so that a scrape still gets one
+// when gRPC's and REST's connections have taken theirs.
 //
 // Not thread-safe: create and destroy from one controlling thread; scrapes run on the endpoint's threads.
 #include <chrono>
