@@ -36,6 +36,7 @@ import zlib
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_support import metrics as metrics_text  # noqa: E402
 from bench_support.common import fail, log  # noqa: E402
 from bench_support.hostile import Trickler, read_answer  # noqa: E402
 from bench_support.raw_h2 import RawH2, grpc_message_prefix  # noqa: E402
@@ -89,6 +90,7 @@ SCALES = {
     "gzip_bombs": (4, 64),
     "sigterm_runs": (3, 50),
     "descriptor_connections": (300, 1000),
+    "grpc_descriptor_connections": (600, 5000),
 }
 
 
@@ -682,6 +684,35 @@ def descriptor_exhaustion(ctx):
     close_all(sockets)
 
 
+def grpc_refused(ctx):
+    """graphserve_connections_refused_total of the gRPC port, all reasons together."""
+    url = f"http://127.0.0.1:{ctx.ports['metrics']}/metrics"
+    return sum(metrics_text.values(metrics_text.samples(metrics_text.fetch(url, timeout_s=5)),
+                                   "graphserve_connections_refused_total", endpoint="grpc"))
+
+
+def grpc_descriptor_exhaustion(ctx):
+    """Under `ulimit -n 256`, idle gRPC connections take gRPC's descriptors: does its accept loop spin
+    (the refusal count climbing by millions, a core busy) once they are gone?"""
+    wanted = ctx.count("grpc_descriptor_connections")
+    sockets = open_sockets(ctx.ports["grpc"], wanted)
+    time.sleep(1)
+    refused_before = grpc_refused(ctx)
+    before = cpu_seconds(ctx.server.process.pid)
+    started = time.monotonic()
+    ctx.measure()
+    used = (cpu_seconds(ctx.server.process.pid) - before) / (time.monotonic() - started)
+    refused_after = grpc_refused(ctx)
+    ctx.notes.append(f"{len(sockets)} gRPC connections, {still_open(sockets)} kept; {refused_before:.0f} refused "
+                     f"once they were in, {refused_after - refused_before:.0f} more while held; server CPU "
+                     f"{used:.0%} of a core")
+    # Each refusal is one connection closed on arrival: more than the attacker opened is a spin.
+    if refused_after > wanted:
+        ctx.violations.append(f"{refused_after:.0f} gRPC refusals for {wanted} connections: the accept loop spins")
+    ctx.spin = used > 0.8
+    close_all(sockets)
+
+
 class Case:
     """An attack: `run(ctx)`, the point of issue #43 that will fix the damage it does (None: one that
     a bound of today must contain), the server's descriptor limit where the attack needs one, and
@@ -711,6 +742,7 @@ CASES = [
     Case("metrics_slow_readers", metrics_slow_readers, 3),
     Case("metrics_idle_connections", metrics_idle, 3),
     Case("descriptor_exhaustion", descriptor_exhaustion, 3, descriptor_limit=256),
+    Case("grpc_descriptor_exhaustion", grpc_descriptor_exhaustion, 3, descriptor_limit=256),
     Case("transfer_encoding_not_chunked", transfer_encoding, None),
     Case("bad_request_log_flood", bad_request_flood, None),
     Case("rest_gzip_bombs", gzip_bombs, None, check_memory=True),
