@@ -293,6 +293,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
       {"graphserve_build_info", "gauge"},
       {"graphserve_auth_failures_total", "counter"},
       {"graphserve_connections_refused_total", "counter"},
+      {"graphserve_answers_dropped_total", "counter"},
       {"graphserve_http_buffered_bytes", "gauge"},
       {"graphserve_http_connections_closed_total", "counter"},
       {"graphserve_connections_closed_total", "counter"},
