@@ -79,9 +79,9 @@ int64_t FullBatchTokens(const ModelSpec& spec, const BucketShape& shape) {
   return tokens;
 }
 
-// Median wall time of Execute over `iterations` runs of one full batch of the bucket's shape.
-double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape& shape, int iterations) {
-  std::vector<InferenceItem> items = FullBatchItems(spec, shape);
+// Median wall time of Execute over `iterations` runs of `items` in a batch padded to `shape`.
+double TimeItems(Executor& executor, std::vector<InferenceItem> items, const BucketShape& shape,
+                 int iterations) {
   Batch batch;
   for (InferenceItem& item : items) batch.items.push_back(&item);
   batch.padded_shape = shape;
@@ -99,6 +99,26 @@ double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape&
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// Median wall time of Execute over `iterations` runs of one full batch of the bucket's shape.
+double TimeExecute(Executor& executor, const ModelSpec& spec, const BucketShape& shape, int iterations) {
+  return TimeItems(executor, FullBatchItems(spec, shape), shape, iterations);
+}
+
+// One request of one row of `length` tokens, as a lone client sends it.
+std::vector<InferenceItem> LoneRequest(const ModelSpec& spec, int64_t length) {
+  std::mt19937_64 random(42);
+  InferenceItem item;
+  item.rows = 1;
+  item.length = length;
+  for (const TensorSpec& input : spec.inputs) {
+    item.inputs.push_back(tools::BucketInput(input, BucketShape{1, length}, random));
+  }
+  item.outputs_wanted.assign(spec.outputs.size(), true);
+  std::vector<InferenceItem> items;
+  items.push_back(std::move(item));
+  return items;
 }
 
 std::unique_ptr<Executor> Make(const ModelSpec& spec, const ExecutorOptions& options) {
@@ -134,6 +154,7 @@ struct TrafficOptions {
   std::string lengths = "skewed";
   int passes = 3;
   std::vector<std::string> time_buckets;  // "BxL" shapes whose single Execute is also timed
+  int64_t lone_request_length = 0;        // > 0: also time one such request alone in its bucket
   std::vector<std::string> outputs;       // the outputs each request wants; empty: all
   std::string json_path;
 };
@@ -211,6 +232,7 @@ struct TrafficMeasurements {
   bool all_graphs = false;
   std::map<std::string, int64_t> batches_by_bucket;
   nlohmann::json timed = nlohmann::json::object();  // "BxL" → one full batch's Execute
+  nlohmann::json lone_request;                      // TimeLoneRequest's, or null
   nlohmann::json bucket_times = nlohmann::json::array();
 };
 
@@ -243,6 +265,25 @@ bool TimeChosenBuckets(Executor& executor, const ModelSpec& spec, const std::vec
         {"graph", graph},
         {"replay_us", graph ? nlohmann::json(found->second.execute_time_us) : nlohmann::json()}};
   }
+  return true;
+}
+
+// One request of one row alone, in the bucket the server's batcher gives it (BucketFor): what a
+// client at concurrency 1 waits for beyond the front end. A ragged model's lone row goes into a
+// bucket of its grid's row size, a padded model's into 1 x its padded length.
+bool TimeLoneRequest(Executor& executor, const ModelSpec& spec, int64_t length,
+                     const std::map<BucketShape, BucketInfo>& buckets, int iterations,
+                     nlohmann::json* timed) {
+  const BucketShape shape = spec.BucketFor(1, length);
+  const double execute_us = TimeItems(executor, LoneRequest(spec, length), shape, iterations);
+  if (execute_us < 0) return false;
+  const auto found = buckets.find(shape);
+  const bool graph = found != buckets.end() && found->second.graph;
+  *timed = {{"length", length},
+            {"bucket", shape.ToString()},
+            {"execute_us", execute_us},
+            {"graph", graph},
+            {"replay_us", graph ? nlohmann::json(found->second.execute_time_us) : nlohmann::json()}};
   return true;
 }
 
@@ -284,6 +325,7 @@ nlohmann::json TrafficReport(const ModelSpec& spec, const std::string& device, c
       {"replay_tokens_per_s",
        measured.all_graphs && replay_us > 0 ? nlohmann::json(tokens / (replay_us / 1e6)) : nlohmann::json()},
       {"timed_buckets", measured.timed},
+      {"lone_request", measured.lone_request},
       {"buckets", measured.bucket_times},
   };
 }
@@ -305,6 +347,12 @@ void PrintTrafficSummary(const ModelSpec& spec, const std::string& device, const
   }
   for (const auto& [shape, entry] : measured.timed.items()) {
     std::printf("  %s: Execute %.0f us\n", shape.c_str(), entry["execute_us"].get<double>());
+  }
+  if (!measured.lone_request.is_null()) {
+    std::printf("  one request of %lld tokens alone, in %s: Execute %.0f us\n",
+                static_cast<long long>(measured.lone_request["length"].get<int64_t>()),
+                measured.lone_request["bucket"].get<std::string>().c_str(),
+                measured.lone_request["execute_us"].get<double>());
   }
 }
 
@@ -338,6 +386,10 @@ int RunTrafficMode(const ModelSpec& spec, const ExecutorOptions& where, const Tr
   }
   TallyBatches(spec, plan.batches, buckets, &measured);
   if (!TimeChosenBuckets(*executor, spec, plan.timed_shapes, buckets, iterations, &measured.timed)) return 1;
+  if (options.lone_request_length > 0 && !TimeLoneRequest(*executor, spec, options.lone_request_length,
+                                                          buckets, iterations, &measured.lone_request)) {
+    return 1;
+  }
   measured.bucket_times = BucketTimes(buckets);
 
   const nlohmann::json report = TrafficReport(spec, executor->device(), options, plan, measured);
@@ -376,6 +428,9 @@ int main(int argc, char** argv) {
   app.add_option("--time-buckets", traffic.time_buckets,
                  "Traffic mode: also time one full batch of these buckets (e.g. 1x64)")
       ->delimiter(',');
+  app.add_option("--time-lone-request", traffic.lone_request_length,
+                 "Traffic mode: also time one request of one row of this many tokens, alone in its bucket")
+      ->check(CLI::PositiveNumber);
   app.add_option("--traffic-outputs", traffic.outputs,
                  "Traffic mode: the outputs each request wants, comma-separated (default: all)")
       ->delimiter(',');

@@ -85,7 +85,7 @@ def run_ceiling(args, model, repository):
     command = [args.bucket_bench, "--model-repository", repository, "--model", model,
                "--device", args.device, "--traffic-requests", str(args.ceiling_requests),
                "--seed", str(CEILING_SEED), "--traffic-lengths", args.lengths,
-               "--time-buckets", "1x64", "--json", path]
+               "--time-buckets", "1x64", "--time-lone-request", "64", "--json", path]
     if args.outputs:
         command += ["--traffic-outputs", args.outputs]
     try:
@@ -164,9 +164,9 @@ def open_loop_run(args, server, model, mode, fraction, capacity, replay_us):
 
 
 def measure_overhead(args, server, model, ceiling):
-    """At concurrency 1, one-row requests of 64 tokens (the 1x64 bucket) from one connection and one
-    polling thread, as one caller sends them: what the server adds to the bucket's bare replay. The
-    addition splits exactly into scheduling (mean queue time), the rest of the batch's execution (mean
+    """At concurrency 1, one-row requests of 64 tokens (in their bucket: 1x64 when padded) from one
+    connection and one polling thread, as one caller sends them: what the server adds to the bucket's
+    bare replay. The addition splits exactly into scheduling (mean queue time), the rest of the batch's execution (mean
     compute − replay: padding, copies in and out, the stream synchronisation) and the front end (p50 −
     mean queue − mean compute: gRPC, decoding, encoding, callbacks). At concurrency 1 the spread is
     small, so mixing the p50 with means is fair."""
@@ -174,7 +174,9 @@ def measure_overhead(args, server, model, ceiling):
     report = run_loadgen(args, server, 1, os.path.join(args.out, "raw", f"loadgen_{model}_overhead.json"),
                          lengths="fixed:64", lone_client=True)
     delta = metric_delta(before, server.scrape(stats=True), None)
-    timed = ceiling.get("timed_buckets", {}).get("1x64", {})
+    # The bucket a lone 64-token row really runs in: 1x64 on a padded grid; on a ragged one, the
+    # grid's row size by the smallest token size that holds it.
+    timed = ceiling.get("lone_request") or ceiling.get("timed_buckets", {}).get("1x64", {})
     p50 = report["latency_ms"]["p50"]
     replay_ms = timed["replay_us"] / 1000 if timed.get("replay_us") is not None else None
     queue_ms, compute_ms = delta["queue_ms"], delta["compute_ms"]
@@ -191,13 +193,14 @@ def measure_overhead(args, server, model, ceiling):
         "p50_ms": p50,
         "replay_ms": replay_ms,
         "bench_execute_ms": timed["execute_us"] / 1000 if timed.get("execute_us") is not None else None,
+        "bucket": timed.get("bucket", "1x64"),
         "overhead_ms": p50 - replay_ms if known else None,
         "queue_ms": queue_ms,
         "execution_beyond_replay_ms": compute_ms - replay_ms if known else None,
         "server_replay_ms": server_replay_ms,
         "front_end_ms": p50 - queue_ms - compute_ms if measured else None,
     }
-    log(f"  {model} overhead at c=1, 1x64: p50 {fmt(p50, 3)} ms, replay {fmt(replay_ms, 3)} ms, added "
+    log(f"  {model} overhead at c=1, {out['bucket']}: p50 {fmt(p50, 3)} ms, replay {fmt(replay_ms, 3)} ms, added "
         f"{fmt(out['overhead_ms'], 3)} ms = queue {fmt(queue_ms, 3)} + execution beyond replay "
         f"{fmt(out['execution_beyond_replay_ms'], 3)} (the server's replays {fmt(server_replay_ms, 3)}) + "
         f"front end {fmt(out['front_end_ms'], 3)}")
@@ -310,8 +313,9 @@ def markdown(args, results):
                 lines.append(f"- (a)'s batches by device: {spread}")
         over = result.get("overhead")
         if over:
-            lines.append(f"- concurrency 1, 64-token requests: p50 {fmt(over['p50_ms'], 3)} ms against the 1x64 "
-                         f"bucket's bare replay {fmt(over['replay_ms'], 3)} ms: the server adds "
+            lines.append(f"- concurrency 1, 64-token requests: p50 {fmt(over['p50_ms'], 3)} ms against "
+                         f"the {over.get('bucket', '1x64')} bucket's bare replay {fmt(over['replay_ms'], 3)} ms: "
+                         f"the server adds "
                          f"{fmt(over['overhead_ms'], 3)} ms = scheduling {fmt(over['queue_ms'], 3)} (mean queue) + "
                          f"execution beyond the replay {fmt(over['execution_beyond_replay_ms'], 3)} (mean compute "
                          f"− replay: padding, copies, synchronisation; the server's own replays (on a CPU, "

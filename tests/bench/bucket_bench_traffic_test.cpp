@@ -138,7 +138,7 @@ TEST(BucketBenchTrafficTest, ARaggedModelsRequestsArePackedEndToEndWithOnlyTails
   const ToolRun run =
       RunBench("--model-repository " + RaggedRepository() + " --model ragged --traffic-requests " +
                    std::to_string(kRequests) + " --seed " + std::to_string(kSeed) + " --traffic-lengths " +
-                   mix + " --passes 1",
+                   mix + " --passes 1 --time-lone-request 5",
                "bucket_bench_ragged.json");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   ASSERT_TRUE(run.report.is_object()) << run.output;
@@ -181,6 +181,9 @@ TEST(BucketBenchTrafficTest, ARaggedModelsRequestsArePackedEndToEndWithOnlyTails
   for (const auto& [bucket, count] : run.report["batches_by_bucket"].items())
     batches_by_bucket[bucket] = count;
   EXPECT_EQ(batches_by_bucket, expected_batches) << run.report.dump(2);
+  // A lone 5-token row goes into the smallest token size, with a filler row for the 11-token tail.
+  EXPECT_EQ(run.report["lone_request"]["bucket"], "2x16") << run.report.dump(2);
+  EXPECT_GT(run.report["lone_request"]["execute_us"].get<double>(), 0.0);
   // Padding is only each batch's tail: far below what padding every row to 16 tokens would cost.
   EXPECT_LT(run.report["padding_ratio"].get<double>(), 16.0 * kRequests / real_tokens);
 }
