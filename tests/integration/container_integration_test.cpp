@@ -336,7 +336,9 @@ TEST(LogFloodTest, BadRequestsLeaveABoundedLogOfJsonLines) {
   EXPECT_GE(flood_lines, 2u);
   EXPECT_LE(flood_lines, 3 * 10 * windows + 5) << "in " << flood_s << " s:\n" << server.Log();
 
-  // Once the window is over, the next such request's line says how many were dropped.
+  // Once the window is over, the next such request's line says how many were dropped. libmicrohttpd's
+  // line may be its per-address connection limit's rather than the cut-off request's: 500 connections
+  // from one address outrun --http-max-connections-per-client before the closed ones are reaped.
   bool told = false;
   const auto give_up = flood_start + std::chrono::seconds(40);
   while (!told && std::chrono::steady_clock::now() < give_up) {
@@ -346,8 +348,9 @@ TEST(LogFloodTest, BadRequestsLeaveABoundedLogOfJsonLines) {
     SendIncompleteRestRequest(server.http_port());
     // Searched as text: the line being written while the log is read may be incomplete.
     const std::string log = server.Log();
-    told = std::regex_search(log, std::regex("protobuf: String field [^\n]*similar lines suppressed in the last")) &&
-           std::regex_search(log, std::regex("http: Connection was closed [^\n]*similar lines suppressed in the last"));
+    told = std::regex_search(
+               log, std::regex("protobuf: String field [^\n]*similar lines suppressed in the last")) &&
+           std::regex_search(log, std::regex("http: [^\n]*similar lines suppressed in the last"));
   }
   EXPECT_TRUE(told) << server.Log();
   const Exposition metrics(HttpGet(server.metrics_port(), "/metrics").body);
