@@ -36,12 +36,14 @@ using namespace graphserve;
 
 // The row lengths that fill a ragged bucket (rows × total tokens) as full as one row's length
 // allows: its tokens exactly when its rows can hold them (no filler row needed), else every row but
-// the filler's at the longest length.
+// the filler's at the longest length. Never more real rows than a batch takes (max_batch_size: the
+// grid's largest row size is one more, for a tail's filler).
 std::vector<int64_t> FullRaggedRows(const ModelSpec& spec, const BucketShape& shape) {
   const int64_t longest = spec.max_sequence_length;
-  int64_t rows = std::min(shape.batch, shape.length);
+  const int64_t rows = std::min({shape.batch, spec.max_batch_size, shape.length});
   if (rows * longest < shape.length) {
-    return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(1, shape.batch - 1)), longest);
+    return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(1, std::min(shape.batch - 1, rows))),
+                                longest);
   }
   std::vector<int64_t> lengths(static_cast<size_t>(rows), shape.length / rows);
   for (int64_t k = 0; k < shape.length % rows; ++k) ++lengths[static_cast<size_t>(k)];
