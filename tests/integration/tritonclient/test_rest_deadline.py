@@ -65,8 +65,10 @@ class RestDeadlineTest(DeadlineTestCase):
         # Three runs settle the slow bucket's estimate (admission then trusts it) and time one run.
         run_s = min(self.rest_infer()[2] for _ in range(3))
         deadline_us = int(run_s * 1e6)
-        # The model's instance busy with one call and three queued behind it.
-        ahead = [threading.Thread(target=self.rest_infer) for _ in range(4)]
+        # The model's instance busy with one call and more queued behind it. Twelve are sent so that
+        # four or more stay in flight for several runs: on a loaded host the first calls may finish
+        # before the last threads send theirs, and a scrape must still catch four at once.
+        ahead = [threading.Thread(target=self.rest_infer) for _ in range(12)]
         for thread in ahead:
             thread.start()
         self.server.wait_until(lambda _: self.in_flight() >= 4, 60, "four slow calls in flight")
