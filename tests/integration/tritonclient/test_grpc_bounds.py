@@ -72,10 +72,13 @@ class NormalClient(threading.Thread):
                     self.failures.append(error.message())
                 self.latencies.append(time.monotonic() - started)
 
-    def measure(self, seconds):
-        """Latencies of the calls that end within the next `seconds`."""
-        first = len(self.latencies)
+    def measure(self, seconds, min_calls=0, longest_s=30):
+        """Latencies of the calls that end within the next `seconds`, or, until `longest_s`, as long
+        as it takes for `min_calls` to end (a loaded host may first take seconds to connect)."""
+        first, started = len(self.latencies), time.monotonic()
         time.sleep(seconds)
+        while len(self.latencies) - first < min_calls and time.monotonic() - started < longest_s:
+            time.sleep(0.1)
         return self.latencies[first:]
 
 
@@ -91,7 +94,7 @@ class GrpcBoundsTest(server_fixture.ServerTestCase):
         self.normal.start()
         self.addCleanup(self.normal.join)
         self.addCleanup(self.normal.stopped.set)
-        self.idle = self.normal.measure(2)
+        self.idle = self.normal.measure(2, min_calls=20)
 
     def assert_normal_client_unhurt(self, during, reclaimed_ok=False):
         """`reclaimed_ok`: while the memory budget is full, gRPC cancels streams of any connection to
