@@ -168,6 +168,11 @@ Status CheckListenAddress(const char* flag, const std::string& address) {
 }
 
 // The values of graphserve's flags that the options hold in another form.
+// A flag given in seconds, as the server's options keep it (whole milliseconds, truncated).
+std::chrono::milliseconds Milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 struct GraphserveValues {
   double drain_timeout_s = 30.0;
   double idle_timeout_s = 0;
@@ -784,24 +789,17 @@ Status Interpret(const CLI::App& app, const GraphserveValues& values, const Trit
   }
   if (!status.ok()) return status;
   const double drain_timeout_s = Given(app, "--exit-timeout-secs") ? triton.exit_timeout_secs : values.drain_timeout_s;
-  options.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1000));
-  options.connection_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(values.idle_timeout_s * 1000));
-  options.grpc_max_connection_age =
-      std::chrono::milliseconds(static_cast<int64_t>(values.grpc_connection_age_s * 1000));
-  options.grpc_max_connection_age_grace =
-      std::chrono::milliseconds(static_cast<int64_t>(values.grpc_connection_age_grace_s * 1000));
-  options.grpc_answer_write_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(values.grpc_answer_write_timeout_s * 1000));
-  const auto milliseconds = [](double seconds) {
-    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  };
-  options.http_bounds.header_timeout = milliseconds(values.http_header_timeout_s);
-  options.http_bounds.body_timeout = milliseconds(values.http_body_timeout_s);
-  options.http_bounds.keep_alive_timeout = milliseconds(values.http_keep_alive_timeout_s);
-  options.http_bounds.send_timeout = milliseconds(values.http_send_timeout_s);
+  options.drain_timeout = Milliseconds(drain_timeout_s);
+  options.connection_idle_timeout = Milliseconds(values.idle_timeout_s);
+  options.grpc_max_connection_age = Milliseconds(values.grpc_connection_age_s);
+  options.grpc_max_connection_age_grace = Milliseconds(values.grpc_connection_age_grace_s);
+  options.grpc_answer_write_timeout = Milliseconds(values.grpc_answer_write_timeout_s);
+  options.http_bounds.header_timeout = Milliseconds(values.http_header_timeout_s);
+  options.http_bounds.body_timeout = Milliseconds(values.http_body_timeout_s);
+  options.http_bounds.keep_alive_timeout = Milliseconds(values.http_keep_alive_timeout_s);
+  options.http_bounds.send_timeout = Milliseconds(values.http_send_timeout_s);
   options.http_infer_deadline = std::chrono::milliseconds(values.http_infer_deadline_ms);
-  options.metrics.client_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(values.metrics_client_timeout_s * 1000));
+  options.metrics.client_timeout = Milliseconds(values.metrics_client_timeout_s);
   options.busy_poll = std::chrono::microseconds(values.busy_poll_us);
   // From the environment rather than a flag: a flag's value is visible to every user in `ps`.
   if (const char* tokens = std::getenv("GRAPHSERVE_AUTH_TOKEN")) options.auth.env_tokens = tokens;
