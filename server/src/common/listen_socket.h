@@ -1,5 +1,7 @@
 #pragma once
 // The listening TCP sockets of graphserve's HTTP ports, from the "HOST:PORT" their flags take.
+#include <sys/socket.h>
+
 #include <string>
 
 namespace graphserve {
@@ -10,5 +12,7 @@ namespace graphserve {
 int ListenOn(const std::string& address, int backlog, bool non_blocking, std::string* error);
 // The port `fd` is bound to; 0 when it cannot be read.
 int BoundPort(int fd);
+// A peer's IP address as text ("127.0.0.1", "::1"); "?" for a family other than IPv4 and IPv6.
+std::string AddressText(const sockaddr* address);
 
 }  // namespace graphserve

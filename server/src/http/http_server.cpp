@@ -15,9 +15,6 @@
 #include <string_view>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include "common/listen_socket.h"
 #include "common/thread_name.h"
 #include "graphserve/server/http/content_coding.h"
@@ -423,14 +420,7 @@ struct Callbacks {
   static std::string Peer(MHD_Connection* connection) {
     const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (info == nullptr || info->client_addr == nullptr) return "?";
-    char text[INET6_ADDRSTRLEN] = "?";
-    const sockaddr* address = info->client_addr;
-    if (address->sa_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text, sizeof(text));
-    } else if (address->sa_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, text, sizeof(text));
-    }
-    return text;
+    return AddressText(info->client_addr);
   }
 
   // libmicrohttpd's own unescaping, but a decoded NUL ("%00") becomes 0xFF instead of ending the

@@ -1,9 +1,7 @@
 #include "graphserve/server/observability/metrics_endpoint.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -46,16 +44,6 @@ constexpr int kAcceptsPerTurn = 256;
 constexpr std::chrono::milliseconds kClosingWait{2};
 
 int64_t NowMicros() { return SteadyClock().NowMicros(); }
-
-std::string AddressText(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = "?";
-  if (address.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&address)->sin_addr, text, sizeof(text));
-  } else if (address.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&address)->sin6_addr, text, sizeof(text));
-  }
-  return text;
-}
 
 int ConnectionFd(MHD_Connection* connection) {
   const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -133,10 +121,7 @@ struct MetricsEndpoint::Callbacks {
   static std::string Peer(MHD_Connection* connection) {
     const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (info == nullptr || info->client_addr == nullptr) return "?";
-    sockaddr_storage address{};
-    std::memcpy(&address, info->client_addr,
-                info->client_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-    return AddressText(address);
+    return AddressText(info->client_addr);
   }
 
   // Clients cause libmicrohttpd's lines (malformed requests, failed TLS handshakes): rate-limited per
@@ -265,7 +250,7 @@ void MetricsEndpoint::AcceptLoop() {
       const int fd =
           accept4(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        if (Admit(fd, AddressText(address)) &&
+        if (Admit(fd, AddressText(reinterpret_cast<const sockaddr*>(&address))) &&
             MHD_add_connection(daemon_, fd, reinterpret_cast<sockaddr*>(&address), length) != MHD_YES) {
           // libmicrohttpd closed it; only this thread admits, so the number is not in use again yet.
           gate_->Closed(fd);
