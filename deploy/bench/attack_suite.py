@@ -230,6 +230,9 @@ class NormalClients:
 # address (REST's --http-max-connections-per-client) tells them apart as it would two hosts (Linux
 # routes all of 127/8 to lo).
 ATTACKER = "127.0.0.2"
+# Connections each address opens where an attack stands for many clients: within gRPC's cap per
+# address under `ulimit -n 256` (21), so that only the descriptors run out.
+GRPC_CONNECTIONS_PER_SOURCE = 16
 
 
 def open_sockets(port, count, first_bytes=b"", timeout_s=5, sources=(ATTACKER,)):
@@ -692,10 +695,12 @@ def grpc_refused(ctx):
 
 
 def grpc_descriptor_exhaustion(ctx):
-    """Under `ulimit -n 256`, idle gRPC connections take gRPC's descriptors: does its accept loop spin
-    (the refusal count climbing by millions, a core busy) once they are gone?"""
+    """Under `ulimit -n 256`, idle gRPC connections from many addresses (each within its cap per
+    address) take gRPC's descriptors: does its accept loop spin (the refusal count climbing by
+    millions, a core busy) once they are gone?"""
     wanted = ctx.count("grpc_descriptor_connections")
-    sockets = open_sockets(ctx.ports["grpc"], wanted)
+    sources = [f"127.0.3.{i}" for i in range(1, 2 + wanted // GRPC_CONNECTIONS_PER_SOURCE)]
+    sockets = open_sockets(ctx.ports["grpc"], wanted, sources=sources)
     time.sleep(1)
     refused_before = grpc_refused(ctx)
     before = cpu_seconds(ctx.server.process.pid)
@@ -710,6 +715,19 @@ def grpc_descriptor_exhaustion(ctx):
     if refused_after > wanted:
         ctx.violations.append(f"{refused_after:.0f} gRPC refusals for {wanted} connections: the accept loop spins")
     ctx.spin = used > 0.8
+    close_all(sockets)
+
+
+def grpc_one_address_flood(ctx):
+    """Under `ulimit -n 256`, more idle gRPC connections from one address than its cap per address:
+    are the ones past it closed on arrival, leaving gRPC's descriptors to the other clients?"""
+    wanted = ctx.count("grpc_descriptor_connections")
+    refused_before = grpc_refused(ctx)
+    sockets = open_sockets(ctx.ports["grpc"], wanted)
+    time.sleep(1)
+    ctx.notes.append(f"{len(sockets)} gRPC connections from one address: {still_open(sockets)} kept, "
+                     f"{grpc_refused(ctx) - refused_before:.0f} refused on arrival")
+    ctx.measure()
     close_all(sockets)
 
 
@@ -743,6 +761,7 @@ CASES = [
     Case("metrics_idle_connections", metrics_idle, 3),
     Case("descriptor_exhaustion", descriptor_exhaustion, 3, descriptor_limit=256),
     Case("grpc_descriptor_exhaustion", grpc_descriptor_exhaustion, 3, descriptor_limit=256),
+    Case("grpc_one_address_flood", grpc_one_address_flood, 3, descriptor_limit=256),
     Case("transfer_encoding_not_chunked", transfer_encoding, None),
     Case("bad_request_log_flood", bad_request_flood, None),
     Case("rest_gzip_bombs", gzip_bombs, None, check_memory=True),

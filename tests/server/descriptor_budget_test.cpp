@@ -34,6 +34,17 @@ TEST(DescriptorBudgetTest, MetricsGetsAtMostAnEighthOfWhatTheReserveLeaves) {
   EXPECT_EQ(MetricsConnectionCap(1 << 20, 2), 2);
 }
 
+TEST(DescriptorBudgetTest, OneGrpcClientAddressGetsAtMostAQuarterOfWhatRestAndMetricsLeave) {
+  // ulimit -n 256: 224 shareable, REST up to 112 and /metrics up to 28 of them: 84 are gRPC's, 21
+  // of those one address's.
+  EXPECT_EQ(GrpcConnectionsPerAddressCap(256, 256), 21);
+  EXPECT_EQ(GrpcConnectionsPerAddressCap(1 << 20, 256), 256);
+  EXPECT_EQ(GrpcConnectionsPerAddressCap(256, 8), 8);
+  EXPECT_EQ(GrpcConnectionsPerAddressCap(40, 256), 1);
+  // 0 is no cap, whatever the limit.
+  EXPECT_EQ(GrpcConnectionsPerAddressCap(256, 0), 0);
+}
+
 TEST(DescriptorBudgetTest, MetricsMayTakeHalfOfTheReserveThatGrpcAndRestLeave) {
   // ulimit -n 256: gRPC and REST stop at descriptor 224, /metrics at 240.
   EXPECT_EQ(MetricsHighestDescriptor(256), 240);

@@ -321,6 +321,12 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsTypeAndZeroSeriesBeforeAnyRequest)
   EXPECT_EQ(exposition.One("graphserve_connections_refused_total",
                            {{"endpoint", "http"}, {"reason", "connection_cap"}}),
             0.0);
+  for (const char* reason : {"descriptor_reserve", "descriptors_exhausted", "address_cap"}) {
+    EXPECT_EQ(
+        exposition.One("graphserve_connections_refused_total", {{"endpoint", "grpc"}, {"reason", reason}}),
+        0.0)
+        << reason;
+  }
   for (const char* reason : {"header_timeout", "body_timeout", "keep_alive_timeout", "send_timeout"}) {
     EXPECT_EQ(exposition.One("graphserve_http_connections_closed_total", {{"reason", reason}}), 0.0)
         << reason;

@@ -19,6 +19,13 @@ int RestConnectionCap(int limit, int wanted) {
   return std::max(8, std::min(wanted, shareable / 2));
 }
 
+int GrpcConnectionsPerAddressCap(int limit, int wanted) {
+  if (wanted <= 0) return 0;
+  const int shareable = std::max(0, limit - DescriptorReserve(limit));
+  const int grpc_share = shareable - shareable / 2 - shareable / 8;
+  return std::max(1, std::min(wanted, grpc_share / 4));
+}
+
 int MetricsConnectionCap(int limit, int wanted) {
   const int shareable = std::max(0, limit - DescriptorReserve(limit));
   return std::min(wanted, std::max(4, shareable / 8));

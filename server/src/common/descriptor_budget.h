@@ -16,6 +16,10 @@ int RestConnectionCap(int limit, int wanted);
 // reserve leaves (a scrape needs one connection; the rest is gRPC's) unless that is below 4. The port may
 // hold twice this many descriptors while the sockets it dropped close (connection_gate.h).
 int MetricsConnectionCap(int limit, int wanted);
+// The gRPC connections one client address may have open under `limit`: `wanted` (0: no cap), but at
+// most a quarter of the descriptors that REST's and /metrics' largest shares leave to gRPC, and never
+// below 1, so that one client cannot take gRPC's descriptors from every other.
+int GrpcConnectionsPerAddressCap(int limit, int wanted);
 // /metrics' own reserve: its connections may take descriptors numbered up to this, half of the
 // process's reserve above where gRPC and REST stop, so that a scrape still gets a descriptor once
 // their connections have taken all theirs. The port's cap bounds how many it takes.

@@ -18,8 +18,19 @@
 #include "graphserve/server/observability/log_limiter.h"
 
 namespace graphserve {
-Status GrpcAcceptor::Listen(const std::string& address, RefusalCounter count_refusal,
-                            std::unique_ptr<GrpcAcceptor>* acceptor) {
+namespace {
+
+// Descriptors kept out of the connections' reach: enough for the model files, the HTTP ports' own
+// connections and libraries that open files while serving (CUDA, AOTInductor's unpacking).
+int HighestConnectionFd() {
+  const int limit = OpenFileLimit();
+  return limit - DescriptorReserve(limit);
+}
+
+}  // namespace
+
+Status GrpcAcceptor::Listen(const std::string& address, int max_connections_per_address,
+                            RefusalCounter count_refusal, std::unique_ptr<GrpcAcceptor>* acceptor) {
   std::string error;
   const int listen_fd = ListenOn(address, SOMAXCONN, /*non_blocking=*/true, &error);
   if (listen_fd < 0) return Unavailable("--grpc-address: cannot listen on " + address + ": " + error);
@@ -28,19 +39,21 @@ Status GrpcAcceptor::Listen(const std::string& address, RefusalCounter count_ref
     close(listen_fd);
     return Unavailable(std::string("--grpc-address: eventfd failed: ") + std::strerror(errno));
   }
-  acceptor->reset(new GrpcAcceptor(listen_fd, wake_fd, std::move(count_refusal)));
+  acceptor->reset(
+      new GrpcAcceptor(listen_fd, wake_fd, max_connections_per_address, std::move(count_refusal)));
   return Status::Ok();
 }
 
-GrpcAcceptor::GrpcAcceptor(int listen_fd, int wake_fd, RefusalCounter count_refusal)
-    : listen_fd_(listen_fd), wake_fd_(wake_fd), count_refusal_(std::move(count_refusal)) {
-  port_ = BoundPort(listen_fd_);
-  // Descriptors kept out of the connections' reach: enough for the model files, the HTTP ports' own
-  // connections and libraries that open files while serving (CUDA, AOTInductor's unpacking).
-  const int limit = OpenFileLimit();
-  highest_connection_fd_ = limit - DescriptorReserve(limit);
-  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-}
+GrpcAcceptor::GrpcAcceptor(int listen_fd, int wake_fd, int max_connections_per_address,
+                           RefusalCounter count_refusal)
+    : listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      count_refusal_(std::move(count_refusal)),
+      port_(BoundPort(listen_fd)),
+      highest_connection_fd_(HighestConnectionFd()),
+      spare_fd_(open("/dev/null", O_RDONLY | O_CLOEXEC)),
+      per_address_(
+          static_cast<size_t>(GrpcConnectionsPerAddressCap(OpenFileLimit(), max_connections_per_address))) {}
 
 GrpcAcceptor::~GrpcAcceptor() {
   Stop();
@@ -78,9 +91,12 @@ void GrpcAcceptor::AcceptLoop() {
     if (watched[0].revents == 0) continue;
     // Everything waiting, so that one wake-up serves a burst.
     while (true) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t peer_length = sizeof(peer);
+      const int fd =
+          accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_length, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        HandOver(fd);
+        HandOver(fd, AddressText(reinterpret_cast<const sockaddr*>(&peer)));
         continue;
       }
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -97,7 +113,7 @@ void GrpcAcceptor::AcceptLoop() {
   }
 }
 
-void GrpcAcceptor::HandOver(int fd) {
+void GrpcAcceptor::HandOver(int fd, const std::string& peer) {
   // The kernel hands out the lowest free descriptor: a number this high means that many are open.
   if (fd >= highest_connection_fd_) {
     close(fd);
@@ -106,6 +122,15 @@ void GrpcAcceptor::HandOver(int fd) {
                "gRPC: refusing new connections: {} descriptors are open and the rest of the open-file limit is "
                "kept for the server (raise `ulimit -n`, or close idle clients)",
                fd);
+    return;
+  }
+  if (!per_address_.Admit(fd, peer)) {
+    close(fd);
+    count_refusal_(Refusal::kAddressCap);
+    LogLimited(LogKind::kRefusedConnection, "address_cap", spdlog::level::warn,
+               "gRPC: refusing a connection from {}: it has {} open, the cap per client address "
+               "(--grpc-max-connections-per-client)",
+               peer, per_address_.cap());
     return;
   }
   grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;

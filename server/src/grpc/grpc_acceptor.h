@@ -7,6 +7,8 @@
 //     connection whose descriptor would eat into it is closed at once;
 //   - when accept fails for want of descriptors, frees a spare one it holds, accepts and closes the
 //     waiting connection (so that the client gets a reset rather than a hang), and carries on;
+//   - closes at once a connection from a client address that has max_connections_per_address open
+//     already (ConnectionsPerAddress), so that one client cannot take every descriptor;
 //   - counts every connection it refuses, by reason.
 // Thread safety: Start and Stop from one controlling thread; the accepting runs on a thread of its
 // own. Ownership: accepted descriptors belong to gRPC once handed over.
@@ -19,19 +21,21 @@
 
 #include <grpcpp/server_builder.h>
 
+#include "common/connections_per_address.h"
 #include "graphserve/engine/status.h"
 
 namespace graphserve {
 
 class GrpcAcceptor {
  public:
-  enum class Refusal { kDescriptorReserve, kDescriptorsExhausted };
+  enum class Refusal { kDescriptorReserve, kDescriptorsExhausted, kAddressCap };
   using RefusalCounter = std::function<void(Refusal)>;
 
   // Listens on `address` ("HOST:PORT"); UNAVAILABLE naming the flag when it cannot. Connections are
-  // taken only after Start.
-  static Status Listen(const std::string& address, RefusalCounter count_refusal,
-                       std::unique_ptr<GrpcAcceptor>* acceptor);
+  // taken only after Start. A client address may have `max_connections_per_address` open at once
+  // (0: no cap), fewer under a low open-file limit (GrpcConnectionsPerAddressCap).
+  static Status Listen(const std::string& address, int max_connections_per_address,
+                       RefusalCounter count_refusal, std::unique_ptr<GrpcAcceptor>* acceptor);
   ~GrpcAcceptor();  // Stop()s
 
   // Hands accepted connections to `handoff` (from ServerBuilder's AddExternalConnectionAcceptor,
@@ -43,11 +47,13 @@ class GrpcAcceptor {
   int port() const { return port_; }
   // Descriptors at or above this number are refused: the open-file limit less the reserve.
   int highest_connection_fd() const { return highest_connection_fd_; }
+  // The cap per client address in force; 0: none.
+  int max_connections_per_address() const { return static_cast<int>(per_address_.cap()); }
 
  private:
-  GrpcAcceptor(int listen_fd, int wake_fd, RefusalCounter count_refusal);
+  GrpcAcceptor(int listen_fd, int wake_fd, int max_connections_per_address, RefusalCounter count_refusal);
   void AcceptLoop();
-  void HandOver(int fd);
+  void HandOver(int fd, const std::string& peer);
   // accept4 failed with EMFILE/ENFILE: make room with the spare descriptor to drop one connection.
   void ShedOne();
 
@@ -57,6 +63,7 @@ class GrpcAcceptor {
   int port_ = 0;
   int highest_connection_fd_ = 0;
   int spare_fd_ = -1;
+  ConnectionsPerAddress per_address_;  // the accepting thread's only
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
   std::thread thread_;
 };

@@ -550,11 +550,11 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                                   "/metrics' for want of file descriptors (descriptor_reserve: the rest is "
                                   "kept for the server; descriptors_exhausted: the limit was reached), "
                                   "/metrics' past its caps with no connection to make room "
-                                  "(connection_cap, address_cap), REST's past its connection cap "
-                                  "(connection_cap)")
+                                  "(connection_cap, address_cap), gRPC's past its cap per client address "
+                                  "(address_cap), REST's past its connection cap (connection_cap)")
                               .Register(*registry_);
   // At zero from the start, so that an alert on its rate sees the series before the first refusal.
-  for (const char* reason : {"descriptor_reserve", "descriptors_exhausted"}) {
+  for (const char* reason : {"descriptor_reserve", "descriptors_exhausted", "address_cap"}) {
     refused_connections_->Add({{"endpoint", "grpc"}, {"reason", reason}});
   }
   dropped_answers_ = &prometheus::BuildCounter()

@@ -272,6 +272,12 @@ void AddGraphserveFlags(CLI::App& app, CommandLine* line, GraphserveValues* valu
                  "calls one gRPC connection may have open at once (HTTP/2 streams); more wait in the client")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--grpc-max-connections-per-client", options.grpc_max_connections_per_client,
+                 "gRPC connections one client address may have open at once (at most a quarter of those the "
+                 "open-file limit leaves); more are closed on arrival; 0: no bound (behind a proxy every "
+                 "client shares its address)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--grpc-infer-threads", options.grpc_infer_threads,
                  "threads taking ModelInfer calls off gRPC (each drains a completion queue of its own); "
                  "0: half the usable cores (CPU affinity and cgroup quota), 2 to 16")

@@ -74,6 +74,19 @@ grpc_compression_level AnswerCompression(const std::string& level) {
   return GRPC_COMPRESS_LEVEL_NONE;
 }
 
+// The `reason` label of graphserve_connections_refused_total{endpoint="grpc"}.
+const char* RefusalName(GrpcAcceptor::Refusal refusal) {
+  switch (refusal) {
+    case GrpcAcceptor::Refusal::kDescriptorReserve:
+      return "descriptor_reserve";
+    case GrpcAcceptor::Refusal::kDescriptorsExhausted:
+      return "descriptors_exhausted";
+    case GrpcAcceptor::Refusal::kAddressCap:
+      return "address_cap";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 GraphServer::GraphServer() = default;
@@ -234,15 +247,16 @@ Status GraphServer::StartGrpcEndpoint(const ServerOptions& options, const Reques
   Status status;
   if (!options.grpc_address.empty()) {
     status = GrpcAcceptor::Listen(
-        options.grpc_address,
+        options.grpc_address, options.grpc_max_connections_per_client,
         [metrics](GrpcAcceptor::Refusal refusal) {
-          metrics->CountRefusedConnection("grpc", refusal == GrpcAcceptor::Refusal::kDescriptorReserve
-                                                      ? "descriptor_reserve"
-                                                      : "descriptors_exhausted");
+          metrics->CountRefusedConnection("grpc", RefusalName(refusal));
         },
         &grpc_acceptor_);
     if (!status.ok()) return FailStart(StartFailure::kCannotListen, status);
     grpc_port_ = grpc_acceptor_->port();
+    spdlog::info(
+        "gRPC: at most {} connections per client address (--grpc-max-connections-per-client; 0: none)",
+        grpc_acceptor_->max_connections_per_address());
   }
 
   grpc::EnableDefaultHealthCheckService(true);

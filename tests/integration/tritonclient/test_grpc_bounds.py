@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The gRPC endpoint's bounds on hostile clients (issue #43), pushed past against the real server
 while a normal tritonclient keeps calling: messages that never complete (the transport's memory
-budget cancels streams past it; the connection's age and grace close it), and answers their client
-never reads (dropped after the write timeout, their calls cancelled and counted).
+budget cancels streams past it; the connection's age and grace close it), answers their client
+never reads (dropped after the write timeout, their calls cancelled and counted), and one client
+address opening more connections than its cap (closed on arrival and counted).
 
 The bounds are set small so that the test stays short on CI's two shared cores: a 16 MiB budget
 against ~94 MiB of incomplete messages, a 20 s age with 1 s of grace, a 1 s write timeout. The
 normal client's p99 while an attack holds must stay within twice its idle p99, plus 50 ms for a
 host that other tests load."""
 import re
+import socket
 import statistics
 import sys
 import threading
@@ -58,6 +60,7 @@ class NormalClient(threading.Thread):
         super().__init__(daemon=True)
         self.server = server
         self.stopped = threading.Event()
+        # Every call's latency, and the message of each that failed.
         self.latencies, self.failures = [], []
         ids = np.full((1, 8), 7, dtype=np.int64)
         self.inputs = server_fixture.token_inputs(ids, np.ones_like(ids))
@@ -100,6 +103,7 @@ class GrpcBoundsTest(server_fixture.ServerTestCase):
         """`reclaimed_ok`: while the memory budget is full, gRPC cancels streams of any connection to
         get back under it (RECLAIMED), a normal call's now and then (0 to 5 of 1,000 at a 16 MiB
         budget): at most 1% may fail so, and no other way."""
+        self.assertGreater(len(during), 10, f"{len(during)} normal calls ended while the attack held")
         idle_p99, during_p99 = p99(self.idle), p99(during)
         figures = (f"normal calls: idle p50/p99 {statistics.median(self.idle) * 1e3:.0f} / {idle_p99 * 1e3:.0f} ms "
                    f"({len(self.idle)} calls), under attack {statistics.median(during) * 1e3:.0f} / "
@@ -109,7 +113,6 @@ class GrpcBoundsTest(server_fixture.ServerTestCase):
         print(f"normal calls cancelled by gRPC's reclaimer: {len(reclaimed)}", file=sys.stderr)
         self.assertEqual([failure for failure in self.normal.failures if failure not in reclaimed], [])
         self.assertLessEqual(len(reclaimed), len(self.normal.latencies) // 100 if reclaimed_ok else 0)
-        self.assertGreater(len(during), 10, figures)
         self.assertLess(during_p99, 2 * idle_p99 + NOISE_S, figures)
 
     def dropped_answers(self):
@@ -140,7 +143,7 @@ class IncompleteMessagesTest(GrpcBoundsTest):
             sent += connection.send_data(connection.open_stream(GRPC_INFER), payload,
                                          deadline=min(send_until, time.monotonic() + 1))
         sent_at = time.monotonic()
-        during = self.normal.measure(2)
+        during = self.normal.measure(2, min_calls=20)
         time.sleep(max(0.0, sent_at + TRIM_S - time.monotonic()))
         self.assertFalse(connection.closed, f"closed {time.monotonic() - opened:.1f} s after it opened (sent in "
                          f"{sent_at - opened:.1f} s), before the attack's memory was read: raise AGE_S")
@@ -214,6 +217,59 @@ class UnreadAnswersTest(GrpcBoundsTest):
         # Every answer was ready long before the timeout: the one being written and those behind it.
         self.assertEqual(self.dropped_answers() - dropped_before, requests)
         self.assert_normal_client_unhurt(during)
+
+
+class ConnectionsPerClientTest(GrpcBoundsTest):
+    CAP = 8
+    ATTACKER = "127.0.0.2"  # the normal client calls from 127.0.0.1
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start_bounded_server("--grpc-max-connections-per-client", str(cls.CAP), log_name="grpc_bounds_per_client")
+
+    def refused_past_cap(self):
+        return sum(server_fixture.metrics.values(self.server.metric_samples(), "graphserve_connections_refused_total",
+                                                 endpoint="grpc", reason="address_cap"))
+
+    def connect(self, count):
+        """`count` idle TCP connections to the gRPC port from ATTACKER."""
+        sockets = [socket.create_connection(("127.0.0.1", self.server.grpc_port), timeout=5,
+                                            source_address=(self.ATTACKER, 0)) for _ in range(count)]
+        self.addCleanup(lambda: [s.close() for s in sockets])
+        return sockets
+
+    @staticmethod
+    def still_open(sockets, wait_s=1):
+        """How many of `sockets` the server has not closed within `wait_s`: no EOF or reset read."""
+        time.sleep(wait_s)
+        count = 0
+        for s in sockets:
+            s.setblocking(False)
+            try:
+                if s.recv(1, socket.MSG_PEEK) != b"":
+                    count += 1  # the server's HTTP/2 settings: open
+            except BlockingIOError:
+                count += 1
+            except OSError:
+                pass  # reset: closed on arrival
+        return count
+
+    def test_one_address_holds_at_most_its_cap_and_other_addresses_are_served(self):
+        refused_before = self.refused_past_cap()
+        held = self.connect(self.CAP + 4)
+        self.assertEqual(self.still_open(held), self.CAP)
+        self.assertEqual(self.refused_past_cap() - refused_before, 4)
+        during = self.normal.measure(2, min_calls=20)
+        self.assert_normal_client_unhurt(during)
+        self.assertIn("gRPC: refusing a connection from 127.0.0.2", self.server.log())
+        # The count follows closes that gRPC alone saw: once the held connections are gone, the
+        # address gets its whole cap again.
+        for s in held:
+            s.close()
+        time.sleep(1)
+        again = self.connect(self.CAP)
+        self.assertEqual(self.still_open(again), self.CAP)
+        self.assertEqual(self.refused_past_cap() - refused_before, 4)
 
 
 if __name__ == "__main__":

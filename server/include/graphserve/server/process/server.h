@@ -46,6 +46,10 @@ struct ServerOptions {
   std::string grpc_address = "0.0.0.0:8001";
   // Calls one gRPC connection may have open at once; more wait in the client.
   int grpc_max_concurrent_streams = 4096;
+  // gRPC connections one client address may have open at once; more are closed on arrival. 0: no cap
+  // (behind a proxy every client shares its address). REST's default, for the same reason: one
+  // client must not take every descriptor.
+  int grpc_max_connections_per_client = 256;
   // Triton's --grpc-infer-response-compression-level: none, low, medium or high. ModelInfer's and
   // ModelStreamInfer's answers are compressed with what gRPC picks for the level among the
   // algorithms the client accepts; none (Triton's default) leaves them plain.
