@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -17,13 +18,17 @@ namespace graphserve::testing {
 inline constexpr auto kServerStartTimeout = std::chrono::seconds(240);
 
 // `Suite` supplies the server's flags (`static std::vector<std::string> Flags()`) and its log file's
-// name (`static constexpr const char* kLogName`), written under TEST_OUTPUT_DIR.
+// name (`static constexpr const char* kLogName`), written under TEST_OUTPUT_DIR after the running
+// GoogleTest suite's name: two suites of one fixture (a TEST_P suite beside its base's) run side by
+// side under ctest, and one server truncating the other's log file lost that server's lines.
 template <typename Suite>
 class SharedServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    std::string suite = ::testing::UnitTest::GetInstance()->current_test_suite()->name();
+    std::replace(suite.begin(), suite.end(), '/', '_');  // "Requests/BadInputTest"
     server_ = new ServerProcess(GRAPHSERVE_BINARY, Suite::Flags(),
-                                std::string(TEST_OUTPUT_DIR) + "/" + Suite::kLogName);
+                                std::string(TEST_OUTPUT_DIR) + "/" + suite + "_" + Suite::kLogName);
     ASSERT_TRUE(server_->WaitUntilReady(kServerStartTimeout)) << server_->Log();
   }
   static void TearDownTestSuite() {
