@@ -416,6 +416,9 @@ TEST(MetricsTest, RestBoundsCountBytesHeldClosuresAndRefusalsApart) {
   const Exposition exposition(metrics.TextExposition());
   EXPECT_EQ(exposition.One("graphserve_http_buffered_bytes", {}), 2000.0);
   EXPECT_EQ(exposition.One("graphserve_http_connections_closed_total", {{"reason", "send_timeout"}}), 1.0);
+  // The answer it carried never reached its client.
+  EXPECT_EQ(exposition.One("graphserve_answers_dropped_total", {{"endpoint", "http"}}), 1.0);
+  EXPECT_EQ(exposition.One("graphserve_answers_dropped_total", {{"endpoint", "grpc"}}), 0.0);
   EXPECT_EQ(exposition.One("graphserve_http_connections_closed_total", {{"reason", "header_timeout"}}), 2.0);
   // A refusal on arrival is no closing of a connection served: it counts with gRPC's refusals.
   EXPECT_EQ(exposition.One("graphserve_connections_refused_total",

@@ -561,9 +561,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                           .Name("graphserve_answers_dropped_total")
                           .Help(
                               "Answers computed but never delivered: the client did not read them within "
-                              "--grpc-answer-write-timeout-s, so the call was cancelled")
+                              "--grpc-answer-write-timeout-s (grpc: the call was cancelled) or "
+                              "--http-send-timeout-s (http: the connection was closed)")
                           .Register(*registry_);
-  dropped_answers_->Add({{"endpoint", "grpc"}});
+  for (const char* endpoint : {"grpc", "http"}) dropped_answers_->Add({{"endpoint", endpoint}});
   refused_connections_->Add({{"endpoint", "http"}, {"reason", "connection_cap"}});
   http_closures_ = &prometheus::BuildCounter()
                         .Name("graphserve_http_connections_closed_total")
@@ -636,6 +637,8 @@ void ServerMetrics::CountHttpClosure(const char* reason) {
     return;
   }
   http_closures_->Add({{"reason", reason}}).Increment();
+  // The one answer its connection carried was computed and never delivered, as a gRPC one dropped.
+  if (std::string_view(reason) == "send_timeout") dropped_answers_->Add({{"endpoint", "http"}}).Increment();
 }
 
 void ServerMetrics::SetDeviceFaulted() { device_faulted_->Set(1); }

@@ -159,6 +159,7 @@ class RestTimeoutsAndBudgetTest(server_fixture.ServerTestCase):
 
     def test_an_answer_its_client_does_not_read_is_dropped_after_the_send_timeout(self):
         before = metric(self.server, "graphserve_http_connections_closed_total", reason="send_timeout")
+        dropped_before = metric(self.server, "graphserve_answers_dropped_total", endpoint="http")
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a window that fills at once
         sock.connect(("127.0.0.1", self.port))
@@ -172,6 +173,10 @@ class RestTimeoutsAndBudgetTest(server_fixture.ServerTestCase):
                 time.sleep(0.2)
             self.assertGreater(
                 metric(self.server, "graphserve_http_connections_closed_total", reason="send_timeout"), before)
+            # Each such closing dropped the one answer its connection carried.
+            closed = metric(self.server, "graphserve_http_connections_closed_total", reason="send_timeout") - before
+            self.assertEqual(metric(self.server, "graphserve_answers_dropped_total", endpoint="http") - dropped_before,
+                             closed)
             self.wait_for_buffered_bytes(0)  # the dropped answer is no longer held
         finally:
             sock.close()

@@ -147,12 +147,12 @@ class ServerMetrics {
   // the port was full, and a new connection took its place).
   void CountClosedConnection(const char* endpoint, const char* reason);
   // An answer computed but never delivered: its client did not read it in time and the call was
-  // cancelled (`endpoint` "grpc").
+  // cancelled (`endpoint` "grpc"). REST's count from CountHttpClosure("send_timeout").
   void CountDroppedAnswer(const char* endpoint);
   // REST's bytes of request bodies and unsent answers held changed by `delta`.
   void AddHttpBufferedBytes(int64_t delta);
   // A REST connection the server closed to hold a bound (HttpClosureName): "connection_cap" counts
-  // as refused on arrival, the timeouts as closed.
+  // as refused on arrival, the timeouts as closed, and "send_timeout" also as a dropped answer.
   void CountHttpClosure(const char* reason);
   // The engine reported a CUDA fault that no later batch survives (DeviceFault): 1 from then on.
   void SetDeviceFaulted();
