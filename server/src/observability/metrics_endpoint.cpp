@@ -169,8 +169,11 @@ Status MetricsEndpoint::Start(const MetricsEndpointOptions& options, ServerMetri
   // One thread serves every connection the cap allows, since a scrape takes well under a millisecond
   // (and with a pool of threads, libmicrohttpd 0.9.75's MHD_stop_daemon hung joining a worker after
   // a flood of MHD_add_connection). The gate decides which connections stay; libmicrohttpd's own limit only
-  // has to hold them all, those being closed included. Its idle timeout backs the gate's deadlines up.
-  const auto timeout_s = std::chrono::ceil<std::chrono::seconds>(options.client_timeout);
+  // has to hold them all, those being closed included. Its idle timeout backs the gate's deadlines up,
+  // a second behind them: at the same instant it closed an idle connection first now and then, which
+  // then went uncounted as client_timeout.
+  const auto timeout_s =
+      std::chrono::ceil<std::chrono::seconds>(options.client_timeout) + std::chrono::seconds(1);
   started->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Callbacks::OnRequest, self,
       // First, so that libmicrohttpd's messages about the options after it reach the log too.
