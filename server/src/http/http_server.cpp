@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdarg>
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -447,14 +446,8 @@ struct Callbacks {
     if (handled) server->ExchangeClosed();
   }
 
-  // Clients cause most of libmicrohttpd's lines (malformed requests, failed TLS handshakes, the
-  // connection limit): rate-limited per message, told apart by its format string.
   static void Log(void*, const char* format, va_list arguments) {
-    char message[512];
-    std::vsnprintf(message, sizeof(message), format, arguments);
-    std::string text(message);
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    LogLimited(LogKind::kHttpLibrary, format, spdlog::level::warn, "http: {}", text);
+    LogHttpLibraryLine("http", format, arguments);
   }
 
   static std::string OverBudget(const HttpServer& server) {

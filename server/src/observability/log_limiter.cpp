@@ -1,6 +1,8 @@
 #include "graphserve/server/observability/log_limiter.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 namespace graphserve {
 
@@ -78,6 +80,14 @@ LogLimiter& ClientLogLimiter() {
   static const SteadyClock* const clock = new SteadyClock();
   static LogLimiter* const limiter = new LogLimiter(clock, LogLimit{});
   return *limiter;
+}
+
+void LogHttpLibraryLine(const char* port, const char* format, va_list arguments) {
+  char message[512];
+  std::vsnprintf(message, sizeof(message), format, arguments);
+  std::string text(message);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  LogLimited(LogKind::kHttpLibrary, format, spdlog::level::warn, "{}: {}", port, text);
 }
 
 }  // namespace graphserve

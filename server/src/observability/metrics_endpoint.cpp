@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
-#include <cstdio>
 #include <cstring>
 
 #include "common/connection_gate.h"
@@ -124,14 +123,8 @@ struct MetricsEndpoint::Callbacks {
     return AddressText(info->client_addr);
   }
 
-  // Clients cause libmicrohttpd's lines (malformed requests, failed TLS handshakes): rate-limited per
-  // message, told apart by its format string.
   static void Log(void*, const char* format, va_list arguments) {
-    char message[512];
-    std::vsnprintf(message, sizeof(message), format, arguments);
-    std::string text(message);
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    LogLimited(LogKind::kHttpLibrary, format, spdlog::level::warn, "metrics: {}", text);
+    LogHttpLibraryLine("metrics", format, arguments);
   }
 };
 

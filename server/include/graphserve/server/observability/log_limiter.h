@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -104,6 +105,11 @@ LogLimiter& ClientLogLimiter();
 // Logs like spdlog::log at `level`, unless ClientLogLimiter() suppresses the line; the line after a
 // suppression carries its count. Returns whether the line was written. The arguments are not
 // formatted for a line below the logger's level or suppressed.
+// One line of libmicrohttpd's (its MHD_OPTION_EXTERNAL_LOGGER's printf format and arguments), logged
+// at warn as "`port`: text", rate-limited per format as kHttpLibrary: clients cause most of them
+// (malformed requests, failed TLS handshakes, the connection limit).
+void LogHttpLibraryLine(const char* port, const char* format, va_list arguments);
+
 template <typename... Args>
 bool LogLimited(LogKind kind, std::string_view site, spdlog::level::level_enum level,
                 spdlog::format_string_t<Args...> format, Args&&... args) {
