@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_support import metrics as metrics_text  # noqa: E402
 from bench_support.common import fail, log  # noqa: E402
-from bench_support.hostile import Trickler, read_answer  # noqa: E402
+from bench_support.hostile import Trickler, close_all, open_sockets, read_answer, still_open  # noqa: E402
 from bench_support.raw_h2 import RawH2, grpc_message_prefix  # noqa: E402
 from bench_support.repository import builtin_encoder_config, write_repository  # noqa: E402
 from bench_support.server import Server  # noqa: E402
@@ -226,56 +226,9 @@ class NormalClients:
                 for name, c in self.callers.items()}
 
 
-# The hostile clients' address: the normal clients call from 127.0.0.1, so that a bound per client
-# address (REST's --http-max-connections-per-client) tells them apart as it would two hosts (Linux
-# routes all of 127/8 to lo).
-ATTACKER = "127.0.0.2"
 # Connections each address opens where an attack stands for many clients: within gRPC's cap per
 # address under `ulimit -n 256` (21), so that only the descriptors run out.
 GRPC_CONNECTIONS_PER_SOURCE = 16
-
-
-def open_sockets(port, count, first_bytes=b"", timeout_s=5, sources=(ATTACKER,)):
-    """`count` connections to 127.0.0.1:port from the `sources` addresses in turn, each having sent
-    `first_bytes`; stops at the first that cannot connect (the descriptor limit) and returns those
-    made, the ones the server closed at once (a cap) among them."""
-    sockets = []
-    for i in range(count):
-        try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s,
-                                         source_address=(sources[i % len(sources)], 0))
-        except OSError:
-            break
-        try:
-            if first_bytes:
-                s.sendall(first_bytes)
-        except OSError:
-            pass  # closed on arrival: still_open() does not count it
-        sockets.append(s)
-    return sockets
-
-
-def still_open(sockets):
-    """How many of `sockets` the server has not closed: a non-blocking peek finds no EOF."""
-    count = 0
-    for s in sockets:
-        try:
-            s.setblocking(False)
-            if s.recv(1, socket.MSG_PEEK) != b"":
-                count += 1
-        except BlockingIOError:
-            count += 1
-        except OSError:
-            pass
-    return count
-
-
-def close_all(sockets):
-    for s in sockets:
-        try:
-            s.close()
-        except OSError:
-            pass
 
 
 def read_status(sock, timeout_s):

@@ -1,5 +1,6 @@
 """Raw-socket clients that misbehave on purpose, shared by the attack suite and the tests that push
 the server past its bounds on clients (docs/security.md)."""
+import socket
 import threading
 
 
@@ -55,3 +56,52 @@ def read_answer(sock, timeout_s=5):
         return None, b""
     parts = head.split(b" ", 2)
     return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None), body
+
+
+# The hostile clients' address: the normal clients call from 127.0.0.1, so that a bound per client
+# address (REST's --http-max-connections-per-client) tells them apart as it would two hosts (Linux
+# routes all of 127/8 to lo).
+ATTACKER = "127.0.0.2"
+
+
+def open_sockets(port, count, first_bytes=b"", timeout_s=5, sources=(ATTACKER,)):
+    """`count` connections to 127.0.0.1:port from the `sources` addresses in turn, each having sent
+    `first_bytes`; stops at the first that cannot connect (the descriptor limit) and returns those
+    made, the ones the server closed at once (a cap) among them."""
+    sockets = []
+    for i in range(count):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s,
+                                         source_address=(sources[i % len(sources)], 0))
+        except OSError:
+            break
+        try:
+            if first_bytes:
+                s.sendall(first_bytes)
+        except OSError:
+            pass  # closed on arrival: still_open() does not count it
+        sockets.append(s)
+    return sockets
+
+
+def still_open(sockets):
+    """How many of `sockets` the server has not closed: a non-blocking peek finds no EOF."""
+    count = 0
+    for s in sockets:
+        try:
+            s.setblocking(False)
+            if s.recv(1, socket.MSG_PEEK) != b"":
+                count += 1
+        except BlockingIOError:
+            count += 1
+        except OSError:
+            pass
+    return count
+
+
+def close_all(sockets):
+    for s in sockets:
+        try:
+            s.close()
+        except OSError:
+            pass

@@ -11,7 +11,6 @@ normal client's p99 while an attack holds must stay within twice its idle p99, p
 host that other tests load; against incomplete messages, which can stall it for seconds (known open,
 docs/security.md), it is reported while the attack holds and checked once the connection is gone."""
 import re
-import socket
 import statistics
 import sys
 import threading
@@ -22,6 +21,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 import server_fixture
+from bench_support.hostile import ATTACKER, close_all, open_sockets, still_open
 from bench_support.raw_h2 import RawH2, grpc_message_prefix
 
 MODEL = "tiny_scripted"
@@ -243,8 +243,8 @@ class UnreadAnswersTest(GrpcBoundsTest):
 
 
 class ConnectionsPerClientTest(GrpcBoundsTest):
+    """Idle connections from ATTACKER past its cap; the normal client calls from 127.0.0.1."""
     CAP = 8
-    ATTACKER = "127.0.0.2"  # the normal client calls from 127.0.0.1
 
     @classmethod
     def setUpClass(cls):
@@ -254,44 +254,29 @@ class ConnectionsPerClientTest(GrpcBoundsTest):
         return sum(server_fixture.metrics.values(self.server.metric_samples(), "graphserve_connections_refused_total",
                                                  endpoint="grpc", reason="address_cap"))
 
-    def connect(self, count):
-        """`count` idle TCP connections to the gRPC port from ATTACKER."""
-        sockets = [socket.create_connection(("127.0.0.1", self.server.grpc_port), timeout=5,
-                                            source_address=(self.ATTACKER, 0)) for _ in range(count)]
-        self.addCleanup(lambda: [s.close() for s in sockets])
-        return sockets
-
-    @staticmethod
-    def still_open(sockets, wait_s=1):
-        """How many of `sockets` the server has not closed within `wait_s`: no EOF or reset read."""
-        time.sleep(wait_s)
-        count = 0
-        for s in sockets:
-            s.setblocking(False)
-            try:
-                if s.recv(1, socket.MSG_PEEK) != b"":
-                    count += 1  # the server's HTTP/2 settings: open
-            except BlockingIOError:
-                count += 1
-            except OSError:
-                pass  # reset: closed on arrival
-        return count
+    def held_after_a_second(self, count):
+        """Of `count` idle connections to the gRPC port from ATTACKER, how many the server has not
+        closed a second later; the connections stay open until the test ends."""
+        sockets = open_sockets(self.server.grpc_port, count)
+        self.addCleanup(close_all, sockets)
+        self.assertEqual(len(sockets), count)
+        time.sleep(1)
+        return sockets, still_open(sockets)
 
     def test_one_address_holds_at_most_its_cap_and_other_addresses_are_served(self):
         refused_before = self.refused_past_cap()
-        held = self.connect(self.CAP + 4)
-        self.assertEqual(self.still_open(held), self.CAP)
+        held, kept = self.held_after_a_second(self.CAP + 4)
+        self.assertEqual(kept, self.CAP)
         self.assertEqual(self.refused_past_cap() - refused_before, 4)
         during = self.normal.measure(2, min_calls=20)
         self.assert_normal_client_unhurt(during)
-        self.assertIn("gRPC: refusing a connection from 127.0.0.2", self.server.log())
+        self.assertIn(f"gRPC: refusing a connection from {ATTACKER}", self.server.log())
         # The count follows closes that gRPC alone saw: once the held connections are gone, the
         # address gets its whole cap again.
-        for s in held:
-            s.close()
+        close_all(held)
         time.sleep(1)
-        again = self.connect(self.CAP)
-        self.assertEqual(self.still_open(again), self.CAP)
+        _, kept_again = self.held_after_a_second(self.CAP)
+        self.assertEqual(kept_again, self.CAP)
         self.assertEqual(self.refused_past_cap() - refused_before, 4)
 
 
