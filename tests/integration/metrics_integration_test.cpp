@@ -185,6 +185,17 @@ class LiveMetricsTest : public ::testing::Test {
   static inline ServerProcess* server_ = nullptr;
 };
 
+// Polls `condition` every 250 ms until it holds or `timeout` passes.
+template <typename Condition>
+bool Eventually(seconds timeout, Condition condition) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return condition();
+}
+
 TEST_F(LiveMetricsTest, CountsMatchTheRequestsSent) {
   auto stub = server_->NewStub();
   const Exposition before(Scrape(*server_));
@@ -225,10 +236,14 @@ TEST_F(LiveMetricsTest, CountsMatchTheRequestsSent) {
   EXPECT_EQ(Infer(stub.get(), TokenRequest("no_such_model", {{1, 2, 3}})).error_code(),
             grpc::StatusCode::NOT_FOUND);
 
+  // A success is counted once its answer is written, which its client may see first.
+  const Labels success = {{"model", "encoder"}, {"code", "success"}};
+  EXPECT_TRUE(Eventually(seconds(10), [&] {
+    return delta(Exposition(Scrape(*server_)), "graphserve_requests_total", success) == sent;
+  }));
   const Exposition after(Scrape(*server_));
   const Labels encoder = {{"model", "encoder"}};
-  EXPECT_EQ(delta(after, "graphserve_requests_total", {{"model", "encoder"}, {"code", "success"}}),
-            sent);
+  EXPECT_EQ(delta(after, "graphserve_requests_total", success), sent);
   EXPECT_EQ(
       delta(after, "graphserve_requests_total", {{"model", "encoder"}, {"code", "invalid_argument"}}),
       1.0);
@@ -436,17 +451,6 @@ TEST_F(LiveMetricsTest, PromtoolAcceptsTheDeployedPrometheusConfig) {
 
 // ---------------------------------------------------------------------------------------------------
 // A real Prometheus scraping a real graphserve.
-
-// Polls `condition` every 250 ms until it holds or `timeout` passes.
-template <typename Condition>
-bool Eventually(seconds timeout, Condition condition) {
-  const auto give_up = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < give_up) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  return condition();
-}
 
 // A Prometheus HTTP API answer (`target` is the path and query string): status "success" or "error",
 // and data.

@@ -151,6 +151,13 @@ TEST_F(StreamInferTest, ManyRequestsOnOneStreamAnswerAsUnaryCallsAndCountAlike) 
       ASSERT_EQ(unary_status[i].error_code(), bad.at(i).code) << unary_status[i].error_message();
     }
   }
+  // A success is counted once its answer is written, which its client may see first.
+  const Labels encoder_success = {{"model", "encoder"}, {"code", "success"}};
+  ASSERT_TRUE(Eventually([&] {
+    return Scrape(*server_).Sum("graphserve_requests_total", encoder_success) -
+               before_unary.Sum("graphserve_requests_total", encoder_success) ==
+           static_cast<double>(requests.size() - bad.size());
+  }));
   const Exposition after_unary = Scrape(*server_);
 
   const Streamed streamed = StreamAll(stub.get(), requests);
@@ -240,12 +247,15 @@ TEST_F(StreamInferTest, ACancelledStreamHasEachRequestAnsweredOnceAndTheServerSe
     }
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  // Every request leaves the server answered exactly once, cancelled in the queue or run.
+  // Every request leaves the server answered exactly once, cancelled in the queue or run (a run
+  // one's answer is counted once its write failed or was dropped).
   const Labels encoder = {{"model", "encoder"}};
   ASSERT_TRUE(Eventually([&] {
     const Exposition now = Scrape(*server_);
     return now.One("graphserve_requests_in_flight", encoder) == 0.0 &&
-           now.One("graphserve_queue_depth", encoder) == 0.0;
+           now.One("graphserve_queue_depth", encoder) == 0.0 &&
+           now.Sum("graphserve_requests_total", encoder) - before.Sum("graphserve_requests_total", encoder) >=
+               kRequests;
   }));
   const Exposition after = Scrape(*server_);
   EXPECT_EQ(after.Sum("graphserve_requests_total", encoder) -

@@ -659,12 +659,17 @@ TEST(HttpServerTest, AnAnswerItsClientDoesNotReadIsDroppedAfterTheSendTimeout) {
   log.Attach(&options);
   std::unique_ptr<HttpServer> server;
   constexpr size_t kAnswerBytes = 64u << 20;  // far more than the sockets' buffers take
-  ASSERT_TRUE(
-      HttpServer::Start(
-          options,
-          [](const HttpRequest&, HttpReply reply) { reply.Send(Text(std::string(kAnswerBytes, 'x'))); },
-          &server)
-          .ok());
+  std::atomic<int> delivered{0}, undelivered{0};
+  ASSERT_TRUE(HttpServer::Start(
+                  options,
+                  [&](const HttpRequest& request, HttpReply reply) {
+                    HttpResponse answer =
+                        Text(request.path == "/big" ? std::string(kAnswerBytes, 'x') : "ok");
+                    answer.on_finished = [&](bool whole) { ++(whole ? delivered : undelivered); };
+                    reply.Send(std::move(answer));
+                  },
+                  &server)
+                  .ok());
   Connection reader(server->port());
   reader.ShrinkReceiveBuffer();
   reader.Send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -673,6 +678,14 @@ TEST(HttpServerTest, AnAnswerItsClientDoesNotReadIsDroppedAfterTheSendTimeout) {
   // libmicrohttpd closed the connection and completed its exchange: the answer's bytes came back.
   // (What the kernel had already queued still reaches the client, slowly through its small window.)
   EXPECT_TRUE(Becomes([&] { return log.Held(); }, 0));
+  // Told it was not written whole; an answer that was is told so.
+  EXPECT_TRUE(Becomes([&] { return undelivered.load(); }, 1));
+  EXPECT_EQ(delivered.load(), 0);
+  Connection small(server->port());
+  small.Send("GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(small.Read().second, "ok");
+  EXPECT_TRUE(Becomes([&] { return delivered.load(); }, 1));
+  EXPECT_EQ(undelivered.load(), 1);
 }
 
 TEST(HttpServerTest, ConnectionsPastTheCapOrTheCapPerAddressAreClosedAtOnce) {

@@ -80,7 +80,20 @@ void InferPath::CompressAnswers(grpc::ServerContextBase* context) const {
     context->set_compression_level(wire_.answer_compression);
 }
 
-void InferPath::CountDroppedAnswer() const { metrics_->CountDroppedAnswer("grpc"); }
+void InferPath::CountDelivery(const PreparedInference& prepared, bool delivered, const char* endpoint) const {
+  if (delivered) {
+    prepared.metrics->Delivered();
+    return;
+  }
+  prepared.metrics->Undelivered();
+  metrics_->CountDroppedAnswer(endpoint);
+}
+
+bool InferPath::CountedByRest(const grpc::ServerContextBase& context) {
+  // gRPC names an in-process call's peer so; a network client's peer is its address
+  // ("ipv4:...", "ipv6:...", "unix:..."), which it cannot choose.
+  return context.peer() == "inproc";
+}
 
 void PreparedInference::Cancel() const {
   // A client cancels its call when the deadline passes (the server's own gRPC check is off,
@@ -160,7 +173,7 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
   // Read by `done` only, before Answered: `prepared` is alive until then.
   const SharedMemoryTensors* shared_memory = &prepared.shared_memory;
   // Counted before the receiver answers, so that a client that has its answer finds it in the next
-  // scrape.
+  // scrape; a success is counted as such only once written (CountDelivery).
   prepared.pending->done = [receiver, &request, response, model, model_metrics, statistics, clock, arrival_us,
                             rows, self, shared_memory,
                             tracing](const Status& outcome, std::vector<HostTensor>&& outputs,

@@ -119,10 +119,17 @@ class InferPath {
              inference::ModelInferResponse* response, InferenceReceiver* receiver) const;
 
   // How long an answer may wait for its client to read it before its call is cancelled (0: no
-  // limit), and the count of answers dropped so (graphserve_answers_dropped_total).
+  // limit).
   std::chrono::milliseconds answer_write_timeout() const { return answer_write_timeout_; }
   void set_answer_write_timeout(std::chrono::milliseconds timeout) { answer_write_timeout_ = timeout; }
-  void CountDroppedAnswer() const;
+
+  // Where a successful request's answer went, told by its receiver once the write is over: counted a
+  // success when written, else cancelled and dropped (graphserve_answers_dropped_total{endpoint}).
+  // A call of the REST endpoint's (CountedByRest) is told only when gRPC could not hand its answer
+  // over; REST counts the rest once its own client has them.
+  void CountDelivery(const PreparedInference& prepared, bool delivered, const char* endpoint = "grpc") const;
+  // A call REST made through the in-process channel.
+  static bool CountedByRest(const grpc::ServerContextBase& context);
 
  private:
   const ModelRepository* repository_;

@@ -44,6 +44,8 @@ struct StreamInferReactor::StreamRequest final : InferenceReceiver {
   PreparedInference prepared;
   inference::ModelStreamInferResponse answer;
   StreamRequests::iterator position;  // in queued_, while queued
+  // Answered OK: counted once its answer is written or dropped (InferPath::CountDelivery).
+  bool succeeded = false;
 };
 
 StreamInferReactor::StreamInferReactor(grpc::CallbackServerContext* context, InferPath path)
@@ -118,7 +120,11 @@ void StreamInferReactor::ReadNext() {
 void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome) {
   // The request is no longer the scheduler's and not yet to_write_'s: no other thread touches its
   // answer now.
-  if (!outcome.ok()) request->Fail(outcome);
+  if (outcome.ok()) {
+    request->succeeded = true;
+  } else {
+    request->Fail(outcome);
+  }
   request->MarkFinal();
   std::unique_ptr<StreamRequest> dropped;
   std::shared_ptr<LoadedModel> released;
@@ -128,6 +134,7 @@ void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome)
     if (abandoned_) {
       dropped = std::move(*request->position);
       queued_.erase(request->position);
+      if (dropped->succeeded) path_.CountDelivery(dropped->prepared, false);
     } else {
       // Answered, so never cancelled (AbandonLocked cancels only queued_): the model may go while
       // the answer waits for a client that reads slowly, or not at all.
@@ -149,6 +156,7 @@ void StreamInferReactor::OnWriteDone(bool ok) {
     write_in_flight_ = false;
     written = std::move(to_write_.front());
     to_write_.pop_front();
+    if (written->succeeded) path_.CountDelivery(written->prepared, ok);
     // A failed write means the stream is broken: nothing more can reach the client.
     if (!ok) AbandonLocked();
     next = NextCallLocked();
@@ -182,14 +190,14 @@ void StreamInferReactor::ArmAlarmLocked(NextCall* next) {
 
 void StreamInferReactor::OnWriteAlarm(bool fired) {
   NextCall next;
-  int dropped = 0;
+  bool dropped = false;
   {
     MutexLock lock(&mutex_);
     alarm_set_ = false;
     if (fired && write_in_flight_ && !abandoned_) {
       if (std::chrono::steady_clock::now() - write_started_ >= path_.answer_write_timeout()) {
         // The client has not read this answer in time: it and the ones behind it go nowhere.
-        dropped = static_cast<int>(to_write_.size());
+        dropped = true;
         AbandonLocked();
       } else {
         ArmAlarmLocked(&next);  // a later write than the one the alarm was set for
@@ -197,10 +205,7 @@ void StreamInferReactor::OnWriteAlarm(bool fired) {
     }
     if (next.alarm == nullptr) next = NextCallLocked();
   }
-  if (dropped > 0) {
-    for (int i = 0; i < dropped; ++i) path_.CountDroppedAnswer();
-    context_->TryCancel();  // fails the write in flight
-  }
+  if (dropped) context_->TryCancel();  // fails the write in flight, which counts it
   Make(next);
 }
 
@@ -212,6 +217,9 @@ void StreamInferReactor::AbandonLocked() {
   for (const auto& queued : queued_) queued->prepared.Cancel();
   auto unwritten = to_write_.begin();
   if (write_in_flight_ && unwritten != to_write_.end()) ++unwritten;  // gRPC still reads the front
+  for (auto it = unwritten; it != to_write_.end(); ++it) {
+    if ((*it)->succeeded) path_.CountDelivery((*it)->prepared, false);
+  }
   to_write_.erase(unwritten, to_write_.end());
 }
 

@@ -14,7 +14,8 @@
 // cancelled, unwritten answers are dropped and the stream finishes CANCELLED. Answers the client has
 // not read yet wait here in memory (gRPC's flow control holds the writes back), until a write has
 // waited for the path's answer_write_timeout: then the stream is cancelled, and that answer and those
-// behind it are dropped and counted (InferPath::CountDroppedAnswer).
+// behind it are dropped. Each successful answer is counted once written or dropped
+// (InferPath::CountDelivery).
 //
 // Thread safety: gRPC's reactions and the schedulers' answering threads call in concurrently; the
 // state they share is guarded by mutex_, and gRPC's Start*/Finish calls are made without it.

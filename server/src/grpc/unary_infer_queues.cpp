@@ -114,6 +114,9 @@ class UnaryInferCall final : public InferenceReceiver {
       write_alarm_.Set(completion_queue_, std::chrono::system_clock::now() + write_timeout,
                        &write_alarm_event_);
     }
+    // Read in OnFinished, once this finish came back.
+    succeeded_ = outcome.ok();
+    from_rest_ = InferPath::CountedByRest(context_);
     // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
     if (outcome.ok()) {
       SerializeGrpcMessage(response_, &payload_);
@@ -151,16 +154,16 @@ class UnaryInferCall final : public InferenceReceiver {
   void OnFinished(bool ok) {
     finished_ = true;
     if (write_alarm_pending_) write_alarm_.Cancel();  // its event still comes back, not ok
-    if (!ok && write_timed_out_) queue_->path().CountDroppedAnswer();
+    // Not ok: the write timed out, or the client went away first; its answer reached nobody. REST
+    // counts an answer handed over to it once its own client has it.
+    if (succeeded_ && !(ok && from_rest_))
+      queue_->path().CountDelivery(prepared_, ok, from_rest_ ? "http" : "grpc");
     DeleteIfOver();
   }
 
   void OnWriteAlarm(bool fired) {
     write_alarm_pending_ = false;
-    if (fired && !finished_) {
-      write_timed_out_ = true;
-      context_.TryCancel();
-    }
+    if (fired && !finished_) context_.TryCancel();
     DeleteIfOver();
   }
 
@@ -196,7 +199,8 @@ class UnaryInferCall final : public InferenceReceiver {
   bool done_ = false;
   grpc::Alarm write_alarm_;
   bool write_alarm_pending_ = false;  // set before Finish, so read safely once Finish came back
-  bool write_timed_out_ = false;
+  bool succeeded_ = false;            // likewise: counted once written (InferPath::CountDelivery)
+  bool from_rest_ = false;
   Event arrived_event_{this, &UnaryInferCall::OnArrived};
   Event finished_event_{this, &UnaryInferCall::OnFinished};
   Event done_event_{this, &UnaryInferCall::OnDone};

@@ -434,12 +434,16 @@ struct Callbacks {
   }
 
   static void OnCompleted(void* self, MHD_Connection* connection, void** context,
-                          MHD_RequestTerminationCode) {
+                          MHD_RequestTerminationCode termination) {
     auto* server = static_cast<HttpServer*>(self);
     server->Enter(connection, HttpServer::Phase::kIdle);
     auto* exchange = static_cast<Exchange*>(*context);
     if (exchange == nullptr) return;
     const bool handled = exchange->handed_to_handler;
+    // Set, if at all, by Send, which comes before the resume that lets the exchange complete.
+    if (exchange->response.on_finished) {
+      exchange->response.on_finished(termination == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    }
     server->Release(exchange->client, exchange->held_bytes);
     delete exchange;
     *context = nullptr;

@@ -372,12 +372,25 @@ struct RestApi {
     const int64_t deadline_us = RestInferDeadlineUs(request, infer_deadline_us);
     Call<inference::ModelInferRequest, inference::ModelInferResponse>(
         std::move(reply), std::move(request), [](auto* async, auto... args) { async->ModelInfer(args...); },
-        [format](const inference::ModelInferResponse& response) {
+        [format, metrics = metrics, model_name = model.name](const inference::ModelInferResponse& response) {
           RestInferBody encoded = EncodeRestInferResponse(response, format);
           HttpResponse answer = Json(std::move(encoded.body));
           if (encoded.json_length) {
             answer.content_type = "application/octet-stream";
             answer.headers = {{"Inference-Header-Content-Length", std::to_string(*encoded.json_length)}};
+          }
+          // gRPC leaves counting this success to REST (InferPath::CountedByRest): it is one only once
+          // the client has it.
+          ModelRequestMetrics* model_metrics = metrics->ForModel(model_name);
+          if (model_metrics != nullptr) {
+            answer.on_finished = [metrics, model_metrics](bool delivered) {
+              if (delivered) {
+                model_metrics->Delivered();
+              } else {
+                model_metrics->Undelivered();
+                metrics->CountDroppedAnswer("http");
+              }
+            };
           }
           return answer;
         },

@@ -440,12 +440,18 @@ void ModelRequestMetrics::Started(int64_t rows, int64_t length) {
 void ModelRequestMetrics::Finished(const Status& outcome, int64_t latency_us,
                                    const RequestTiming& timing) {
   in_flight_->Decrement();
-  Count(outcome.code());
-  if (!outcome.ok()) return;
+  if (!outcome.ok()) {
+    Count(outcome.code());
+    return;
+  }
   request_seconds_->Observe(Seconds(latency_us));
   queue_seconds_->Observe(Seconds(timing.queue_us));
   compute_seconds_->Observe(Seconds(timing.compute_us));
 }
+
+void ModelRequestMetrics::Delivered() { Count(StatusCode::kOk); }
+
+void ModelRequestMetrics::Undelivered() { Count(StatusCode::kCancelled); }
 
 void ModelRequestMetrics::Refused(StatusCode code) { Count(code); }
 
@@ -560,9 +566,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
   dropped_answers_ = &prometheus::BuildCounter()
                           .Name("graphserve_answers_dropped_total")
                           .Help(
-                              "Answers computed but never delivered: the client did not read them within "
+                              "Successful inference answers never delivered, counted as cancelled in "
+                              "graphserve_requests_total: the client did not read them within "
                               "--grpc-answer-write-timeout-s (grpc: the call was cancelled) or "
-                              "--http-send-timeout-s (http: the connection was closed)")
+                              "--http-send-timeout-s (http: the connection was closed), or went away first")
                           .Register(*registry_);
   for (const char* endpoint : {"grpc", "http"}) dropped_answers_->Add({{"endpoint", endpoint}});
   refused_connections_->Add({{"endpoint", "http"}, {"reason", "connection_cap"}});
@@ -637,8 +644,6 @@ void ServerMetrics::CountHttpClosure(const char* reason) {
     return;
   }
   http_closures_->Add({{"reason", reason}}).Increment();
-  // The one answer its connection carried was computed and never delivered, as a gRPC one dropped.
-  if (std::string_view(reason) == "send_timeout") dropped_answers_->Add({{"endpoint", "http"}}).Increment();
 }
 
 void ServerMetrics::SetDeviceFaulted() { device_faulted_->Set(1); }

@@ -160,6 +160,8 @@ class RestTimeoutsAndBudgetTest(server_fixture.ServerTestCase):
     def test_an_answer_its_client_does_not_read_is_dropped_after_the_send_timeout(self):
         before = metric(self.server, "graphserve_http_connections_closed_total", reason="send_timeout")
         dropped_before = metric(self.server, "graphserve_answers_dropped_total", endpoint="http")
+        cancelled_before = metric(self.server, "graphserve_requests_total", code="cancelled")
+        successes_before = metric(self.server, "graphserve_requests_total", code="success")
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a window that fills at once
         sock.connect(("127.0.0.1", self.port))
@@ -173,10 +175,15 @@ class RestTimeoutsAndBudgetTest(server_fixture.ServerTestCase):
                 time.sleep(0.2)
             self.assertGreater(
                 metric(self.server, "graphserve_http_connections_closed_total", reason="send_timeout"), before)
-            # Each such closing dropped the one answer its connection carried.
+            # Each such closing dropped the one answer its connection carried, which is then counted
+            # as cancelled, not as a success.
             closed = metric(self.server, "graphserve_http_connections_closed_total", reason="send_timeout") - before
-            self.assertEqual(metric(self.server, "graphserve_answers_dropped_total", endpoint="http") - dropped_before,
+            self.server.wait_until(
+                lambda _: metric(self.server, "graphserve_answers_dropped_total", endpoint="http") - dropped_before
+                == closed, 10, "the dropped answer counted")
+            self.assertEqual(metric(self.server, "graphserve_requests_total", code="cancelled") - cancelled_before,
                              closed)
+            self.assertEqual(metric(self.server, "graphserve_requests_total", code="success"), successes_before)
             self.wait_for_buffered_bytes(0)  # the dropped answer is no longer held
         finally:
             sock.close()

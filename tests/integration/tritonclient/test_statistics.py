@@ -147,9 +147,11 @@ class StatisticsAndSettingsTest(server_fixture.ServerTestCase):
         for _ in range(2):
             self.assertIsNone(answers.get(timeout=120))
 
-        # Counted once the worker is back from the batch that held it up.
-        self.server.wait_until(lambda _: self.metrics().get((SLOW, "deadline_exceeded"), 0) >= 1, 60,
-                               "the expired request in /metrics")
+        # Counted once the worker is back from the batch that held it up; the successes once written,
+        # which their client may see first.
+        self.server.wait_until(lambda _: self.metrics().get((SLOW, "deadline_exceeded"), 0) >= 1
+                               and self.metrics().get((SLOW, "success"), 0) >= 3, 60,
+                               "the expired request and the successes in /metrics")
         totals = self.metrics()
         self.assertEqual(totals[(SLOW, "deadline_exceeded")], 1)
         self.assertEqual(totals[(SLOW, "cancelled")], 0)

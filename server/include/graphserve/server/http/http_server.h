@@ -61,6 +61,9 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;  // inflated, when it came compressed (HttpServerOptions::content_codings)
+  // Told once, on a libmicrohttpd thread, whether the answer was written whole (true) or its
+  // connection closed or timed out first (false); may be empty.
+  std::function<void(bool delivered)> on_finished;
 };
 
 class HttpServer;

@@ -58,10 +58,17 @@ class ModelRequestMetrics {
   // sequence length (-1: a fixed-shape model, none) go into the traffic-shape histograms that a
   // grid is planned from.
   void Started(int64_t rows, int64_t length);
-  // The end of a Started request: leaves the in-flight gauge and is counted under the outcome's code;
-  // a successful one is observed in the latency histograms. `latency_us` runs from the RPC's arrival
-  // to its answer; `timing` is the scheduler's (ignored unless the outcome is OK).
+  // The end of a Started request: leaves the in-flight gauge. A failure is counted under its code
+  // now; a success is observed in the latency histograms now and counted once its front end knows
+  // whether the answer reached the client (Delivered or Undelivered), so that an answer nobody read
+  // is not a success. `latency_us` runs from the RPC's arrival to its answer; `timing` is the
+  // scheduler's (ignored unless the outcome is OK).
   void Finished(const Status& outcome, int64_t latency_us, const RequestTiming& timing);
+  // A successful request's answer was written to its client: counted as a success.
+  void Delivered();
+  // A successful request's answer never reached its client (it stopped reading or went away first):
+  // counted as cancelled. The front end also counts it in graphserve_answers_dropped_total.
+  void Undelivered();
   // A request refused before it reached the scheduler (e.g. INVALID_ARGUMENT): counted only.
   void Refused(StatusCode code);
   // A call with a deadline reached the model: how much of it was left. Under overload this tells
@@ -146,13 +153,14 @@ class ServerMetrics {
   // or an answer outlasted --metrics-client-timeout-s) or "evicted" (it waited for a request while
   // the port was full, and a new connection took its place).
   void CountClosedConnection(const char* endpoint, const char* reason);
-  // An answer computed but never delivered: its client did not read it in time and the call was
-  // cancelled (`endpoint` "grpc"). REST's count from CountHttpClosure("send_timeout").
+  // A successful inference answer that never reached its client on `endpoint` ("grpc" or "http"):
+  // it did not read it within the write timeout, or went away first (see Undelivered).
   void CountDroppedAnswer(const char* endpoint);
   // REST's bytes of request bodies and unsent answers held changed by `delta`.
   void AddHttpBufferedBytes(int64_t delta);
   // A REST connection the server closed to hold a bound (HttpClosureName): "connection_cap" counts
-  // as refused on arrival, the timeouts as closed, and "send_timeout" also as a dropped answer.
+  // as refused on arrival, the timeouts as closed (an inference answer dropped at "send_timeout" is
+  // counted by the REST endpoint, which knows it was one).
   void CountHttpClosure(const char* reason);
   // The engine reported a CUDA fault that no later batch survives (DeviceFault): 1 from then on.
   void SetDeviceFaulted();
