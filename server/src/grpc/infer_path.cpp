@@ -90,9 +90,10 @@ void InferPath::CountDelivery(const PreparedInference& prepared, bool delivered,
 }
 
 bool InferPath::CountedByRest(const grpc::ServerContextBase& context) {
-  // gRPC names an in-process call's peer so; a network client's peer is its address
-  // ("ipv4:...", "ipv6:...", "unix:..."), which it cannot choose.
-  return context.peer() == "inproc";
+  // gRPC 1.51's in-process transport reports no peer; a network client's peer is its address
+  // ("ipv4:...", "ipv6:..."), which it cannot choose. tritonclient_http checks that a REST call is
+  // counted once.
+  return context.peer() == "unknown";
 }
 
 void PreparedInference::Cancel() const {
