@@ -6,7 +6,8 @@ a ragged model (Triton's ragged batching; docs/models.md "Ragged models").
 The rows of a batch are concatenated into `input_ids`; row r holds tokens cu_seqlens[r] ..
 cu_seqlens[r+1] - 1 (cu_seqlens[0] = 0, non-decreasing, cu_seqlens[R] = T, as Triton's
 BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO makes it). Promises, for any such cu_seqlens:
-- a token attends only to the tokens of its own row, so a row answers as it does alone;
+- a token attends only to the tokens of its own row, so a row answers as it does alone (with
+  max_row_length, a row longer than it, which only the server's filler row is, attends in pieces);
 - position ids restart at 0 in every row and are clamped into the position table (a filler row may be
   longer than it), token ids into the vocabulary: no index leaves a buffer; token_type_ids are 0;
 - an empty row (length 0) has a pooled output of zeros, never NaN.
@@ -46,11 +47,22 @@ def _counting(like: torch.Tensor) -> torch.Tensor:
 class RaggedBert(torch.nn.Module):
     """Shares (does not copy) the weights of `bert`, a transformers BertModel; eval mode only."""
 
-    def __init__(self, bert, pooling: str, attention: str = "masked", max_tokens: Optional[int] = None):
-        """`max_tokens`: with varlen attention, the longest row FlashAttention is told to expect; None
-        takes T (symbolic under torch.export). A torch.jit.trace would bake the example's T instead, so
-        a traced varlen model needs the bound it is exported for."""
+    def __init__(self, bert, pooling: str, attention: str = "masked", max_tokens: Optional[int] = None,
+                 max_row_length: Optional[int] = None):
+        """`max_tokens`: the most tokens of a batch (the export's bound on T). `max_row_length`: the
+        longest row a client may send (the config's max_sequence_length); it needs max_tokens.
+
+        With max_row_length, attention runs over rows of at most that length: the last non-empty row
+        (the server's filler, the only row that may be longer) is cut into rows of max_row_length, and
+        FlashAttention is told that bound, which sizes its grid by the rows' real length instead of T
+        (deploy/bench/varlen_bound.py, H100: 123 against 649 µs a layer at 16,384 tokens in 289
+        rows). A client's rows attend as before; only the filler's tokens, which nobody reads, see
+        less of it. Without it, FlashAttention is told max_tokens, or T (symbolic under torch.export)
+        when that is None too; a torch.jit.trace would bake the example's T instead, so a traced varlen
+        model needs a bound."""
         super().__init__()
+        if max_row_length is not None and (max_tokens is None or not 1 <= max_row_length <= max_tokens):
+            raise ValueError(f"max_row_length {max_row_length} needs max_tokens at least as large")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
         if attention not in ATTENTIONS:
@@ -61,6 +73,9 @@ class RaggedBert(torch.nn.Module):
         self.pooling = pooling
         self.attention = attention
         self.max_tokens = max_tokens
+        self.max_row_length = max_row_length
+        # Where the filler may be cut: enough cuts for a filler of all max_tokens.
+        self.filler_cuts = 0 if max_row_length is None else -(-max_tokens // max_row_length)
         config = bert.config
         self.heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
@@ -78,13 +93,28 @@ class RaggedBert(torch.nn.Module):
                   + embeddings.token_type_embeddings.weight[0])
         return embeddings.LayerNorm(summed)
 
+    def attention_rows(self, offsets):
+        """The rows attention runs over, as ascending int64 offsets from 0 to T: `offsets` (int64
+        [R+1]) with the last non-empty row cut every max_row_length tokens, plus filler_cuts offsets
+        (cuts past T fall on T, empty rows); `offsets` itself without max_row_length."""
+        if not self.filler_cuts:
+            return offsets
+        tokens = offsets[-1]
+        last_start = torch.where(offsets < tokens, offsets, torch.zeros_like(offsets)).max()
+        steps = torch.arange(1, self.filler_cuts + 1, dtype=torch.int64, device=offsets.device)
+        cuts = torch.minimum(last_start + self.max_row_length * steps, tokens)
+        return torch.sort(torch.cat([offsets, cuts])).values
+
     def _attend(self, query, key, value, cu_seqlens, same_row):
         """[T, heads, head_size] each -> [T, heads, head_size], within rows only."""
         if self.attention == "varlen":
-            # max_q/max_k: any bound on the longest row will do; T is one.
-            tokens = query.shape[0] if self.max_tokens is None else self.max_tokens
+            # max_q/max_k: a bound on the longest row (see __init__).
+            if self.max_row_length is not None:
+                bound = self.max_row_length
+            else:
+                bound = query.shape[0] if self.max_tokens is None else self.max_tokens
             return torch.ops.aten._flash_attention_forward(
-                query, key, value, cu_seqlens, cu_seqlens, tokens, tokens, 0.0, False, False)[0]
+                query, key, value, cu_seqlens, cu_seqlens, bound, bound, 0.0, False, False)[0]
         context = F.scaled_dot_product_attention(
             query.transpose(0, 1).unsqueeze(0), key.transpose(0, 1).unsqueeze(0),
             value.transpose(0, 1).unsqueeze(0), attn_mask=same_row)
@@ -111,9 +141,16 @@ class RaggedBert(torch.nn.Module):
 
         row_index = _counting(offsets[1:])
         membership = row_index[:, None] == row_of_token[None, :]  # [R, T]: token t is in row r
-        same_row = (row_of_token[:, None] == row_of_token[None, :]) if self.attention == "masked" else None
+        attention_offsets = self.attention_rows(offsets)
+        same_row = None
+        if self.attention == "masked":
+            attention_row = row_of_token
+            if attention_offsets is not offsets:
+                attention_row = torch.searchsorted(attention_offsets, token_index, right=True) - 1
+            same_row = attention_row[:, None] == attention_row[None, :]
+        attention_cu_seqlens = attention_offsets.to(torch.int32)
         for layer in self.bert.encoder.layer:
-            hidden = self._layer(layer, hidden, cu_seqlens, same_row)
+            hidden = self._layer(layer, hidden, attention_cu_seqlens, same_row)
 
         lengths = offsets[1:] - offsets[:-1]
         if self.pooling == "first":

@@ -34,15 +34,14 @@ def write_ragged(bert, *, pooling: str, name: str, repository: pathlib.Path, exp
         folder = repository / f"{name}_ragged{suffix}"
         folder.mkdir(parents=True, exist_ok=True)
         if suffix:
-            model = RaggedBert(bert, pooling, attention).eval()
+            model = RaggedBert(bert, pooling, attention, max_tokens=max_batch_tokens, max_row_length=max_length).eval()
             # The server's largest bucket has max_batch_size rows and a spare one for the tail's filler.
             export_ragged_pt2(model, example, folder / "model.pt2", input_names=["input_ids", "cu_seqlens"],
                               output_names=["last_hidden_state", pooled], max_tokens=max_batch_tokens,
                               max_rows=max_rows + 1)
             platform = "torch_aoti"
         else:
-            # A trace bakes constants: FlashAttention gets the batch's token bound, not the example's T.
-            model = RaggedBert(bert, pooling, attention, max_tokens=max_batch_tokens).eval()
+            model = RaggedBert(bert, pooling, attention, max_tokens=max_batch_tokens, max_row_length=max_length).eval()
             with torch.no_grad():
                 torch.jit.trace(model, example, check_trace=False).save(str(folder / "model.pt"))
             platform = "pytorch_libtorch"

@@ -236,28 +236,64 @@ class RaggedModelTest(unittest.TestCase):
         self.assertEqual(signature["weights_dtype"], "fp32")
 
 
+    def tiny_bert(self, dtype):
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                            intermediate_size=128)
+        return BertModel(config).eval().to(dtype)
+
+    def test_attention_rows_cut_only_the_filler_into_rows_of_max_row_length(self):
+        torch = self.torch
+        sys.path.insert(0, str(self.exported.scripts))
+        from ragged_bert import RaggedBert
+
+        max_tokens, max_row_length = 300, 16
+        model = RaggedBert(self.tiny_bert(torch.float32), "mean", max_tokens=max_tokens, max_row_length=max_row_length)
+        for _ in range(200):
+            real = [self.random.choice([0, 1, self.random.randint(2, max_row_length)])
+                    for _ in range(self.random.randint(0, 8))]
+            tokens = self.random.randint(max(sum(real), 1), max_tokens)
+            lengths = real + [tokens - sum(real)] + [0] * self.random.randint(0, 3)
+            offsets = torch.tensor([0] + lengths, dtype=torch.int64).cumsum(0)
+            rows = model.attention_rows(offsets)
+            with self.subTest(lengths=lengths):
+                self.assertEqual((int(rows[0]), int(rows[-1])), (0, tokens))
+                self.assertEqual(len(rows), len(offsets) + model.filler_cuts)
+                steps = rows[1:] - rows[:-1]
+                self.assertGreaterEqual(int(steps.min()), 0)
+                self.assertLessEqual(int(steps.max()), max_row_length)
+                # Every row's bounds stay, and no cut falls before the filler: a client's row is one
+                # attention row, the filler several.
+                self.assertTrue(bool(torch.isin(offsets, rows).all()))
+                filler_start = sum(real)
+                self.assertEqual({cut for cut in rows.tolist() if cut <= filler_start},
+                                 {bound for bound in offsets.tolist() if bound <= filler_start})
+        with self.assertRaises(ValueError):
+            RaggedBert(self.tiny_bert(torch.float32), "mean", max_row_length=16)  # no max_tokens
+
     def test_the_flash_attention_path_exports_with_tokens_and_rows_dynamic(self):
         """CUDA's path (FlashAttention over the packed rows), exported without compiling, which runs
-        anywhere: max_q/max_k must stay the symbolic T, and only aten ops may be called (a libtorch
+        anywhere: tokens and rows stay dynamic, FlashAttention is told the longest row a client may
+        send (not T) over the rows attention_rows makes, and only aten ops may be called (a libtorch
         server has no ops registered from Python)."""
         torch = self.torch
         sys.path.insert(0, str(self.exported.scripts))
         from aoti_export import export_ragged_program
         from ragged_bert import RaggedBert, example_inputs
-        from transformers import BertConfig, BertModel
 
-        config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                            intermediate_size=128)
-        bert = BertModel(config).eval().to(torch.bfloat16)
+        bert = self.tiny_bert(torch.bfloat16)
         for pooling in ("first", "mean"):
-            program = export_ragged_program(RaggedBert(bert, pooling, "varlen"), example_inputs("cpu", 1000),
-                                            max_tokens=300, max_rows=7)
+            model = RaggedBert(bert, pooling, "varlen", max_tokens=300, max_row_length=64)
+            program = export_ragged_program(model, example_inputs("cpu", 1000), max_tokens=300, max_rows=7)
             calls = [node for node in program.graph.nodes if node.op == "call_function"]
             flash = [node for node in calls if node.target == torch.ops.aten._flash_attention_forward.default]
             with self.subTest(pooling=pooling):
                 self.assertEqual(len(flash), 1)
-                max_q, max_k = flash[0].args[5:7]
-                self.assertTrue(isinstance(max_q, torch.fx.Node) and max_q is max_k, f"max_q baked: {max_q}")
+                self.assertEqual(flash[0].args[5:7], (64, 64))
+                cu_seqlens_q, cu_seqlens_k = flash[0].args[3:5]
+                self.assertIs(cu_seqlens_q, cu_seqlens_k)
+                self.assertNotEqual(cu_seqlens_q.op, "placeholder", "the rows are the input's, filler uncut")
                 self.assertEqual([call.target.namespace for call in calls
                                   if isinstance(call.target, torch._ops.OpOverload)
                                   and call.target.namespace != "aten"], [])
