@@ -50,19 +50,19 @@ class RaggedBert(torch.nn.Module):
     def __init__(self, bert, pooling: str, attention: str = "masked", max_tokens: Optional[int] = None,
                  max_row_length: Optional[int] = None):
         """`max_tokens`: the most tokens of a batch (the export's bound on T). `max_row_length`: the
-        longest row a client may send (the config's max_sequence_length); it needs max_tokens.
+        longest row a client may send (the config's max_sequence_length).
 
         With max_row_length, attention runs over rows of at most that length: the last non-empty row
         (the server's filler, the only row that may be longer) is cut into rows of max_row_length, and
         FlashAttention is told that bound, which sizes its grid by the rows' real length instead of T
         (deploy/bench/varlen_bound.py, H100: 123 against 649 µs a layer at 16,384 tokens in 289
-        rows). A client's rows attend as before; only the filler's tokens, which nobody reads, see
-        less of it. Without it, FlashAttention is told max_tokens, or T (symbolic under torch.export)
-        when that is None too; a torch.jit.trace would bake the example's T instead, so a traced varlen
-        model needs a bound."""
+        rows); the kernel's rows are the bucket's plus ceil(T / max_row_length). A client's rows
+        attend as before; only the filler's tokens, which nobody reads, see less of it. Without it,
+        FlashAttention is told max_tokens, or T (symbolic under torch.export) when that is None too; a
+        torch.jit.trace would bake the example's T instead, so a traced varlen model needs a bound."""
         super().__init__()
-        if max_row_length is not None and (max_tokens is None or not 1 <= max_row_length <= max_tokens):
-            raise ValueError(f"max_row_length {max_row_length} needs max_tokens at least as large")
+        if max_row_length is not None and max_row_length < 1:
+            raise ValueError(f"max_row_length must be at least 1, not {max_row_length}")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
         if attention not in ATTENTIONS:
@@ -74,8 +74,6 @@ class RaggedBert(torch.nn.Module):
         self.attention = attention
         self.max_tokens = max_tokens
         self.max_row_length = max_row_length
-        # Where the filler may be cut: enough cuts for a filler of all max_tokens.
-        self.filler_cuts = 0 if max_row_length is None else -(-max_tokens // max_row_length)
         config = bert.config
         self.heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
@@ -93,15 +91,17 @@ class RaggedBert(torch.nn.Module):
                   + embeddings.token_type_embeddings.weight[0])
         return embeddings.LayerNorm(summed)
 
-    def attention_rows(self, offsets):
+    def attention_rows(self, offsets, token_index):
         """The rows attention runs over, as ascending int64 offsets from 0 to T: `offsets` (int64
-        [R+1]) with the last non-empty row cut every max_row_length tokens, plus filler_cuts offsets
-        (cuts past T fall on T, empty rows); `offsets` itself without max_row_length."""
-        if not self.filler_cuts:
+        [R+1]) with the last non-empty row cut every max_row_length tokens, by ceil(T /
+        max_row_length) more offsets (cuts past T fall on T: empty rows), so that a bucket of few
+        tokens gets few; `offsets` itself without max_row_length. `token_index`: 0 .. T-1."""
+        if self.max_row_length is None:
             return offsets
         tokens = offsets[-1]
         last_start = torch.where(offsets < tokens, offsets, torch.zeros_like(offsets)).max()
-        steps = torch.arange(1, self.filler_cuts + 1, dtype=torch.int64, device=offsets.device)
+        # ceil(T / max_row_length) steps 1, 2, ..., sized by a tensor so that a trace keeps T dynamic.
+        steps = _counting(token_index[::self.max_row_length]) + 1
         cuts = torch.minimum(last_start + self.max_row_length * steps, tokens)
         return torch.sort(torch.cat([offsets, cuts])).values
 
@@ -141,7 +141,7 @@ class RaggedBert(torch.nn.Module):
 
         row_index = _counting(offsets[1:])
         membership = row_index[:, None] == row_of_token[None, :]  # [R, T]: token t is in row r
-        attention_offsets = self.attention_rows(offsets)
+        attention_offsets = self.attention_rows(offsets, token_index)
         same_row = None
         if self.attention == "masked":
             attention_row = row_of_token

@@ -256,10 +256,10 @@ class RaggedModelTest(unittest.TestCase):
             tokens = self.random.randint(max(sum(real), 1), max_tokens)
             lengths = real + [tokens - sum(real)] + [0] * self.random.randint(0, 3)
             offsets = torch.tensor([0] + lengths, dtype=torch.int64).cumsum(0)
-            rows = model.attention_rows(offsets)
+            rows = model.attention_rows(offsets, torch.arange(tokens))
             with self.subTest(lengths=lengths):
                 self.assertEqual((int(rows[0]), int(rows[-1])), (0, tokens))
-                self.assertEqual(len(rows), len(offsets) + model.filler_cuts)
+                self.assertEqual(len(rows), len(offsets) + -(-tokens // max_row_length))
                 steps = rows[1:] - rows[:-1]
                 self.assertGreaterEqual(int(steps.min()), 0)
                 self.assertLessEqual(int(steps.max()), max_row_length)
@@ -270,7 +270,7 @@ class RaggedModelTest(unittest.TestCase):
                 self.assertEqual({cut for cut in rows.tolist() if cut <= filler_start},
                                  {bound for bound in offsets.tolist() if bound <= filler_start})
         with self.assertRaises(ValueError):
-            RaggedBert(self.tiny_bert(torch.float32), "mean", max_row_length=16)  # no max_tokens
+            RaggedBert(self.tiny_bert(torch.float32), "mean", max_tokens=max_tokens, max_row_length=0)
 
     def test_the_flash_attention_path_exports_with_tokens_and_rows_dynamic(self):
         """CUDA's path (FlashAttention over the packed rows), exported without compiling, which runs
