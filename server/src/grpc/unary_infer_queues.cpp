@@ -155,7 +155,8 @@ class UnaryInferCall final : public InferenceReceiver {
     finished_ = true;
     if (write_alarm_pending_) write_alarm_.Cancel();  // its event still comes back, not ok
     // Not ok: the write timed out, or the client went away first; its answer reached nobody. REST
-    // counts an answer handed over to it once its own client has it.
+    // counts an answer handed over to it once its own client has it. (Should REST cancel its call
+    // just as gRPC hands the answer over, REST sees CANCELLED and the request is counted nowhere.)
     if (succeeded_ && !(ok && from_rest_))
       queue_->path().CountDelivery(prepared_, ok, from_rest_ ? "http" : "grpc");
     DeleteIfOver();
