@@ -561,8 +561,9 @@ Status RaggedGridFromConfig(const inference::ModelConfig& config, ModelSpec* spe
   // (RaggedLargestRows), or a full batch that leaves a tail would have no bucket and run eagerly.
   const int64_t largest_rows = RaggedLargestRows(spec->max_batch_size);
   if (buckets.batch_sizes().empty()) {
-    // Rows are nearly free in a ragged bucket (an offset and a pooled vector each; the tokens are
-    // the work), so one row size, the most a batch may need, captures one graph per token size.
+    // One row size, the most a batch may need: one graph per token size. Rows are nearly free on
+    // the CPU (an offset and a pooled vector each), not on CUDA, where FlashAttention launches work
+    // for every row of the bucket (docs/configuration.md: list a few row sizes there).
     spec->bucket_batch_sizes = {largest_rows};
     return Status::Ok();
   }
