@@ -6,12 +6,13 @@
 #   buckets  graphserve-bucket-bench per model: bare replay, Execute and real tokens/s per bucket
 #   profile  deploy/bench/profile_bucket.py on each model's largest bucket: GEMM, attention, the rest
 #   e2e      e2e_benchmark.py mode a (graphs + batcher) at each concurrency, with the ceiling and
-#            the overhead at one client
+#            the overhead at one client; then the ragged model again with several row sizes
+#            (mode g, --ragged-rows)
 #
 #   deploy/bench/ragged_vs_padded.sh BUILD_DIR OUT [--parts export,buckets,profile,e2e]
-#       [--dtype bf16] [--concurrency 1,8,64,512,2048] [--ragged-max-batch 256]
+#       [--dtype bf16] [--concurrency 1,8,64,512,2048] [--ragged-max-batch 256] [--ragged-rows '9, 33, 129'|none]
 #
-# Writes OUT/buckets_<model>.md, OUT/profile_<model>.md, OUT/e2e/ (e2e.md, e2e.json).
+# Writes OUT/buckets_<model>.md, OUT/profile_<model>.md, OUT/e2e/ (e2e.md, e2e.json), OUT/e2e_rows/.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build_dir=$(cd "$1" && pwd)
@@ -23,16 +24,28 @@ concurrency=1,8,64,512,2048
 # Rows of a ragged batch. A row costs a ragged model only its offset and pooled vector: at 32 rows
 # (H100, 2026-12-07) the skewed mix filled a batch with about 2,100 of its 16,384 tokens.
 ragged_max_batch=256
+# FlashAttention works for every row of a bucket, empty ones included (varlen_bound.py): row sizes
+# below max batch + 1 (which the server adds) let small batches replay buckets of few rows. Unset:
+# 9, 33, 129, ... below it; "none": that run is skipped.
+ragged_rows=default
 while [[ $# -gt 0 ]]; do
   case $1 in
     --parts) parts=$2; shift 2 ;;
     --dtype) dtype=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
     --ragged-max-batch) ragged_max_batch=$2; shift 2 ;;
+    --ragged-rows) ragged_rows=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 wants() { [[ ,$parts, == *,$1,* ]]; }
+if [[ $ragged_rows == default ]]; then
+  ragged_rows=
+  for rows in 9 33 129 513 2049; do
+    if (( rows < ragged_max_batch + 1 )); then ragged_rows+=${ragged_rows:+, }$rows; fi
+  done
+fi
+[[ $ragged_rows == none ]] && ragged_rows=""
 python=${GRAPHSERVE_PYTHON:-python3}
 mkdir -p "$out"
 bert_repo=$build_dir/bert_repo
@@ -89,4 +102,9 @@ if wants e2e; then
   "$python" "$repo/deploy/bench/e2e_benchmark.py" --build-dir "$build_dir" --out "$out/e2e" \
     --bert-repo "$bert_repo" --models "$(IFS=,; echo "${models[*]}")" --modes a \
     --concurrency "$concurrency" --outputs pooler_output
+  if [[ -n $ragged_rows ]]; then
+    "$python" "$repo/deploy/bench/e2e_benchmark.py" --build-dir "$build_dir" --out "$out/e2e_rows" \
+      --bert-repo "$bert_repo" --models "$ragged" --modes g --grid "batch_sizes: [ $ragged_rows ]" \
+      --concurrency "$concurrency" --outputs pooler_output
+  fi
 fi
