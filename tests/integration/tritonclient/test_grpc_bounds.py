@@ -133,6 +133,10 @@ class GrpcBoundsTest(server_fixture.ServerTestCase):
         return sum(server_fixture.metrics.values(self.server.metric_samples(), "graphserve_answers_dropped_total",
                                                  endpoint="grpc"))
 
+    def cancelled_requests(self):
+        return sum(server_fixture.metrics.values(self.server.metric_samples(), "graphserve_requests_total",
+                                                 model=MODEL, code="cancelled"))
+
 
 class IncompleteMessagesTest(GrpcBoundsTest):
     @classmethod
@@ -208,7 +212,7 @@ class UnreadAnswersTest(GrpcBoundsTest):
         return grpc_message_prefix(len(message)) + message
 
     def test_answers_not_read_within_the_timeout_are_dropped_and_counted(self):
-        dropped_before = self.dropped_answers()
+        dropped_before, cancelled_before = self.dropped_answers(), self.cancelled_requests()
         message = self.framed_request()
         # A window of 0: the server can send an answer's headers, never its message.
         connection = RawH2(("127.0.0.1", self.server.grpc_port), receive_window=0)
@@ -225,12 +229,14 @@ class UnreadAnswersTest(GrpcBoundsTest):
         self.server.wait_until(lambda _: self.dropped_answers() - dropped_before == calls, 10,
                                f"{calls} dropped answers counted")
         self.assert_normal_client_unhurt(during)
-        # The normal client's answers, all read, were never dropped.
+        # The normal client's answers, all read, were never dropped. The unread ones count as
+        # cancelled, not as successes (the normal client's own cancellations, if any, add to it).
         self.assertEqual(self.dropped_answers() - dropped_before, calls)
+        self.assertGreaterEqual(self.cancelled_requests() - cancelled_before, calls)
 
 
     def test_a_stream_whose_answers_are_not_read_is_cancelled_and_its_answers_counted(self):
-        dropped_before = self.dropped_answers()
+        dropped_before, cancelled_before = self.dropped_answers(), self.cancelled_requests()
         connection = RawH2(("127.0.0.1", self.server.grpc_port), receive_window=0)
         self.addCleanup(connection.close)
         stream = connection.open_stream(GRPC_STREAM_INFER)
@@ -243,6 +249,7 @@ class UnreadAnswersTest(GrpcBoundsTest):
         # (the one in flight is counted once gRPC fails its write, which may be after the reset).
         self.server.wait_until(lambda _: self.dropped_answers() - dropped_before == requests, 10,
                                f"{requests} dropped answers counted")
+        self.assertGreaterEqual(self.cancelled_requests() - cancelled_before, requests)
         self.assert_normal_client_unhurt(during)
 
 
