@@ -15,6 +15,7 @@ kernel's time per call (CUDA events) at bound T and at bound max_length, and the
 difference of their outputs (0: the tighter bound is exact when no row is longer). Needs CUDA.
 """
 import argparse
+import math
 
 import torch
 
@@ -25,7 +26,7 @@ HEAD_SIZE = 64
 def skewed_lengths(tokens, max_length, generator):
     lengths = []
     while sum(lengths) < tokens:
-        drawn = torch.empty(1).log_normal_(mean=torch.log(torch.tensor(48.0)).item(), std=0.8,
+        drawn = torch.empty(1).log_normal_(mean=math.log(48.0), std=0.8,
                                            generator=generator).item()
         lengths.append(int(min(max(drawn, 8), max_length)))
     lengths[-1] -= sum(lengths) - tokens

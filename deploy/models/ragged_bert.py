@@ -148,7 +148,7 @@ class RaggedBert(torch.nn.Module):
             if attention_offsets is not offsets:
                 attention_row = torch.searchsorted(attention_offsets, token_index, right=True) - 1
             same_row = attention_row[:, None] == attention_row[None, :]
-        attention_cu_seqlens = attention_offsets.to(torch.int32)
+        attention_cu_seqlens = attention_offsets.to(torch.int32) if self.attention == "varlen" else None
         for layer in self.bert.encoder.layer:
             hidden = self._layer(layer, hidden, attention_cu_seqlens, same_row)
 

@@ -124,7 +124,8 @@ ServerMetricsOptions TestOptions() {
 
 // Drives requests through a ModelScheduler and ModelRequestMetrics exactly as InferenceService does
 // (Started before Enqueue; Finished from `done`, or at once when Enqueue refuses; a success
-// Delivered once written, here at once), and waits for the answers (a refusal is an answer too).
+// counted by AnswerWritten once written, here at once), and waits for the answers (a refusal is an answer
+// too).
 class Harness {
  public:
   Harness(ServerMetrics* metrics, ModelScheduler* scheduler)
@@ -143,7 +144,7 @@ class Harness {
     request->done = [this, arrival_us](const Status& outcome, std::vector<HostTensor>&&,
                                        const RequestTiming& timing) {
       metrics_->Finished(outcome, clock_.NowMicros() - arrival_us, timing);
-      if (outcome.ok()) metrics_->Delivered();
+      if (outcome.ok()) metrics_->AnswerWritten(true, "grpc");
       Answered();
     };
     metrics_->Started(rows, length);
@@ -648,11 +649,9 @@ TEST(MetricsTest, AnAnswerNobodyReadIsCancelledNotASuccess) {
     EXPECT_EQ(before_writes.One("graphserve_request_duration_seconds_count", {{"model", "m"}}), 3.0);
     EXPECT_EQ(before_writes.One("graphserve_requests_in_flight", {{"model", "m"}}), 0.0);
   }
-  model->Delivered();
-  model->Undelivered();
-  metrics.CountDroppedAnswer("grpc");
-  model->Undelivered();
-  metrics.CountDroppedAnswer("http");
+  model->AnswerWritten(true, "grpc");
+  model->AnswerWritten(false, "grpc");
+  model->AnswerWritten(false, "http");
   const Exposition exposition(metrics.TextExposition());
   EXPECT_EQ(exposition.One("graphserve_requests_total", {{"model", "m"}, {"code", "success"}}), 1.0);
   EXPECT_EQ(exposition.One("graphserve_requests_total", {{"model", "m"}, {"code", "cancelled"}}), 2.0);

@@ -80,15 +80,6 @@ void InferPath::CompressAnswers(grpc::ServerContextBase* context) const {
     context->set_compression_level(wire_.answer_compression);
 }
 
-void InferPath::CountDelivery(const PreparedInference& prepared, bool delivered, const char* endpoint) const {
-  if (delivered) {
-    prepared.metrics->Delivered();
-    return;
-  }
-  prepared.metrics->Undelivered();
-  metrics_->CountDroppedAnswer(endpoint);
-}
-
 bool InferPath::CountedByRest(const grpc::ServerContextBase& context) {
   // gRPC 1.51's in-process transport reports no peer; a network client's peer is its address
   // ("ipv4:...", "ipv6:..."), which it cannot choose. tritonclient_http checks that a REST call is
@@ -174,7 +165,7 @@ void InferPath::Start(const PreparedInference& prepared, const inference::ModelI
   // Read by `done` only, before Answered: `prepared` is alive until then.
   const SharedMemoryTensors* shared_memory = &prepared.shared_memory;
   // Counted before the receiver answers, so that a client that has its answer finds it in the next
-  // scrape; a success is counted as such only once written (CountDelivery).
+  // scrape; a success is counted as such only once written (ModelRequestMetrics::AnswerWritten).
   prepared.pending->done = [receiver, &request, response, model, model_metrics, statistics, clock, arrival_us,
                             rows, self, shared_memory,
                             tracing](const Status& outcome, std::vector<HostTensor>&& outputs,

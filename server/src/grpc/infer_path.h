@@ -123,12 +123,9 @@ class InferPath {
   std::chrono::milliseconds answer_write_timeout() const { return answer_write_timeout_; }
   void set_answer_write_timeout(std::chrono::milliseconds timeout) { answer_write_timeout_ = timeout; }
 
-  // Where a successful request's answer went, told by its receiver once the write is over: counted a
-  // success when written, else cancelled and dropped (graphserve_answers_dropped_total{endpoint}).
-  // A call of the REST endpoint's (CountedByRest) is told only when gRPC could not hand its answer
-  // over; REST counts the rest once its own client has them.
-  void CountDelivery(const PreparedInference& prepared, bool delivered, const char* endpoint = "grpc") const;
-  // A call REST made through the in-process channel.
+  // A call REST made through the in-process channel. A receiver counts where a successful answer
+  // went (ModelRequestMetrics::AnswerWritten) once its write is over, except when REST's call got
+  // its answer: REST counts that once its own client has it.
   static bool CountedByRest(const grpc::ServerContextBase& context);
 
  private:

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "graphserve/server/grpc/compressed_message.h"
+#include "graphserve/server/observability/metrics.h"
 
 namespace graphserve {
 namespace {
@@ -44,7 +45,7 @@ struct StreamInferReactor::StreamRequest final : InferenceReceiver {
   PreparedInference prepared;
   inference::ModelStreamInferResponse answer;
   StreamRequests::iterator position;  // in queued_, while queued
-  // Answered OK: counted once its answer is written or dropped (InferPath::CountDelivery).
+  // Answered OK: counted once its answer is written or dropped (ModelRequestMetrics::AnswerWritten).
   bool succeeded = false;
 };
 
@@ -134,7 +135,7 @@ void StreamInferReactor::Answered(StreamRequest* request, const Status& outcome)
     if (abandoned_) {
       dropped = std::move(*request->position);
       queued_.erase(request->position);
-      if (dropped->succeeded) path_.CountDelivery(dropped->prepared, false);
+      if (dropped->succeeded) dropped->prepared.metrics->AnswerWritten(false, "grpc");
     } else {
       // Answered, so never cancelled (AbandonLocked cancels only queued_): the model may go while
       // the answer waits for a client that reads slowly, or not at all.
@@ -156,7 +157,7 @@ void StreamInferReactor::OnWriteDone(bool ok) {
     write_in_flight_ = false;
     written = std::move(to_write_.front());
     to_write_.pop_front();
-    if (written->succeeded) path_.CountDelivery(written->prepared, ok);
+    if (written->succeeded) written->prepared.metrics->AnswerWritten(ok, "grpc");
     // A failed write means the stream is broken: nothing more can reach the client.
     if (!ok) AbandonLocked();
     next = NextCallLocked();
@@ -218,7 +219,7 @@ void StreamInferReactor::AbandonLocked() {
   auto unwritten = to_write_.begin();
   if (write_in_flight_ && unwritten != to_write_.end()) ++unwritten;  // gRPC still reads the front
   for (auto it = unwritten; it != to_write_.end(); ++it) {
-    if ((*it)->succeeded) path_.CountDelivery((*it)->prepared, false);
+    if ((*it)->succeeded) (*it)->prepared.metrics->AnswerWritten(false, "grpc");
   }
   to_write_.erase(unwritten, to_write_.end());
 }

@@ -15,7 +15,7 @@
 // not read yet wait here in memory (gRPC's flow control holds the writes back), until a write has
 // waited for the path's answer_write_timeout: then the stream is cancelled, and that answer and those
 // behind it are dropped. Each successful answer is counted once written or dropped
-// (InferPath::CountDelivery).
+// (ModelRequestMetrics::AnswerWritten).
 //
 // Thread safety: gRPC's reactions and the schedulers' answering threads call in concurrently; the
 // state they share is guarded by mutex_, and gRPC's Start*/Finish calls are made without it.

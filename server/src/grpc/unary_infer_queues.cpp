@@ -8,6 +8,7 @@
 
 #include "common/thread_name.h"
 #include "graphserve/server/grpc/compressed_message.h"
+#include "graphserve/server/observability/metrics.h"
 
 namespace graphserve {
 namespace {
@@ -114,9 +115,10 @@ class UnaryInferCall final : public InferenceReceiver {
       write_alarm_.Set(completion_queue_, std::chrono::system_clock::now() + write_timeout,
                        &write_alarm_event_);
     }
-    // Read in OnFinished, once this finish came back.
+    // Read in OnFinished, once this finish came back. The peer is read now: a cancelled call's is
+    // no longer known then.
     succeeded_ = outcome.ok();
-    from_rest_ = InferPath::CountedByRest(context_);
+    from_rest_ = succeeded_ && InferPath::CountedByRest(context_);
     // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
     if (outcome.ok()) {
       SerializeGrpcMessage(response_, &payload_);
@@ -157,8 +159,7 @@ class UnaryInferCall final : public InferenceReceiver {
     // Not ok: the write timed out, or the client went away first; its answer reached nobody. REST
     // counts an answer handed over to it once its own client has it. (Should REST cancel its call
     // just as gRPC hands the answer over, REST sees CANCELLED and the request is counted nowhere.)
-    if (succeeded_ && !(ok && from_rest_))
-      queue_->path().CountDelivery(prepared_, ok, from_rest_ ? "http" : "grpc");
+    if (succeeded_ && !(ok && from_rest_)) prepared_.metrics->AnswerWritten(ok, from_rest_ ? "http" : "grpc");
     DeleteIfOver();
   }
 
@@ -200,7 +201,7 @@ class UnaryInferCall final : public InferenceReceiver {
   bool done_ = false;
   grpc::Alarm write_alarm_;
   bool write_alarm_pending_ = false;  // set before Finish, so read safely once Finish came back
-  bool succeeded_ = false;            // likewise: counted once written (InferPath::CountDelivery)
+  bool succeeded_ = false;            // likewise: counted once written (AnswerWritten)
   bool from_rest_ = false;
   Event arrived_event_{this, &UnaryInferCall::OnArrived};
   Event finished_event_{this, &UnaryInferCall::OnFinished};

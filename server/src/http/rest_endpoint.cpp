@@ -383,13 +383,8 @@ struct RestApi {
           // the client has it.
           ModelRequestMetrics* model_metrics = metrics->ForModel(model_name);
           if (model_metrics != nullptr) {
-            answer.on_finished = [metrics, model_metrics](bool delivered) {
-              if (delivered) {
-                model_metrics->Delivered();
-              } else {
-                model_metrics->Undelivered();
-                metrics->CountDroppedAnswer("http");
-              }
+            answer.on_finished = [model_metrics](bool delivered) {
+              model_metrics->AnswerWritten(delivered, "http");
             };
           }
           return answer;

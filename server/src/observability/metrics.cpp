@@ -449,9 +449,14 @@ void ModelRequestMetrics::Finished(const Status& outcome, int64_t latency_us,
   compute_seconds_->Observe(Seconds(timing.compute_us));
 }
 
-void ModelRequestMetrics::Delivered() { Count(StatusCode::kOk); }
-
-void ModelRequestMetrics::Undelivered() { Count(StatusCode::kCancelled); }
+void ModelRequestMetrics::AnswerWritten(bool delivered, const char* endpoint) {
+  if (delivered) {
+    Count(StatusCode::kOk);
+    return;
+  }
+  Count(StatusCode::kCancelled);
+  dropped_answers_->Add({{"endpoint", endpoint}}).Increment();
+}
 
 void ModelRequestMetrics::Refused(StatusCode code) { Count(code); }
 
@@ -626,10 +631,6 @@ void ServerMetrics::CountClosedConnection(const char* endpoint, const char* reas
   closed_connections_->Add({{"endpoint", endpoint}, {"reason", reason}}).Increment();
 }
 
-void ServerMetrics::CountDroppedAnswer(const char* endpoint) {
-  dropped_answers_->Add({{"endpoint", endpoint}}).Increment();
-}
-
 void ServerMetrics::AddHttpBufferedBytes(int64_t delta) {
   if (delta >= 0) {
     http_buffered_bytes_->Increment(static_cast<double>(delta));
@@ -661,6 +662,7 @@ void ServerMetrics::AddModel(const ModelScheduler* scheduler, const std::string&
   std::unique_ptr<ModelRequestMetrics> metrics(new ModelRequestMetrics());
   metrics->model_ = model;
   metrics->requests_ = requests_;
+  metrics->dropped_answers_ = dropped_answers_;
   for (StatusCode code : kExpectedCodes) {
     metrics->by_code_[static_cast<size_t>(code)] =
         &requests_->Add({{"model", model}, {"code", RequestCodeLabel(code)}});

@@ -60,15 +60,14 @@ class ModelRequestMetrics {
   void Started(int64_t rows, int64_t length);
   // The end of a Started request: leaves the in-flight gauge. A failure is counted under its code
   // now; a success is observed in the latency histograms now and counted once its front end knows
-  // whether the answer reached the client (Delivered or Undelivered), so that an answer nobody read
-  // is not a success. `latency_us` runs from the RPC's arrival to its answer; `timing` is the
+  // whether the answer reached the client (AnswerWritten), so that an answer nobody read is not a
+  // success. `latency_us` runs from the RPC's arrival to its answer; `timing` is the
   // scheduler's (ignored unless the outcome is OK).
   void Finished(const Status& outcome, int64_t latency_us, const RequestTiming& timing);
-  // A successful request's answer was written to its client: counted as a success.
-  void Delivered();
-  // A successful request's answer never reached its client (it stopped reading or went away first):
-  // counted as cancelled. The front end also counts it in graphserve_answers_dropped_total.
-  void Undelivered();
+  // Where a successful request's answer went, once its front end's write is over: `delivered`, it
+  // counts as a success; else (its client stopped reading or went away first) as cancelled, and in
+  // graphserve_answers_dropped_total{endpoint} (`endpoint` "grpc" or "http").
+  void AnswerWritten(bool delivered, const char* endpoint);
   // A request refused before it reached the scheduler (e.g. INVALID_ARGUMENT): counted only.
   void Refused(StatusCode code);
   // A call with a deadline reached the model: how much of it was left. Under overload this tells
@@ -83,6 +82,7 @@ class ModelRequestMetrics {
 
   std::string model_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Counter>* dropped_answers_ = nullptr;
   // Series created up front, indexed by StatusCode value (gRPC's codes are 0..16); null for codes
   // ModelInfer does not answer a served model with, which are created through requests_ on first use.
   std::array<prometheus::Counter*, 17> by_code_{};
@@ -153,9 +153,6 @@ class ServerMetrics {
   // or an answer outlasted --metrics-client-timeout-s) or "evicted" (it waited for a request while
   // the port was full, and a new connection took its place).
   void CountClosedConnection(const char* endpoint, const char* reason);
-  // A successful inference answer that never reached its client on `endpoint` ("grpc" or "http"):
-  // it did not read it within the write timeout, or went away first (see Undelivered).
-  void CountDroppedAnswer(const char* endpoint);
   // REST's bytes of request bodies and unsent answers held changed by `delta`.
   void AddHttpBufferedBytes(int64_t delta);
   // A REST connection the server closed to hold a bound (HttpClosureName): "connection_cap" counts
