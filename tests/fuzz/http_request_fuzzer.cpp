@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,8 +87,13 @@ int Connect(int port) {
     if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return fd;
     const int error = errno;
     close(fd);
-    // Ephemeral ports still in TIME_WAIT from earlier inputs: the harness's limit, not a finding.
-    FUZZ_CHECK(error == EADDRNOTAVAIL || error == EAGAIN, "connect to the fuzzed server");
+    // The harness's limits, not findings: ephemeral ports still in TIME_WAIT from earlier inputs
+    // (EADDRNOTAVAIL, EAGAIN), and libFuzzer's -timeout alarm (SIGALRM, no SA_RESTART) cutting short
+    // a connect that waits for its SYN to be sent again (EINTR; the server's own TIME_WAIT sockets
+    // can turn a SYN away). A server that stops accepting is still found: the probe then hangs past
+    // -timeout.
+    FUZZ_CHECK(error == EADDRNOTAVAIL || error == EAGAIN || error == EINTR,
+               std::string("connect to the fuzzed server: ") + std::strerror(error));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
