@@ -10,9 +10,12 @@ against ~94 MiB of incomplete messages, a 20 s age with 1 s of grace, a 1 s writ
 normal client's p99 while an attack holds must stay within twice its idle p99, plus 50 ms for a
 host that other tests load; against incomplete messages, which can stall it for seconds (known open,
 docs/security.md), it is reported while the attack holds and checked once the connection is gone."""
+import json
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -53,29 +56,55 @@ def p99(latencies):
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def call_back_to_back(url):
+    """The normal client's process (--normal-client URL): calls MODEL back to back until its stdin
+    closes, writing a line per call: its start (CLOCK_MONOTONIC, which the parent shares), its
+    latency, and its error message or nothing."""
+    ids = np.full((1, 8), 7, dtype=np.int64)
+    inputs = server_fixture.token_inputs(ids, np.ones_like(ids))
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    with server_fixture.grpcclient.InferenceServerClient(url) as client:
+        while not stop.is_set():
+            started, error = time.monotonic(), None
+            try:
+                client.infer(MODEL, inputs, client_timeout=10)
+            except server_fixture.InferenceServerException as failure:
+                error = failure.message()
+            print(json.dumps([started, time.monotonic() - started, error]), flush=True)
+
+
 class NormalClient(threading.Thread):
     """A tritonclient calling the model back to back until stopped, recording each call's latency
-    and its failures."""
+    and its failures. It calls from a child process: grpcio's client has aborted its process
+    (memory_quota.cc "Check failed", grpcio 1.85) on the GOAWAYs gRPC's memory reclaimer sends, and
+    such an abort is then one failed call (with the process's last words) and a new process, not
+    the end of the test run."""
 
     def __init__(self, server):
         super().__init__(daemon=True)
-        self.server = server
+        self.url = server.url
         self.stopped = threading.Event()
         # Every call's latency and start, and (start, message) of each that failed.
         self.latencies, self.starts, self.failures = [], [], []
-        ids = np.full((1, 8), 7, dtype=np.int64)
-        self.inputs = server_fixture.token_inputs(ids, np.ones_like(ids))
 
     def run(self):
-        with self.server.client() as client:
-            while not self.stopped.is_set():
-                started = time.monotonic()
-                try:
-                    client.infer(MODEL, self.inputs, client_timeout=10)
-                except server_fixture.InferenceServerException as error:
-                    self.failures.append((started, error.message()))
-                self.starts.append(started)
-                self.latencies.append(time.monotonic() - started)
+        while not self.stopped.is_set():
+            # Its log to a file: a pipe nobody reads while calls go on could fill and stall it.
+            with tempfile.TemporaryFile("w+") as log:
+                child = subprocess.Popen([sys.executable, __file__, "--normal-client", self.url],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+                threading.Thread(target=lambda: (self.stopped.wait(), child.stdin.close()), daemon=True).start()
+                for line in child.stdout:
+                    started, latency, error = json.loads(line)
+                    if error is not None:
+                        self.failures.append((started, error))
+                    self.starts.append(started)
+                    self.latencies.append(latency)
+                if child.wait() != 0 and not self.stopped.is_set():
+                    log.seek(0)
+                    self.failures.append((time.monotonic(), f"the normal client's process ended with "
+                                          f"{child.returncode}: {log.read()[-2000:]}"))
 
     def measure(self, seconds, min_calls=0, longest_s=30):
         """Latencies of the calls that end within the next `seconds`, or, until `longest_s`, as long
@@ -292,4 +321,7 @@ class ConnectionsPerClientTest(GrpcBoundsTest):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    if sys.argv[1:2] == ["--normal-client"]:
+        call_back_to_back(sys.argv[2])
+    else:
+        unittest.main()
