@@ -12,7 +12,8 @@ the module and the examples are on: a CUDA package only runs on CUDA, a CPU pack
 
 Beside the compiled code the package carries a signature in its metadata (`graphserve.signature`,
 JSON): every input's name, dtype and per-dimension [min, max] as exported, the output names in the
-order the package returns them, and the dtype of the floating-point weights. graphserve checks the
+order the package returns them, the dtype of the floating-point weights, and a ragged model's row
+bound where it has one. graphserve checks the
 model's config.pbtxt against it at load time, so that a config asking for longer sequences than the
 package was exported for, or for another dtype, fails then, naming both, and not at the first request.
 
@@ -31,6 +32,9 @@ from torch.fx.experimental import _config as symbolic_shapes_config
 
 SIGNATURE_KEY = "graphserve.signature"
 SIGNATURE_VERSION = 1
+# A ragged model's row bound (graph_engine/src/row_bound.h); also the one entry of the signature a
+# ragged TorchScript export saves beside its module (an extra file of that name).
+MAX_ROW_LENGTH_KEY = "max_row_length"
 # The most rows graphserve's default grid puts in one batch of short requests (kDefaultLargestBatch,
 # model_spec.h): a formed batch may hold more rows than a request's max_batch_size.
 DEFAULT_LARGEST_BATCH = 512
@@ -123,17 +127,25 @@ def export_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], 
 
 def export_ragged_pt2(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str, *,
                       input_names: Sequence[str], output_names: Sequence[str], max_tokens: int,
-                      max_rows: int) -> str:
+                      max_rows: int, max_row_length: Optional[int] = None) -> str:
     """Exports a ragged model (Triton's ragged batching) to `path` and returns it.
 
     Its inputs are a packed token tensor [T] and the row offsets [R+1] (cu_seqlens, as
     BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO makes them), in that order: T is dynamic in
     [1, max_tokens], R in [1, max_rows] (T = 1 and R = 1 included: sizes 0 and 1 are not
-    specialised). The examples need T >= 2 and R >= 2 all the same.
+    specialised). The examples need T >= 2 and R >= 2 all the same. `max_row_length`: the longest
+    row the module attends whole (ragged_bert.RaggedBert's), recorded in the signature so that
+    graphserve refuses a config whose max_sequence_length exceeds it.
     """
     program = export_ragged_program(module, example_inputs, max_tokens=max_tokens, max_rows=max_rows)
     with symbolic_shapes_config.patch(backed_size_oblivious=True):
-        return _package(program, module, example_inputs, path, input_names, output_names)
+        return _package(program, module, example_inputs, path, input_names, output_names,
+                        row_bound_signature(max_row_length))
+
+
+def row_bound_signature(max_row_length: Optional[int]) -> Dict:
+    """The signature's entry for a ragged model's row bound: none when it attends rows of any length."""
+    return {} if max_row_length is None else {MAX_ROW_LENGTH_KEY: int(max_row_length)}
 
 
 def export_ragged_program(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *, max_tokens: int,
@@ -162,7 +174,7 @@ def _export_and_package(module, example_inputs, path, dynamic_shapes, input_name
                     output_names)
 
 
-def _package(program, module, example_inputs, path, input_names, output_names) -> str:
+def _package(program, module, example_inputs, path, input_names, output_names, extra_signature=None) -> str:
     with torch.no_grad():
         result = module.eval()(*example_inputs)
     if isinstance(result, dict):
@@ -172,7 +184,7 @@ def _package(program, module, example_inputs, path, input_names, output_names) -
         output_names = returned_names
     elif output_names is None:
         raise ValueError("output_names is needed when the module does not return a dict")
-    signature = _signature(program, input_names, output_names, _weights_dtype(module))
+    signature = {**_signature(program, input_names, output_names, _weights_dtype(module)), **(extra_signature or {})}
     return torch._inductor.aoti_compile_and_package(
         program, package_path=str(path),
         inductor_configs={"aot_inductor.metadata": {SIGNATURE_KEY: json.dumps(signature)}})

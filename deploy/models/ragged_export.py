@@ -4,12 +4,13 @@ export_bert.py and export_minilm.py --ragged write: REPOSITORY/<name>_ragged/{mo
 (AOTInductor). Attention is varlen (FlashAttention) on CUDA in fp16/bf16, else the masked path
 (ragged_bert.default_attention).
 """
+import json
 import pathlib
 from typing import Iterator, Tuple
 
 import torch
 
-from aoti_export import export_ragged_pt2
+from aoti_export import SIGNATURE_KEY, SIGNATURE_VERSION, export_ragged_pt2, row_bound_signature
 from ragged_bert import RaggedBert, default_attention, example_inputs
 from token_model_config import ragged_token_model_config
 
@@ -38,12 +39,15 @@ def write_ragged(bert, *, pooling: str, name: str, repository: pathlib.Path, exp
             # The server's largest bucket has max_batch_size rows and a spare one for the tail's filler.
             export_ragged_pt2(model, example, folder / "model.pt2", input_names=["input_ids", "cu_seqlens"],
                               output_names=["last_hidden_state", pooled], max_tokens=max_batch_tokens,
-                              max_rows=max_rows + 1)
+                              max_rows=max_rows + 1, max_row_length=max_length)
             platform = "torch_aoti"
         else:
             model = RaggedBert(bert, pooling, attention, max_tokens=max_batch_tokens, max_row_length=max_length).eval()
+            # The row bound beside the module, where graphserve reads it (torchscript_model.cpp).
+            signature = {"version": SIGNATURE_VERSION, **row_bound_signature(max_length)}
             with torch.no_grad():
-                torch.jit.trace(model, example, check_trace=False).save(str(folder / "model.pt"))
+                torch.jit.trace(model, example, check_trace=False).save(
+                    str(folder / "model.pt"), _extra_files={SIGNATURE_KEY: json.dumps(signature)})
             platform = "pytorch_libtorch"
         (folder / "config.pbtxt").write_text(ragged_token_model_config(
             folder.name, platform, dtype, max_rows, max_length, max_batch_tokens, (pooled, hidden)))

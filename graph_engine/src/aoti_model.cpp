@@ -17,6 +17,7 @@
 
 #include "engine_log.h"
 #include "padding.h"
+#include "row_bound.h"
 #include "torch_errors.h"
 
 namespace graphserve {
@@ -41,6 +42,7 @@ struct ExportedInput {
 struct Signature {
   std::vector<ExportedInput> inputs;
   std::string weights_dtype;
+  int64_t max_row_length = 0;  // a ragged export's row bound (row_bound.h); 0: none recorded
 };
 
 std::string LowerCase(std::string text) {
@@ -82,7 +84,7 @@ Status ParseSignature(const std::string& text, Signature* signature) {
   } catch (const Json::exception& error) {
     return InvalidArgument(std::string("its graphserve signature cannot be read: ") + error.what());
   }
-  return Status::Ok();
+  return ParseRowBound(text, &signature->max_row_length);
 }
 
 // The config's view of one input's exported dimension `d` (0 is the batch) against the export's.
@@ -189,7 +191,7 @@ Status CheckSignature(const ModelSpec& spec, const Signature& signature) {
                            ", the config's precision is " + precision +
                            " (AOTInductor bakes the dtype in: export in the config's precision)");
   }
-  return Status::Ok();
+  return CheckRowBound(spec, signature.max_row_length);
 }
 
 // The package's output names in the order it returns them (empty for a tuple or list), from the

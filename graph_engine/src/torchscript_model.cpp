@@ -12,10 +12,14 @@
 #include <vector>
 
 #include "engine_log.h"
+#include "row_bound.h"
 #include "torch_errors.h"
 
 namespace graphserve {
 namespace {
+
+// The extra file deploy/models/ragged_export.py saves beside a TorchScript module.
+constexpr const char* kSignatureFile = "graphserve.signature";
 
 // The N of a name "<anything>__<N>", Triton's PyTorch backend's naming convention; -1 otherwise.
 int NamedIndex(const std::string& name) {
@@ -206,13 +210,21 @@ Status LoadTorchScriptModel(const ModelSpec& spec, const std::string& path,
   if (status.ok()) status = BindPositions(spec.outputs, "output", /*dense=*/false, &output_positions);
   if (!status.ok()) return InvalidArgument("model '" + spec.name + "': " + status.message());
   torch::jit::Module module;
+  // What deploy/models records beside the module (torch.jit.save's _extra_files): a ragged export's
+  // row bound. Asked for by name; an export without it leaves the entry empty.
+  torch::jit::ExtraFilesMap extra_files{{kSignatureFile, ""}};
   try {
-    module = torch::jit::load(path, device);
+    module = torch::jit::load(path, device, extra_files);
     status = BindToSignature(arguments, module.get_method("forward").function().getSchema().arguments(),
                              &input_positions);
   } catch (const std::exception& error) {
     return InvalidArgument("model '" + spec.name + "': loading " + path +
                            " failed: " + ExceptionMessage(error));
+  }
+  if (status.ok() && !extra_files[kSignatureFile].empty()) {
+    int64_t max_row_length = 0;
+    status = ParseRowBound(extra_files[kSignatureFile], &max_row_length);
+    if (status.ok()) status = CheckRowBound(spec, max_row_length);
   }
   if (!status.ok()) return InvalidArgument("model '" + spec.name + "': " + status.message());
   try {

@@ -16,6 +16,7 @@
 #include "graphserve/engine/model_spec.h"
 #include "graphserve/engine/status.h"
 #include "graphserve/engine/tensor.h"
+#include "row_bound.h"
 #include "test_batches.h"
 
 namespace graphserve {
@@ -585,6 +586,39 @@ TEST(RaggedSpecTest, PaddingCountsOnlyTheTailTokens) {
   counter.RecordReplay(batch);
   EXPECT_EQ(counter.Snapshot().real_elements, 6u);
   EXPECT_EQ(counter.Snapshot().padded_elements, 16u);
+}
+
+// A ragged export's row bound (row_bound.h): read from its signature, and a config admitting longer
+// rows than it refused, naming both lengths and the way out.
+TEST(RowBoundTest, IsReadFromTheSignature) {
+  int64_t bound = -1;
+  ASSERT_TRUE(ParseRowBound(R"({"version": 1, "max_row_length": 256})", &bound).ok());
+  EXPECT_EQ(bound, 256);
+  ASSERT_TRUE(ParseRowBound(R"({"version": 1})", &bound).ok());
+  EXPECT_EQ(bound, 0);
+  for (const char* bad :
+       {R"({"max_row_length": 0})", R"({"max_row_length": -3})", R"({"max_row_length": "256"})",
+        R"({"max_row_length": 2.5})", "[256]", "{not json"}) {
+    const Status status = ParseRowBound(bad, &bound);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("signature"), std::string::npos) << status.message();
+  }
+}
+
+TEST(RowBoundTest, ARaggedConfigMayNotAdmitLongerRows) {
+  ModelSpec spec;
+  spec.ragged = true;
+  spec.max_sequence_length = 512;
+  const Status refused = CheckRowBound(spec, 256);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("max_sequence_length 512"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("exported for (256)"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("--max-length 512"), std::string::npos) << refused.message();
+  EXPECT_TRUE(CheckRowBound(spec, 512).ok());
+  EXPECT_TRUE(CheckRowBound(spec, 1024).ok());
+  EXPECT_TRUE(CheckRowBound(spec, 0).ok());  // no bound recorded
+  spec.ragged = false;                       // a padded model's rows are never cut
+  EXPECT_TRUE(CheckRowBound(spec, 256).ok());
 }
 
 }  // namespace

