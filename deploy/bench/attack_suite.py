@@ -640,17 +640,18 @@ def descriptor_exhaustion(ctx):
     close_all(sockets)
 
 
-def grpc_refused(ctx):
-    """graphserve_connections_refused_total of the gRPC port, all reasons together."""
+def grpc_refused(ctx, **labels):
+    """graphserve_connections_refused_total of the gRPC port, all reasons together or those of `labels`."""
     url = f"http://127.0.0.1:{ctx.ports['metrics']}/metrics"
     return sum(metrics_text.values(metrics_text.samples(metrics_text.fetch(url, timeout_s=5)),
-                                   "graphserve_connections_refused_total", endpoint="grpc"))
+                                   "graphserve_connections_refused_total", endpoint="grpc", **labels))
 
 
 def grpc_descriptor_exhaustion(ctx):
     """Under `ulimit -n 256`, idle gRPC connections from many addresses (each within its cap per
     address) take gRPC's descriptors: does its accept loop spin (the refusal count climbing by
-    millions, a core busy) once they are gone?"""
+    millions, a core busy) once they are gone, and do the normal gRPC calls get through (the
+    acceptor shutting the oldest silent connections down to make room for theirs)?"""
     wanted = ctx.count("grpc_descriptor_connections")
     sources = [f"127.0.3.{i}" for i in range(1, 2 + wanted // GRPC_CONNECTIONS_PER_SOURCE)]
     sockets = open_sockets(ctx.ports["grpc"], wanted, sources=sources)
@@ -662,7 +663,8 @@ def grpc_descriptor_exhaustion(ctx):
     used = (cpu_seconds(ctx.server.process.pid) - before) / (time.monotonic() - started)
     refused_after = grpc_refused(ctx)
     ctx.notes.append(f"{len(sockets)} gRPC connections, {still_open(sockets)} kept; {refused_before:.0f} refused "
-                     f"once they were in, {refused_after - refused_before:.0f} more while held; server CPU "
+                     f"once they were in, {refused_after - refused_before:.0f} more while held "
+                     f"({grpc_refused(ctx, reason='silent'):.0f} silent ones shut to make room); server CPU "
                      f"{used:.0%} of a core")
     # Each refusal is one connection closed on arrival: more than the attacker opened is a spin.
     if refused_after > wanted:

@@ -194,48 +194,104 @@ bool Live(const std::string& address) {
   return stub->ServerLive(&context, inference::ServerLiveRequest(), &response).ok() && response.live();
 }
 
+// A graphserve serving gRPC under `ulimit -n 256` (sh lowers the hard limit too, so that graphserve
+// cannot raise its way out) with no cap per client address: one client here stands for many
+// addresses, which the cap would otherwise refuse first.
+class DescriptorLimitedServer {
+ public:
+  explicit DescriptorLimitedServer(const std::string& log_name)
+      : grpc_port_(FreeLoopbackPort()),
+        metrics_port_(FreeLoopbackPort()),
+        address_("127.0.0.1:" + std::to_string(grpc_port_)),
+        process_({"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\"", GRAPHSERVE_BINARY,
+                  "--grpc-max-connections-per-client", "0", "--grpc-address", address_, "--metrics-address",
+                  "127.0.0.1:" + std::to_string(metrics_port_), "--http-address", "", "--device", "cpu"},
+                 std::string(TEST_OUTPUT_DIR) + "/" + log_name + ".log") {}
+  ~DescriptorLimitedServer() {
+    for (int fd : idle_) close(fd);
+  }
+
+  bool WaitUntilLive() {
+    const auto give_up = std::chrono::steady_clock::now() + kStartTimeout;
+    while (!Live(address_) && process_.Running() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return Live(address_);
+  }
+  // Opens `count` gRPC connections that say nothing, held until CloseIdle.
+  void OpenIdle(int count) {
+    for (int i = 0; i < count; ++i) {
+      const int fd = IdleConnection(grpc_port_);
+      if (fd >= 0) idle_.push_back(fd);
+    }
+  }
+  void CloseIdle() {
+    for (int fd : idle_) close(fd);
+    idle_.clear();
+  }
+  double GrpcConnectionsRefused(const std::string& reason = "") {
+    Labels labels = {{"endpoint", "grpc"}};
+    if (!reason.empty()) labels["reason"] = reason;
+    return Exposition(HttpGet(metrics_port_, "/metrics").body)
+        .Sum("graphserve_connections_refused_total", labels);
+  }
+
+  const std::string& address() const { return address_; }
+  ChildProcess& process() { return process_; }
+
+ private:
+  const int grpc_port_;
+  const int metrics_port_;
+  const std::string address_;
+  ChildProcess process_;
+  std::vector<int> idle_;
+};
+
 // More idle connections than the open-file limit allows (300 under `ulimit -n 256`): the gRPC port
 // refuses the excess but keeps listening, and once they close a new client is served. (gRPC's own
 // listener stopped accepting for good at the first EMFILE.)
 TEST(ContainerTest, ExhaustedDescriptorsNeverStopTheGrpcListener) {
-  const int grpc_port = FreeLoopbackPort();
-  const int metrics_port = FreeLoopbackPort();
-  const std::string address = "127.0.0.1:" + std::to_string(grpc_port);
-  // `ulimit -n` in sh lowers the hard limit too, so that graphserve cannot raise its way out.
-  ChildProcess process(
-      {"/bin/sh", "-c", "ulimit -n 256 && exec \"$0\" \"$@\"", GRAPHSERVE_BINARY,
-       // One client here stands for many: the cap per address would refuse it first.
-       "--grpc-max-connections-per-client", "0", "--grpc-address", address, "--metrics-address",
-       "127.0.0.1:" + std::to_string(metrics_port), "--http-address", "", "--device", "cpu"},
-      std::string(TEST_OUTPUT_DIR) + "/descriptor_exhaustion.log");
-  const auto give_up = std::chrono::steady_clock::now() + kStartTimeout;
-  while (!Live(address) && process.Running() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(Live(address)) << process.Log();
-
-  std::vector<int> idle;
-  for (int i = 0; i < 300; ++i) {
-    const int fd = IdleConnection(grpc_port);
-    if (fd >= 0) idle.push_back(fd);
-  }
+  DescriptorLimitedServer server("descriptor_exhaustion");
+  ASSERT_TRUE(server.WaitUntilLive()) << server.process().Log();
+  server.OpenIdle(300);
   // The acceptor takes them in order; give it a moment to reach the reserve.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const Exposition during(HttpGet(metrics_port, "/metrics").body);
-  EXPECT_GT(during.Sum("graphserve_connections_refused_total", {{"endpoint", "grpc"}}), 0.0)
-      << "300 connections under a limit of 256 were all kept";
-  for (int fd : idle) close(fd);
+  EXPECT_GT(server.GrpcConnectionsRefused(), 0.0) << "300 connections under a limit of 256 were all kept";
+  server.CloseIdle();
 
   // Served again once the descriptors are free (the server sees each idle connection close).
   bool served = false;
   const auto recovery = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!(served = Live(address)) && std::chrono::steady_clock::now() < recovery) {
+  while (!(served = Live(server.address())) && std::chrono::steady_clock::now() < recovery) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  EXPECT_TRUE(served) << process.Log();
-  EXPECT_EQ(process.Log().find("Failed accept4"), std::string::npos) << process.Log();
-  EXPECT_NE(process.Log().find("gRPC: refusing new connections"), std::string::npos) << process.Log();
-  EXPECT_EQ(process.Stop(SIGTERM, std::chrono::seconds(60)), 0) << process.Log();
+  EXPECT_TRUE(served) << server.process().Log();
+  EXPECT_EQ(server.process().Log().find("Failed accept4"), std::string::npos) << server.process().Log();
+  EXPECT_NE(server.process().Log().find("gRPC: refusing new connections"), std::string::npos)
+      << server.process().Log();
+  EXPECT_EQ(server.process().Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.process().Log();
+}
+
+// Idle connections from many addresses (each within its cap) holding every descriptor gRPC may use
+// (300 under `ulimit -n 256`): once they have been silent past the grace, a client that speaks is
+// served while they stay connected, the oldest silent ones shut down to make room and counted.
+TEST(ContainerTest, SilentConnectionsMakeRoomForAClientThatSpeaks) {
+  DescriptorLimitedServer server("silent_connections");
+  ASSERT_TRUE(server.WaitUntilLive()) << server.process().Log();
+  server.OpenIdle(300);
+  // Past GrpcAcceptor::kSilentGrace (1 s).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The first call's connection makes room; its own may still be refused, so a few tries.
+  bool served = false;
+  for (int attempt = 0; attempt < 5 && !(served = Live(server.address())); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(served) << server.process().Log();
+  EXPECT_GT(server.GrpcConnectionsRefused("silent"), 0.0);
+  EXPECT_NE(server.process().Log().find("connections that had sent nothing"), std::string::npos)
+      << server.process().Log();
+  server.CloseIdle();
+  EXPECT_EQ(server.process().Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.process().Log();
 }
 
 TEST(ContainerTest, JsonLogEscapesAStartupError) {

@@ -14,42 +14,27 @@
 #include <string>
 #include <vector>
 
+#include "loopback_listener.h"
+
 namespace graphserve {
 namespace {
 
+using testing::Ipv4;
+
 class ConnectionsPerAddressTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(listener_, 0);
-    sockaddr_in address = Ipv4("127.0.0.1", 0);
-    ASSERT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(listen(listener_, 64), 0);
-    socklen_t length = sizeof(address);
-    ASSERT_EQ(getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    port_ = ntohs(address.sin_port);
-  }
   void TearDown() override {
     for (int fd : open_) close(fd);
-    close(listener_);
-  }
-
-  static sockaddr_in Ipv4(const char* text, int port) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, text, &address.sin_addr);
-    return address;
   }
 
   // The server's end of a new connection from `source`: a descriptor as accept() returns it.
   int Connect(const char* source) {
     const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in from = Ipv4(source, 0);
-    sockaddr_in to = Ipv4("127.0.0.1", port_);
+    sockaddr_in to = Ipv4("127.0.0.1", listener_.port());
     EXPECT_EQ(bind(client, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << source;
     EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
-    const int server = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int server = accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     EXPECT_GE(server, 0);
     open_.push_back(client);
     open_.push_back(server);
@@ -66,8 +51,7 @@ class ConnectionsPerAddressTest : public ::testing::Test {
     open_.erase(std::remove(open_.begin(), open_.end(), fd), open_.end());
   }
 
-  int listener_ = -1;
-  int port_ = 0;
+  testing::LoopbackListener listener_;
   std::vector<int> open_;
 };
 

@@ -115,7 +115,12 @@ void GrpcAcceptor::AcceptLoop() {
 
 void GrpcAcceptor::HandOver(int fd, const std::string& peer) {
   // The kernel hands out the lowest free descriptor: a number this high means that many are open.
-  if (fd >= highest_connection_fd_) {
+  const size_t shut = fd >= highest_connection_fd_ - kPressureMargin ? ShutSilent(fd) : 0;
+  // Room is being made: a connection just past the reserve may take the place of one shut down,
+  // whose descriptor gRPC closes within moments (at most kShutPerArrival past it, so the overshoot
+  // stays far inside the reserve).
+  const bool in_place_of_shut = shut > 0 && fd < highest_connection_fd_ + static_cast<int>(kShutPerArrival);
+  if (fd >= highest_connection_fd_ && !in_place_of_shut) {
     close(fd);
     count_refusal_(Refusal::kDescriptorReserve);
     LogLimited(LogKind::kRefusedConnection, "descriptor_reserve", spdlog::level::warn,
@@ -133,16 +138,30 @@ void GrpcAcceptor::HandOver(int fd, const std::string& peer) {
                peer, per_address_.cap());
     return;
   }
+  silent_.Track(fd, SilentConnections::Clock::now());
   grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
   connection.listener_fd = listen_fd_;
   connection.fd = fd;
   handoff_->HandleNewConnection(&connection);
 }
 
+size_t GrpcAcceptor::ShutSilent(int open) {
+  const size_t shut = silent_.ShutOldestSilent(SilentConnections::Clock::now(), kShutPerArrival);
+  if (shut == 0) return 0;
+  for (size_t i = 0; i < shut; ++i) count_refusal_(Refusal::kSilentAtPressure);
+  LogLimited(
+      LogKind::kRefusedConnection, "silent_at_pressure", spdlog::level::warn,
+      "gRPC: {} descriptors are open, near the reserve: shut down {} connections that had sent nothing "
+      "since they were accepted",
+      open, shut);
+  return shut;
+}
+
 void GrpcAcceptor::ShedOne() {
   count_refusal_(Refusal::kDescriptorsExhausted);
   LogLimited(LogKind::kRefusedConnection, "descriptors_exhausted", spdlog::level::warn,
              "gRPC: out of file descriptors ({}); refusing connections until some close", std::strerror(errno));
+  ShutSilent(highest_connection_fd_);
   if (spare_fd_ >= 0) {
     close(spare_fd_);
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);

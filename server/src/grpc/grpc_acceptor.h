@@ -9,10 +9,16 @@
 //     waiting connection (so that the client gets a reset rather than a hang), and carries on;
 //   - closes at once a connection from a client address that has max_connections_per_address open
 //     already (ConnectionsPerAddress), so that one client cannot take every descriptor;
-//   - counts every connection it refuses, by reason.
+//   - when descriptors run short (a new one numbered within kPressureMargin of the reserve), shuts
+//     down the oldest connections that have sent nothing for kSilentGrace since they were accepted
+//     (SilentConnections), so that connections from many addresses that never speak cannot keep
+//     clients that do out until gRPC's handshake timeout;
+//   - counts every connection it refuses or shuts so, by reason.
 // Thread safety: Start and Stop from one controlling thread; the accepting runs on a thread of its
 // own. Ownership: accepted descriptors belong to gRPC once handed over.
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,13 +28,22 @@
 #include <grpcpp/server_builder.h>
 
 #include "common/connections_per_address.h"
+#include "common/silent_connections.h"
 #include "graphserve/engine/status.h"
 
 namespace graphserve {
 
 class GrpcAcceptor {
  public:
-  enum class Refusal { kDescriptorReserve, kDescriptorsExhausted, kAddressCap };
+  enum class Refusal { kDescriptorReserve, kDescriptorsExhausted, kAddressCap, kSilentAtPressure };
+  // A new connection numbered this close to the reserve makes the acceptor shut down silent ones.
+  static constexpr int kPressureMargin = 16;
+  // How long an accepted connection may stay silent before it may be shut to make room: a client
+  // speaks first in HTTP/2 and in TLS, at once.
+  static constexpr std::chrono::seconds kSilentGrace{1};
+  // Silent connections shut per arrival under pressure: more than one, so that room is made faster
+  // than arrivals take it.
+  static constexpr size_t kShutPerArrival = 2;
   using RefusalCounter = std::function<void(Refusal)>;
 
   // Listens on `address` ("HOST:PORT"); UNAVAILABLE naming the flag when it cannot. Connections are
@@ -56,6 +71,9 @@ class GrpcAcceptor {
   void HandOver(int fd, const std::string& peer);
   // accept4 failed with EMFILE/ENFILE: make room with the spare descriptor to drop one connection.
   void ShedOne();
+  // Shuts down up to kShutPerArrival silent connections, counting and logging them; `open`: the
+  // descriptor number that showed the pressure. Returns how many it shut down.
+  size_t ShutSilent(int open);
 
   int listen_fd_;  // -1 once Stop closed it
   const int wake_fd_;  // an eventfd that Stop writes to
@@ -63,7 +81,8 @@ class GrpcAcceptor {
   int port_ = 0;
   int highest_connection_fd_ = 0;
   int spare_fd_ = -1;
-  ConnectionsPerAddress per_address_;  // the accepting thread's only
+  ConnectionsPerAddress per_address_;       // the accepting thread's only
+  SilentConnections silent_{kSilentGrace};  // the accepting thread's only
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
   std::thread thread_;
 };

@@ -83,6 +83,8 @@ const char* RefusalName(GrpcAcceptor::Refusal refusal) {
       return "descriptors_exhausted";
     case GrpcAcceptor::Refusal::kAddressCap:
       return "address_cap";
+    case GrpcAcceptor::Refusal::kSilentAtPressure:
+      return "silent";
   }
   return "unknown";
 }
