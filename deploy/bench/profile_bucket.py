@@ -60,9 +60,16 @@ def main():
     parser.add_argument("--json")
     args = parser.parse_args()
     with open(os.path.join(args.model_dir, "config.pbtxt")) as f:
-        ragged = "allow_ragged_batch: true" in f.read()
+        config = f.read()
+    ragged = "allow_ragged_batch: true" in config
     if ragged != (args.tokens is not None) or ragged == (args.length is not None):
         parser.error("a ragged model takes --tokens, a padded one --length")
+    longest = re.search(r"max_sequence_length:\s*(\d+)", config)
+    if ragged and longest and -(-args.tokens // args.rows) > int(longest.group(1)):
+        # The export attends rows of at most that length (docs/models.md): a longer one is no batch
+        # the server would form, and its attention would be cut.
+        parser.error(f"{args.tokens} tokens in {args.rows} rows make rows longer than the model's "
+                     f"max_sequence_length {longest.group(1)}: give more rows")
     model = load(args.model_dir)
     inputs = batch(args, ragged)
     with torch.no_grad():
