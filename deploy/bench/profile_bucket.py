@@ -11,9 +11,11 @@ a padded one `rows` rows of `length` (input_ids and attention_mask [rows, length
 Prints a markdown table; --json writes the figures. Needs a CUDA device.
 """
 import argparse
+import faulthandler
 import json
 import os
 import re
+import sys
 
 import torch
 
@@ -70,12 +72,18 @@ def main():
         # the server would form, and its attention would be cut.
         parser.error(f"{args.tokens} tokens in {args.rows} rows make rows longer than the model's "
                      f"max_sequence_length {longest.group(1)}: give more rows")
+    # The ragged .pt2 died of SIGSEGV here once (2026-12-07) with no word of where: say each step, and
+    # let a crash print the Python stack.
+    faulthandler.enable()
+    print("profile_bucket: loading", args.model_dir, file=sys.stderr, flush=True)
     model = load(args.model_dir)
     inputs = batch(args, ragged)
     with torch.no_grad():
+        print("profile_bucket: warming up", file=sys.stderr, flush=True)
         for _ in range(3):
             model(*inputs)
         torch.cuda.synchronize()
+        print("profile_bucket: profiling", file=sys.stderr, flush=True)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
             for _ in range(args.iterations):
                 model(*inputs)
