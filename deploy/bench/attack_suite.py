@@ -229,6 +229,8 @@ class NormalClients:
 # Connections each address opens where an attack stands for many clients: within gRPC's cap per
 # address under `ulimit -n 256` (21), so that only the descriptors run out.
 GRPC_CONNECTIONS_PER_SOURCE = 16
+# What an HTTP/2 client sends first on a connection (RFC 9113, 3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 def read_status(sock, timeout_s):
@@ -673,6 +675,24 @@ def grpc_descriptor_exhaustion(ctx):
     close_all(sockets)
 
 
+def grpc_slowloris(ctx):
+    """Under `ulimit -n 256`, gRPC connections from many addresses (each within its cap per address)
+    trickling HTTP/2's connection preface a byte a second, which gRPC would hold until its handshake
+    timeout: do they keep the normal gRPC calls out, or does the acceptor shut down those that had
+    not sent their opening a second after they came, to make room?"""
+    wanted = ctx.count("grpc_descriptor_connections")
+    sources = [f"127.0.4.{i}" for i in range(1, 2 + wanted // GRPC_CONNECTIONS_PER_SOURCE)]
+    sockets = open_sockets(ctx.ports["grpc"], wanted, sources=sources)
+    trickler = Trickler(sockets, HTTP2_PREFACE)
+    trickler.start()
+    time.sleep(1)
+    ctx.measure()
+    trickler.stop()
+    ctx.notes.append(f"{len(sockets)} gRPC connections trickling the preface, {still_open(sockets)} not closed by the "
+                     f"server; {grpc_refused(ctx, reason='silent'):.0f} shut to make room")
+    close_all(sockets)
+
+
 def grpc_one_address_flood(ctx):
     """Under `ulimit -n 256`, more idle gRPC connections from one address than its cap per address:
     are the ones past it closed on arrival, leaving gRPC's descriptors to the other clients?"""
@@ -716,6 +736,7 @@ CASES = [
     Case("metrics_idle_connections", metrics_idle, 3),
     Case("descriptor_exhaustion", descriptor_exhaustion, 3, descriptor_limit=256),
     Case("grpc_descriptor_exhaustion", grpc_descriptor_exhaustion, 3, descriptor_limit=256),
+    Case("grpc_slowloris", grpc_slowloris, 3, descriptor_limit=256),
     Case("grpc_one_address_flood", grpc_one_address_flood, 3, descriptor_limit=256),
     Case("transfer_encoding_not_chunked", transfer_encoding, None),
     Case("bad_request_log_flood", bad_request_flood, None),

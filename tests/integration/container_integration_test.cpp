@@ -288,7 +288,8 @@ TEST(ContainerTest, SilentConnectionsMakeRoomForAClientThatSpeaks) {
   }
   EXPECT_TRUE(served) << server.process().Log();
   EXPECT_GT(server.GrpcConnectionsRefused("silent"), 0.0);
-  EXPECT_NE(server.process().Log().find("connections that had sent nothing"), std::string::npos)
+  EXPECT_NE(server.process().Log().find("connections that had not sent a client's opening"),
+            std::string::npos)
       << server.process().Log();
   server.CloseIdle();
   EXPECT_EQ(server.process().Stop(SIGTERM, std::chrono::seconds(60)), 0) << server.process().Log();

@@ -1,7 +1,7 @@
 // SilentConnections over real loopback connections: past the grace the oldest silent connection is
-// shut down first (its client reads the end), one that spoke is never shut and is forgotten, a
-// closed connection whose number a new socket took is not shut in its place, and what is tracked
-// stays bounded when connections come and go.
+// shut down first (its client reads the end), one that sent less than an opening is silent, one
+// that spoke is never shut and is forgotten, a closed connection whose number a new socket took is
+// not shut in its place, and what is tracked stays bounded when connections come and go.
 #include "common/silent_connections.h"
 
 #include <arpa/inet.h>
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "loopback_listener.h"
@@ -65,19 +66,27 @@ class SilentConnectionsTest : public ::testing::Test {
 TEST_F(SilentConnectionsTest, TheOldestSilentAreShutPastTheGraceAndOneThatSpokeNever) {
   SilentConnections silent(seconds(1));
   const auto start = SilentConnections::Clock::now();
-  const Pair oldest = Connect(), spoke = Connect(), newest = Connect();
+  const Pair oldest = Connect(), spoke = Connect(), trickled = Connect(), newest = Connect();
   silent.Track(oldest.server, start);
   silent.Track(spoke.server, start + seconds(1));
+  silent.Track(trickled.server, start + seconds(1));
   silent.Track(newest.server, start + seconds(2));
-  ASSERT_EQ(send(spoke.client, "x", 1, 0), 1);
-  pollfd arrived{spoke.server, POLLIN, 0};
-  ASSERT_EQ(poll(&arrived, 1, 1000), 1);
+  // HTTP/2's preface is a client's opening; a few bytes of it, trickled, are not.
+  const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  ASSERT_EQ(preface.size(), SilentConnections::kOpeningBytes);
+  ASSERT_EQ(send(spoke.client, preface.data(), preface.size(), 0), static_cast<ssize_t>(preface.size()));
+  ASSERT_EQ(send(trickled.client, "PRI", 3, 0), 3);
+  for (const Pair& pair : {spoke, trickled}) {
+    pollfd arrived{pair.server, POLLIN, 0};
+    ASSERT_EQ(poll(&arrived, 1, 1000), 1);
+  }
 
   EXPECT_EQ(silent.ShutOldestSilent(start + std::chrono::milliseconds(500), 8), 0u);  // within the grace
   EXPECT_EQ(silent.ShutOldestSilent(start + seconds(3), 1), 1u);
   EXPECT_TRUE(ShutDown(oldest));
-  // The one that spoke is passed over and forgotten; the newest goes next.
-  EXPECT_EQ(silent.ShutOldestSilent(start + seconds(3), 8), 1u);
+  // The one that spoke is passed over and forgotten; the trickling one and the newest go next.
+  EXPECT_EQ(silent.ShutOldestSilent(start + seconds(3), 8), 2u);
+  EXPECT_TRUE(ShutDown(trickled));
   EXPECT_TRUE(ShutDown(newest));
   EXPECT_EQ(silent.tracked(), 0u);
   char byte;

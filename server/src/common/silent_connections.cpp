@@ -40,7 +40,7 @@ bool SilentConnections::StillSilent(const Connection& connection) {
   if (getsockopt(connection.fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return false;
   // Older kernels fill a shorter struct: without the byte count, nobody is taken for silent.
   if (length < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) return false;
-  return info.tcpi_bytes_received == 0;
+  return info.tcpi_bytes_received < kOpeningBytes;
 }
 
 void SilentConnections::Sweep() {

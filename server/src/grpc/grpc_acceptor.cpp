@@ -51,6 +51,7 @@ GrpcAcceptor::GrpcAcceptor(int listen_fd, int wake_fd, int max_connections_per_a
       count_refusal_(std::move(count_refusal)),
       port_(BoundPort(listen_fd)),
       highest_connection_fd_(HighestConnectionFd()),
+      highest_in_place_fd_(highest_connection_fd_ + DescriptorReserve(OpenFileLimit()) / 4),
       spare_fd_(open("/dev/null", O_RDONLY | O_CLOEXEC)),
       per_address_(
           static_cast<size_t>(GrpcConnectionsPerAddressCap(OpenFileLimit(), max_connections_per_address))) {}
@@ -116,10 +117,10 @@ void GrpcAcceptor::AcceptLoop() {
 void GrpcAcceptor::HandOver(int fd, const std::string& peer) {
   // The kernel hands out the lowest free descriptor: a number this high means that many are open.
   const size_t shut = fd >= highest_connection_fd_ - kPressureMargin ? ShutSilent(fd) : 0;
-  // Room is being made: a connection just past the reserve may take the place of one shut down,
-  // whose descriptor gRPC closes within moments (at most kShutPerArrival past it, so the overshoot
-  // stays far inside the reserve).
-  const bool in_place_of_shut = shut > 0 && fd < highest_connection_fd_ + static_cast<int>(kShutPerArrival);
+  // Room is being made: a connection past the reserve may take the place of one shut down, whose
+  // descriptor gRPC closes within moments. Its number may be a few past the reserve's start (other
+  // ports' connections, /metrics', take numbers there too), but within its first quarter.
+  const bool in_place_of_shut = shut > 0 && fd < highest_in_place_fd_;
   if (fd >= highest_connection_fd_ && !in_place_of_shut) {
     close(fd);
     count_refusal_(Refusal::kDescriptorReserve);
@@ -149,11 +150,10 @@ size_t GrpcAcceptor::ShutSilent(int open) {
   const size_t shut = silent_.ShutOldestSilent(SilentConnections::Clock::now(), kShutPerArrival);
   if (shut == 0) return 0;
   for (size_t i = 0; i < shut; ++i) count_refusal_(Refusal::kSilentAtPressure);
-  LogLimited(
-      LogKind::kRefusedConnection, "silent_at_pressure", spdlog::level::warn,
-      "gRPC: {} descriptors are open, near the reserve: shut down {} connections that had sent nothing "
-      "since they were accepted",
-      open, shut);
+  LogLimited(LogKind::kRefusedConnection, "silent_at_pressure", spdlog::level::warn,
+             "gRPC: {} descriptors are open, near the reserve: shut down {} connections that had not sent a "
+             "client's opening a second after they were accepted",
+             open, shut);
   return shut;
 }
 

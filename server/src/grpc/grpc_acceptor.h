@@ -10,9 +10,10 @@
 //   - closes at once a connection from a client address that has max_connections_per_address open
 //     already (ConnectionsPerAddress), so that one client cannot take every descriptor;
 //   - when descriptors run short (a new one numbered within kPressureMargin of the reserve), shuts
-//     down the oldest connections that have sent nothing for kSilentGrace since they were accepted
-//     (SilentConnections), so that connections from many addresses that never speak cannot keep
-//     clients that do out until gRPC's handshake timeout;
+//     down the oldest connections that have not sent a client's opening kSilentGrace after they
+//     were accepted (SilentConnections), so that connections from many addresses that say nothing,
+//     or trickle a byte now and then, cannot keep clients that speak out until gRPC's handshake
+//     timeout;
 //   - counts every connection it refuses or shuts so, by reason.
 // Thread safety: Start and Stop from one controlling thread; the accepting runs on a thread of its
 // own. Ownership: accepted descriptors belong to gRPC once handed over.
@@ -80,6 +81,8 @@ class GrpcAcceptor {
   const RefusalCounter count_refusal_;
   int port_ = 0;
   int highest_connection_fd_ = 0;
+  // Descriptors below this may take the place of silent connections shut down (HandOver).
+  int highest_in_place_fd_ = 0;
   int spare_fd_ = -1;
   ConnectionsPerAddress per_address_;       // the accepting thread's only
   SilentConnections silent_{kSilentGrace};  // the accepting thread's only
