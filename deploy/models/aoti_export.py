@@ -13,9 +13,9 @@ the module and the examples are on: a CUDA package only runs on CUDA, a CPU pack
 Beside the compiled code the package carries a signature in its metadata (`graphserve.signature`,
 JSON): every input's name, dtype and per-dimension [min, max] as exported, the output names in the
 order the package returns them, the dtype of the floating-point weights, and a ragged model's row
-bound where it has one. graphserve checks the
-model's config.pbtxt against it at load time, so that a config asking for longer sequences than the
-package was exported for, or for another dtype, fails then, naming both, and not at the first request.
+bound where it has one. graphserve checks the model's config.pbtxt against it at load time, so that
+a config asking for longer sequences than the package was exported for, or for another dtype, fails
+then, naming both, and not at the first request.
 
 Sizes 0 and 1 are specialised by torch.export: the examples must have batch and length >= 2 (the
 export still covers 1 through `min`). Outputs: a tensor, a tuple or list of tensors (named by

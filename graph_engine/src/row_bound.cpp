@@ -10,13 +10,11 @@ Status CheckRowBound(const ModelSpec& spec, int64_t exported_max_row_length) {
   }
   const std::string config = std::to_string(spec.max_sequence_length);
   const std::string exported = std::to_string(exported_max_row_length);
-  return InvalidArgument("max_sequence_length " + config +
-                         " is longer than the rows the model's attention was "
-                         "exported for (" +
-                         exported +
-                         "): a longer row would be attended in pieces and answered "
-                         "wrong; export with --max-length " +
-                         config + ", or set max_sequence_length to at most " + exported);
+  std::string message = "max_sequence_length " + config;
+  message += " is longer than the rows the model's attention was exported for (" + exported + ")";
+  message += ": a longer row would be attended in pieces and answered wrong";
+  message += "; export with --max-length " + config + ", or set max_sequence_length to at most " + exported;
+  return InvalidArgument(message);
 }
 
 Status ParseRowBound(const std::string& signature_json, int64_t* max_row_length) {
