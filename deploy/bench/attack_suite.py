@@ -229,6 +229,13 @@ class NormalClients:
 # Connections each address opens where an attack stands for many clients: within gRPC's cap per
 # address under `ulimit -n 256` (21), so that only the descriptors run out.
 GRPC_CONNECTIONS_PER_SOURCE = 16
+def loopback_sources(block, count):
+    """`count` distinct loopback addresses, 127.`block`.x.y, to call from as that many hosts (all of
+    127/8 reaches this host). One octet holds only 255 of them: 5,000 connections 16 to an address
+    need 313, and 127.0.3.256 ended --full's attack at 255 connections."""
+    return [f"127.{block}.{i // 250}.{1 + i % 250}" for i in range(count)]
+
+
 # What an HTTP/2 client sends first on a connection (RFC 9113, 3.4).
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -416,7 +423,7 @@ def rest_past_cap(ctx):
     """More REST connections than the cap, idle, from as many addresses as the cap per address
     needs: are the ones past it refused, or left hanging?"""
     wanted = ctx.count("rest_past_cap")
-    sources = [f"127.0.1.{i}" for i in range(1, 2 + wanted // 200)]
+    sources = loopback_sources(1, 1 + wanted // 200)
     sockets = open_sockets(ctx.ports["http"], wanted, sources=sources)
     ctx.notes.append(f"{len(sockets)} connections" + ("" if len(sockets) == wanted else f" of {wanted} (descriptors)"))
     # One more, from an address of its own: closed at once, or left waiting in the backlog?
@@ -655,7 +662,7 @@ def grpc_descriptor_exhaustion(ctx):
     millions, a core busy) once they are gone, and do the normal gRPC calls get through (the
     acceptor shutting the oldest silent connections down to make room for theirs)?"""
     wanted = ctx.count("grpc_descriptor_connections")
-    sources = [f"127.0.3.{i}" for i in range(1, 2 + wanted // GRPC_CONNECTIONS_PER_SOURCE)]
+    sources = loopback_sources(3, 1 + wanted // GRPC_CONNECTIONS_PER_SOURCE)
     sockets = open_sockets(ctx.ports["grpc"], wanted, sources=sources)
     time.sleep(1)
     refused_before = grpc_refused(ctx)
@@ -681,7 +688,7 @@ def grpc_slowloris(ctx):
     timeout: do they keep the normal gRPC calls out, or does the acceptor shut down those that had
     not sent their opening a second after they came, to make room?"""
     wanted = ctx.count("grpc_descriptor_connections")
-    sources = [f"127.0.4.{i}" for i in range(1, 2 + wanted // GRPC_CONNECTIONS_PER_SOURCE)]
+    sources = loopback_sources(4, 1 + wanted // GRPC_CONNECTIONS_PER_SOURCE)
     sockets = open_sockets(ctx.ports["grpc"], wanted, sources=sources)
     trickler = Trickler(sockets, HTTP2_PREFACE)
     trickler.start()
