@@ -1,20 +1,18 @@
 #include "connections_per_address.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <iterator>
+#include <optional>
 
 namespace graphserve {
 
 bool ConnectionsPerAddress::Admit(int fd, const std::string& address) {
   if (cap_ == 0) return true;
-  std::vector<Socket>& sockets = by_address_[address];
+  std::vector<AcceptedSocket>& sockets = by_address_[address];
   DropClosed(&sockets);
   if (sockets.size() >= cap_) return false;
-  struct stat status {};
   // A descriptor accept() just returned can be read; were it not, it is not counted, never refused.
-  if (fstat(fd, &status) == 0) sockets.push_back({fd, status.st_dev, status.st_ino});
+  if (const std::optional<AcceptedSocket> socket = AcceptedSocket::Of(fd)) sockets.push_back(*socket);
   if (++admitted_since_sweep_ >= kSweepEvery) Sweep();
   return true;
 }
@@ -26,14 +24,9 @@ size_t ConnectionsPerAddress::Open(const std::string& address) {
   return found->second.size();
 }
 
-void ConnectionsPerAddress::DropClosed(std::vector<Socket>* sockets) {
-  // A closed descriptor's number may since name another socket or file: its inode tells them apart.
+void ConnectionsPerAddress::DropClosed(std::vector<AcceptedSocket>* sockets) {
   sockets->erase(std::remove_if(sockets->begin(), sockets->end(),
-                                [](const Socket& socket) {
-                                  struct stat status {};
-                                  return fstat(socket.fd, &status) != 0 || status.st_ino != socket.inode ||
-                                         status.st_dev != socket.device;
-                                }),
+                                [](const AcceptedSocket& socket) { return !socket.StillOpen(); }),
                  sockets->end());
 }
 

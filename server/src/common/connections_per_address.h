@@ -6,12 +6,12 @@
 // connects again, and every address's once per kSweepEvery admissions, so closed connections leave
 // the count without a second descriptor kept open to watch each one.
 // Thread safety: none; one thread (the acceptor's) makes every call.
-#include <sys/types.h>
-
 #include <cstddef>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "common/accepted_socket.h"
 
 namespace graphserve {
 
@@ -34,17 +34,12 @@ class ConnectionsPerAddress {
   size_t cap() const { return cap_; }
 
  private:
-  struct Socket {
-    int fd;
-    dev_t device;
-    ino_t inode;
-  };
   // Drops the sockets of `sockets` whose descriptor is closed or now names another file.
-  static void DropClosed(std::vector<Socket>* sockets);
+  static void DropClosed(std::vector<AcceptedSocket>* sockets);
   void Sweep();
 
   const size_t cap_;
-  std::unordered_map<std::string, std::vector<Socket>> by_address_;
+  std::unordered_map<std::string, std::vector<AcceptedSocket>> by_address_;
   size_t admitted_since_sweep_ = 0;
 };
 

@@ -3,17 +3,17 @@
 #include <linux/tcp.h>  // tcp_info's tcpi_bytes_received, which glibc's netinet/tcp.h lacks
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 
 namespace graphserve {
 
 void SilentConnections::Track(int fd, Clock::time_point now) {
-  struct stat status {};
   // A descriptor accept() just returned can be read; were it not, it is not watched, never shut.
-  if (fstat(fd, &status) == 0) connections_.push_back({fd, status.st_dev, status.st_ino, now});
+  if (const std::optional<AcceptedSocket> socket = AcceptedSocket::Of(fd))
+    connections_.push_back({*socket, now});
   if (++tracked_since_sweep_ >= kSweepEvery) Sweep();
 }
 
@@ -23,21 +23,16 @@ size_t SilentConnections::ShutOldestSilent(Clock::time_point now, size_t most) {
   while (shut < most && !connections_.empty() && now - connections_.front().accepted >= grace_) {
     const Connection oldest = connections_.front();
     connections_.pop_front();
-    if (StillSilent(oldest) && shutdown(oldest.fd, SHUT_RDWR) == 0) ++shut;
+    if (StillSilent(oldest) && shutdown(oldest.socket.fd, SHUT_RDWR) == 0) ++shut;
   }
   return shut;
 }
 
 bool SilentConnections::StillSilent(const Connection& connection) {
-  // A closed descriptor's number may since name another socket or file: its inode tells them apart.
-  struct stat status {};
-  if (fstat(connection.fd, &status) != 0 || status.st_ino != connection.inode ||
-      status.st_dev != connection.device) {
-    return false;
-  }
+  if (!connection.socket.StillOpen()) return false;
   tcp_info info{};
   socklen_t length = sizeof(info);
-  if (getsockopt(connection.fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return false;
+  if (getsockopt(connection.socket.fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return false;
   // Older kernels fill a shorter struct: without the byte count, nobody is taken for silent.
   if (length < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) return false;
   return info.tcpi_bytes_received < kOpeningBytes;

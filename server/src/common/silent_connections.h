@@ -6,14 +6,14 @@
 // a longer TLS hello); one that sends nothing, or trickles a byte now and then, holds a descriptor
 // for nothing until gRPC's handshake timeout. Shutting one down (not closing it: gRPC owns the
 // descriptor) makes gRPC read its end and close it. A connection counts as the same while its
-// descriptor names the same socket (device and inode), as in ConnectionsPerAddress.
+// descriptor names the same socket (AcceptedSocket).
 // Thread safety: none; one thread (the acceptor's) makes every call.
-#include <sys/types.h>
-
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+
+#include "common/accepted_socket.h"
 
 namespace graphserve {
 
@@ -39,9 +39,7 @@ class SilentConnections {
 
  private:
   struct Connection {
-    int fd;
-    dev_t device;
-    ino_t inode;
+    AcceptedSocket socket;
     Clock::time_point accepted;
   };
   // Whether `connection`'s descriptor still names its socket and that socket has received fewer than
