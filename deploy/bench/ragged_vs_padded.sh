@@ -10,7 +10,8 @@
 #            (mode g, --ragged-rows)
 #
 #   deploy/bench/ragged_vs_padded.sh BUILD_DIR OUT [--parts export,buckets,profile,e2e]
-#       [--dtype bf16] [--concurrency 1,8,64,512,2048] [--ragged-max-batch 256] [--ragged-rows '9, 33, 129'|none]
+#       [--dtype bf16] [--concurrency 1,8,64,512,2048] [--ragged-max-batch 256] [--ragged-max-tokens 16384]
+#       [--ragged-rows '9, 33, 129'|none]
 #
 # Writes OUT/buckets_<model>.md, OUT/profile_<model>.md, OUT/e2e/ (e2e.md, e2e.json), OUT/e2e_rows/.
 set -euo pipefail
@@ -24,6 +25,10 @@ concurrency=1,8,64,512,2048
 # Rows of a ragged batch. A row costs a ragged model only its offset and pooled vector: at 32 rows
 # (H100, 2026-12-07) the skewed mix filled a batch with about 2,100 of its 16,384 tokens.
 ragged_max_batch=256
+# Tokens of a ragged batch: the padded model's largest bucket (32 x 512), which is also the server's
+# default budget (buckets.max_batch_tokens). The export's own default, max batch x max length, would
+# be 131,072 at 256 rows: a bound no bucket of the server's grid reaches, and the profile's batch.
+ragged_max_tokens=16384
 # FlashAttention works for every row of a bucket, empty ones included (varlen_bound.py): row sizes
 # below max batch + 1 (which the server adds) let small batches replay buckets of few rows. Unset:
 # 9, 33, 129, ... below it; "none": that run is skipped.
@@ -34,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --dtype) dtype=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
     --ragged-max-batch) ragged_max_batch=$2; shift 2 ;;
+    --ragged-max-tokens) ragged_max_tokens=$2; shift 2 ;;
     --ragged-rows) ragged_rows=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -65,10 +71,11 @@ if wants export; then
     "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format both
     echo "export, padded (both formats): $(( $(date +%s) - start )) s"
   fi
-  if [[ ! -f $bert_repo/$ragged/model.pt2 || $(max_batch "$ragged") != "$ragged_max_batch" ]]; then
+  if [[ ! -f $bert_repo/$ragged/model.pt2 || $(max_batch "$ragged") != "$ragged_max_batch" ||
+        $(max_batch_tokens "$ragged") != "$ragged_max_tokens" ]]; then
     start=$(date +%s)
     "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format pt2 \
-      --ragged --max-batch "$ragged_max_batch"
+      --ragged --max-batch "$ragged_max_batch" --max-batch-tokens "$ragged_max_tokens"
     echo "export, ragged .pt2: $(( $(date +%s) - start )) s"
   fi
 fi
