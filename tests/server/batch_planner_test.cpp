@@ -1065,6 +1065,45 @@ TEST(RaggedPlannerTest, RowsAreBoundedTooWithARowKeptForTheTail) {
   EXPECT_EQ(decision->padded_shape, (BucketShape{8, 16}));
 }
 
+TEST(RaggedPlannerTest, AFullBatchKeepsBackWhatWouldPadItToTheNextTokenSize) {
+  FakeClock clock;
+  // Time by tokens, as a GPU's is for large buckets: 7 rows of 5 tokens (35) would pad to 64 and
+  // cost twice what the first 6 (30 tokens) cost in the 32-token bucket.
+  BucketCosts by_tokens;
+  for (int64_t rows : {4, 8}) {
+    for (int64_t tokens : {16, 32, 64})
+      by_tokens[BucketShape{rows, tokens}] = 10.0 * static_cast<double>(tokens);
+  }
+  BatchPlanner planner(RaggedTestSpec(), Options(1'000'000), by_tokens);
+  for (int i = 0; i < 8; ++i) AddAt(planner, clock, MakeRequest(1, 5));
+  auto decision = planner.Next(clock.NowMicros(), false);  // full by its rows
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 6u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 32}));
+  EXPECT_EQ(planner.queued_requests(), 2u);
+
+  // Time by launches, as a GPU's is for small buckets: padding costs nothing, so all 7 go.
+  BucketCosts flat;
+  for (const auto& [shape, us] : by_tokens) flat[shape] = 100.0;
+  BatchPlanner launch_bound(RaggedTestSpec(), Options(1'000'000), flat);
+  for (int i = 0; i < 8; ++i) AddAt(launch_bound, clock, MakeRequest(1, 5));
+  decision = launch_bound.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 7u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));
+
+  // A batch that is not full takes every request, padded: none is kept back for a batch that
+  // may never come.
+  BatchPlanner quiet(RaggedTestSpec(), Options(1000), by_tokens);
+  for (int i = 0; i < 6; ++i) AddAt(quiet, clock, MakeRequest(1, 6));
+  EXPECT_FALSE(quiet.Next(clock.NowMicros(), false));
+  clock.Advance(1000);
+  decision = quiet.Next(clock.NowMicros(), false);  // due
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 6u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));
+}
+
 TEST(RaggedPlannerTest, ALoneRequestOfMaxBatchSizeRowsWithATailGetsABucket) {
   const ModelSpec spec = RaggedTestSpec();
   FakeClock clock;

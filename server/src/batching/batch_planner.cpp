@@ -56,7 +56,9 @@
 //     smallest bucket holding them, the tail of its tokens the only padding. It goes when the
 //     next request would not fit, when the oldest is due, or (not under FIFO) when an executor is
 //     idle and waiting cannot help, as a bin does above. Packing in arrival order is FIFO already,
-//     with no length to bin by.
+//     with no length to bin by. A full batch (more queued than fit) may leave its newest requests
+//     for the next one when fewer fill a smaller token size and do more real tokens per µs: a
+//     batch bound by its rows stops some tokens past a size, which would pad it by up to a step.
 //   - Batching disabled. Each request runs alone, oldest first, the moment an executor is free:
 //     what a server without a batcher does, kept as a mode of its own so that its cost can be
 //     measured on the same server. Without CUDA graphs it runs at its exact shape, since padding
@@ -583,7 +585,39 @@ std::optional<DispatchDecision> BatchPlanner::NextRagged(int64_t now_us, bool ex
   packed.real_elements = static_cast<double>(tokens);
   packed.shape = spec_.BucketFor(packed.rows, tokens);
   packed.cost_us = CostUs(packed.shape);
+  if (full) packed = BestRaggedPrefix(bin, packed);
   return Take(packed);
+}
+
+BatchPlanner::Candidate BatchPlanner::BestRaggedPrefix(const Bin& bin, const Candidate& all) const {
+  // A full batch leaves requests queued anyway, so it need not take all that fit: the oldest few
+  // that fill a smaller token size nearly exactly may do more real tokens per µs than all of them
+  // padded to the next size up (rows bind a batch of short requests some tokens past a size, which
+  // pads it by up to the grid's step). The rest lead the next batch. Among scores within
+  // kScoreTolerance of the best, the largest batch goes.
+  std::vector<Candidate> prefixes;
+  prefixes.reserve(all.take[0]);
+  Candidate prefix;
+  prefix.take.assign(bins_.size(), 0);
+  int64_t tokens = 0;
+  for (size_t i = 0; i + 1 < all.take[0]; ++i) {
+    const InferenceItem& item = bin.requests[i]->item;
+    prefix.rows += item.rows;
+    tokens += item.rows * item.length;
+    ++prefix.take[0];
+    prefix.shape = spec_.BucketFor(prefix.rows, tokens);
+    prefix.cost_us = CostUs(prefix.shape);
+    prefix.real_elements = static_cast<double>(tokens);
+    prefixes.push_back(prefix);
+  }
+  prefixes.push_back(all);
+  const auto score = [](const Candidate& c) { return c.real_elements / std::max(c.cost_us, 1e-9); };
+  double best_score = 0;
+  for (const Candidate& c : prefixes) best_score = std::max(best_score, score(c));
+  for (size_t i = prefixes.size(); i-- > 0;) {
+    if (score(prefixes[i]) * (1.0 + kScoreTolerance) >= best_score) return prefixes[i];
+  }
+  return all;
 }
 
 std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {

@@ -169,6 +169,9 @@ class BatchPlanner {
   DispatchDecision Take(const Candidate& candidate);
   // A ragged model's batch: the oldest requests packed by rows and tokens (batch_planner.cpp).
   std::optional<DispatchDecision> NextRagged(int64_t now_us, bool executor_idle);
+  // Of a full ragged batch `all` (the oldest requests of `bin` that fit), the prefix doing the most
+  // real tokens per µs of its bucket's measured time.
+  Candidate BestRaggedPrefix(const Bin& bin, const Candidate& all) const;
   // Batching disabled: the oldest queued request alone; nullopt when none is queued.
   std::optional<DispatchDecision> TakeOldestAlone();
   // Expected µs until the next arrival that could join bin `bin`'s batch: its own, or a shorter
