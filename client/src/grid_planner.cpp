@@ -542,7 +542,7 @@ bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const C
   bool found = false;
   for (int64_t budget : budgets) {
     Plan candidate;
-    candidate.grid.batch_sizes = {RaggedLargestRows(limits.max_batch_size)};  // the loader's default
+    candidate.grid.batch_sizes = DefaultRaggedRowSizes(limits.max_batch_size);  // the loader's default
     candidate.grid.sequence_lengths = DefaultRaggedTokenSizes(limits.max_sequence_length, budget);
     candidate.grid.max_batch_tokens = budget;
     candidate.figures = EvaluateRagged(candidate.grid, limits, traffic, cost);

@@ -6,12 +6,12 @@
 #   buckets  graphserve-bucket-bench per model: bare replay, Execute and real tokens/s per bucket
 #   profile  deploy/bench/profile_bucket.py on each model's largest bucket: GEMM, attention, the rest
 #   e2e      e2e_benchmark.py mode a (graphs + batcher) at each concurrency, with the ceiling and
-#            the overhead at one client; then the ragged model again with several row sizes
-#            (mode g, --ragged-rows)
+#            the overhead at one client; then the ragged model again with other row sizes (mode g,
+#            --ragged-rows; by default max batch + 1 alone, against the server's default staircase)
 #
 #   deploy/bench/ragged_vs_padded.sh BUILD_DIR OUT [--parts export,buckets,profile,e2e]
 #       [--dtype bf16] [--concurrency 1,8,64,512,2048] [--ragged-max-batch 256] [--ragged-max-tokens 16384]
-#       [--ragged-rows '9, 33, 129'|none]
+#       [--ragged-rows '257'|'9, 33'|none]
 #
 # Writes OUT/buckets_<model>.md, OUT/profile_<model>.md, OUT/e2e/ (e2e.md, e2e.json), OUT/e2e_rows/.
 set -euo pipefail
@@ -29,9 +29,10 @@ ragged_max_batch=256
 # default budget (buckets.max_batch_tokens). The export's own default, max batch x max length, would
 # be 131,072 at 256 rows: a bound no bucket of the server's grid reaches, and the profile's batch.
 ragged_max_tokens=16384
-# FlashAttention works for every row of a bucket, empty ones included (varlen_bound.py): row sizes
-# below max batch + 1 (which the server adds) let small batches replay buckets of few rows. Unset:
-# 9, 33, 129, ... below it; "none": that run is skipped.
+# FlashAttention works for every row of a bucket, empty ones included (varlen_bound.py), so the
+# server's default rows are a staircase (9, 33, 129, ... and max batch + 1). The second e2e run
+# replays other row sizes: by default max batch + 1 alone (every batch in buckets of the most rows),
+# to measure what the staircase gains; "none": that run is skipped.
 ragged_rows=default
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -45,12 +46,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 wants() { [[ ,$parts, == *,$1,* ]]; }
-if [[ $ragged_rows == default ]]; then
-  ragged_rows=
-  for rows in 9 33 129 513 2049; do
-    if (( rows < ragged_max_batch + 1 )); then ragged_rows+=${ragged_rows:+, }$rows; fi
-  done
-fi
+[[ $ragged_rows == default ]] && ragged_rows=$((ragged_max_batch + 1))
 [[ $ragged_rows == none ]] && ragged_rows=""
 python=${GRAPHSERVE_PYTHON:-python3}
 mkdir -p "$out"

@@ -231,6 +231,19 @@ std::vector<int64_t> DefaultRaggedTokenSizes(int64_t max_sequence_length, int64_
   return sizes;
 }
 
+std::vector<int64_t> DefaultRaggedRowSizes(int64_t max_batch_size) {
+  // Steps of 4: a row costs FlashAttention little next to a token (an H100 layer of 1,024 tokens:
+  // 16 µs in 33 rows, 32 in 289), so finer steps would mostly add graphs.
+  const int64_t largest = RaggedLargestRows(max_batch_size);
+  std::vector<int64_t> sizes;
+  for (int64_t real_rows = 8; real_rows + 1 < largest; real_rows *= 4) {
+    sizes.push_back(real_rows + 1);
+    if (real_rows > std::numeric_limits<int64_t>::max() / 8) break;
+  }
+  sizes.push_back(largest);
+  return sizes;
+}
+
 std::vector<int64_t> PaddedShape(const TensorSpec& tensor, const BucketShape& shape) {
   switch (tensor.batch_input_kind) {
     case BatchInputKind::kNone:

@@ -395,7 +395,8 @@ TEST(RaggedGridPlannerTest, TheSearchTakesTheLargestBudgetWhileAFixedCostDominat
   Plan plan;
   ASSERT_TRUE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error)) << error;
   EXPECT_EQ(plan.grid.max_batch_tokens, 8192);
-  EXPECT_EQ(plan.grid.batch_sizes, (std::vector<int64_t>{513}));  // 512 rows and the spare
+  // The default row sizes, the last 512 rows and the spare.
+  EXPECT_EQ(plan.grid.batch_sizes, (std::vector<int64_t>{9, 33, 129, 513}));
   EXPECT_EQ(plan.grid.sequence_lengths.back(), 8192);
   options.max_bucket_tokens = 64;  // below one row of max_sequence_length
   EXPECT_FALSE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error));

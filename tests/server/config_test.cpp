@@ -590,13 +590,35 @@ TEST(RaggedConfigTest, TritonsRaggedConfigBecomesARaggedSpec) {
   EXPECT_EQ(spec.batch_inputs[0].batch_input_kind, BatchInputKind::kAccumulatedElementCountWithZero);
   EXPECT_TRUE(spec.outputs[0].ragged);
   EXPECT_FALSE(spec.outputs[1].ragged);
-  // Default grid: one row size (rows are nearly free), max_batch_size 8 and a row spare for the
-  // tail's filler; token sizes in steps ending at the budget.
+  // Default grid: max_batch_size 8 and a row spare for the tail's filler, the one row size below
+  // 33; token sizes in steps ending at the budget.
   EXPECT_EQ(spec.bucket_batch_sizes, (std::vector<int64_t>{9}));
   EXPECT_EQ(spec.bucket_lengths.front(), 16);
   EXPECT_EQ(spec.bucket_lengths.back(), 1024);
   EXPECT_EQ(spec.max_batch_tokens, 1024);
   EXPECT_TRUE(CheckModelSpec(spec).ok());
+}
+
+TEST(RaggedConfigTest, ManyRowsGetAFewRowSizesByDefault) {
+  // FlashAttention works for every row of a bucket: a batch of few rows replays a bucket of few.
+  for (const auto& [max_batch_size, rows] :
+       std::vector<std::pair<int, std::vector<int64_t>>>{{4, {5}},
+                                                         {8, {9}},
+                                                         {16, {9, 17}},
+                                                         {32, {9, 33}},
+                                                         {256, {9, 33, 129, 257}},
+                                                         {512, {9, 33, 129, 513}}}) {
+    inference::ModelConfig config = Parse(kRaggedConfig);
+    config.set_max_batch_size(max_batch_size);
+    config.mutable_buckets()->set_max_batch_tokens(16384);
+    ModelSpec spec;
+    const Status status = ModelSpecFromConfig(config, &spec);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(spec.bucket_batch_sizes, rows) << "max_batch_size " << max_batch_size;
+    EXPECT_TRUE(CheckModelSpec(spec).ok());
+    // A batch of 3 rows of 10 tokens replays the smallest row size, its filler row included.
+    EXPECT_EQ(spec.BucketFor(3, 30), (BucketShape{rows.front(), 32}));
+  }
 }
 
 TEST(RaggedConfigTest, TheServedBatchInputKindsAreRead) {

@@ -544,7 +544,7 @@ ModelSpec EncoderSpec(EncoderGrid grid) {
     spec.outputs = {TensorSpec{"pooled", DataType::kFp32, {768}}};
     spec.max_batch_tokens = kDefaultMaxBatchTokens;
     spec.bucket_lengths = DefaultRaggedTokenSizes(spec.max_sequence_length, spec.max_batch_tokens);
-    spec.bucket_batch_sizes = {RaggedLargestRows(spec.max_batch_size)};
+    spec.bucket_batch_sizes = DefaultRaggedRowSizes(spec.max_batch_size);
     return spec;
   }
   spec.bucket_lengths = grid == EncoderGrid::kSixBySix

@@ -561,10 +561,9 @@ Status RaggedGridFromConfig(const inference::ModelConfig& config, ModelSpec* spe
   // (RaggedLargestRows), or a full batch that leaves a tail would have no bucket and run eagerly.
   const int64_t largest_rows = RaggedLargestRows(spec->max_batch_size);
   if (buckets.batch_sizes().empty()) {
-    // One row size, the most a batch may need: one graph per token size. Rows are nearly free on
-    // the CPU (an offset and a pooled vector each), not on CUDA, where FlashAttention launches work
-    // for every row of the bucket (docs/configuration.md: list a few row sizes there).
-    spec->bucket_batch_sizes = {largest_rows};
+    // Rows are nearly free on the CPU (an offset and a pooled vector each), not on CUDA, where
+    // FlashAttention launches work for every row of the bucket: a few row sizes by default.
+    spec->bucket_batch_sizes = DefaultRaggedRowSizes(spec->max_batch_size);
     return Status::Ok();
   }
   status = GridAxis(buckets.batch_sizes(), largest_rows, "buckets.batch_sizes",

@@ -173,7 +173,8 @@ bool SearchGrid(const ModelLimits& limits, const Traffic& traffic, const CostMod
 
 // ---- Ragged models ---------------------------------------------------------------------------------
 // A ragged model's bucket (Shape: batch = rows, length = total tokens) costs about its tokens: rows
-// are an offset and a pooled vector each. Its grid is one row size (max_batch_size) by token sizes.
+// are an offset and a pooled vector each (the fit below ignores them; FlashAttention does not quite).
+// Its grid is the default row sizes (DefaultRaggedRowSizes) by token sizes.
 
 // time(T) = c0 + c1·T in seconds over the measured buckets' total tokens, by least relative
 // squares with both >= 0. False, saying why, with fewer than 2 distinct token sizes or non-positive
@@ -189,7 +190,7 @@ GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, co
                            const CostModel& cost);
 
 // Among token budgets (powers of two from max_sequence_length up to the cap, and today's), each
-// with token sizes in steps of 1.5 from 16 (DefaultRaggedTokenSizes) and rows max_batch_size: the one
+// with token sizes in steps of 1.5 from 16 (DefaultRaggedTokenSizes) and the default rows: the one
 // of highest expected real tokens/s, fewer graphs among equals (within 0.1 %). False, saying why,
 // when even max_sequence_length exceeds the cap.
 bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const CostModel& cost,

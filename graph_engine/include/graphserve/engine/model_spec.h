@@ -233,5 +233,9 @@ std::vector<int64_t> DefaultBucketLengths(int64_t max_sequence_length);
 // max_sequence_length up to `max_batch_tokens`, which ends them (at most a third of a bucket is
 // tail).
 std::vector<int64_t> DefaultRaggedTokenSizes(int64_t max_sequence_length, int64_t max_batch_tokens);
+// A ragged model's default row sizes: 9, 33, 129, 513, ... (8 × 4^k real rows and the filler's)
+// below RaggedLargestRows(max_batch_size), which ends them. FlashAttention launches work for every
+// row of a bucket, empty ones included, so a batch of few rows replays a bucket of few.
+std::vector<int64_t> DefaultRaggedRowSizes(int64_t max_batch_size);
 
 }  // namespace graphserve
