@@ -502,18 +502,36 @@ GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, co
   const double mean_tokens = traffic.mean_rows * mean_length;
   const double mean_square_tokens = traffic.mean_rows * traffic.mean_rows * mean_square;
   const int64_t budget = grid.sequence_lengths.back();
-  const int64_t rows = grid.batch_sizes.back();
+  const int64_t largest_rows = grid.batch_sizes.back();
   // Packed until the next request would not fit: the unfilled tokens are a request's residual.
   const double unfilled = std::min(mean_square_tokens / (2 * mean_tokens), static_cast<double>(budget) / 2);
   const double by_tokens = static_cast<double>(budget) - unfilled;
-  const double by_rows = static_cast<double>(rows - 1) / traffic.mean_rows * mean_tokens;
-  const double real = std::max(1.0, std::min(by_tokens, by_rows));
-  const int64_t padded =
-      grid.sequence_lengths[SmallestAtLeast(grid.sequence_lengths, static_cast<int64_t>(std::ceil(real)))];
-  const Shape used{rows, padded};
-  figures.largest_bucket = Shape{rows, budget};
+  const double by_rows = static_cast<double>(largest_rows - 1) / traffic.mean_rows * mean_tokens;
+  const double packed = std::max(1.0, std::min(by_tokens, by_rows));
+  // The bucket of `real` tokens padded to `tokens`: its rows and the filler's, at the smallest row
+  // size holding them.
+  const auto bucket = [&](double real, int64_t tokens) {
+    const auto needed =
+        std::min<int64_t>(largest_rows, static_cast<int64_t>(std::ceil(real / mean_length)) + 1);
+    return Shape{grid.batch_sizes[SmallestAtLeast(grid.batch_sizes, needed)], tokens};
+  };
+  const size_t up = SmallestAtLeast(grid.sequence_lengths, static_cast<int64_t>(std::ceil(packed)));
+  double real = packed;
+  Shape used = bucket(packed, grid.sequence_lengths[up]);
+  // The planner may instead fill the token size below, a request's residual short of it, where that
+  // does more real tokens per second (BatchPlanner::BestRaggedPrefix; 2% its tolerance).
+  if (up > 0) {
+    const auto below = static_cast<double>(grid.sequence_lengths[up - 1]);
+    const double filled = std::max(1.0, below - std::min(unfilled, below / 2));
+    const Shape smaller = bucket(filled, grid.sequence_lengths[up - 1]);
+    if (filled / cost.Seconds(smaller) > packed / cost.Seconds(used) * 1.02) {
+      real = filled;
+      used = smaller;
+    }
+  }
+  figures.largest_bucket = Shape{largest_rows, budget};
   figures.largest_bucket_tokens = budget;
-  figures.padding = static_cast<double>(padded) / real;
+  figures.padding = static_cast<double>(used.length) / real;
   figures.tokens_per_s = real / cost.Seconds(used);
   figures.used_buckets = 1;
   figures.fitted_costs = cost.Measured(used) ? 0 : 1;

@@ -359,6 +359,14 @@ std::vector<MeasuredBucket> RaggedTimed(double c0, double c1, int64_t rows,
   return measured;
 }
 
+// time(T) = c0 + c1·T for every bucket, measured or not.
+CostFit RaggedFit(double c0, double c1) {
+  CostFit fit;
+  std::string error;
+  EXPECT_TRUE(FitRaggedCost(RaggedTimed(c0, c1, 1, {256, 1024}), &fit, &error)) << error;
+  return fit;
+}
+
 TEST(RaggedGridPlannerTest, TheFitRecoversALinearCostOfTokensWhateverTheRows) {
   CostFit fit;
   std::string error;
@@ -376,11 +384,29 @@ TEST(RaggedGridPlannerTest, AtSaturationABatchLeavesAboutHalfARequestUnfilled) {
   const Traffic traffic = OneRowTraffic({{99, 100, 1000}});
   const ModelLimits limits{64, 128, true};
   const BucketGrid grid{{64}, {16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}, 1024};
-  const CostModel cost(RaggedTimed(5e-4, 2e-7, 64, {256, 1024}), Truth(0, 0, 0));
+  const CostModel cost(RaggedTimed(5e-4, 2e-7, 64, {256, 1024}), RaggedFit(5e-4, 2e-7));
   const GridFigures figures = EvaluateRagged(grid, limits, traffic, cost);
   EXPECT_NEAR(figures.tokens_per_s, (1024.0 - 50) / (5e-4 + 2e-7 * 1024), 1e-6);
   EXPECT_NEAR(figures.padding, 1024.0 / 974, 1e-9);
   EXPECT_EQ(figures.graphs, static_cast<int64_t>(grid.sequence_lengths.size()));
+}
+
+TEST(RaggedGridPlannerTest, ABatchFullByItsRowsFillsTheTokenSizeBelowWhereThatDoesMorePerSecond) {
+  // 8 real rows of 100 tokens (800) would pad to 1024; time by tokens makes 768 filled to a residual
+  // of 50 (718 real tokens) the better batch, as the server's planner would choose it.
+  const Traffic traffic = OneRowTraffic({{99, 100, 1000}});
+  const ModelLimits limits{8, 128, true};
+  const BucketGrid grid{{5, 9}, {16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}, 1024};
+  const CostModel by_tokens(RaggedTimed(5e-5, 2e-7, 9, {256, 1024}), RaggedFit(5e-5, 2e-7));
+  GridFigures figures = EvaluateRagged(grid, limits, traffic, by_tokens);
+  EXPECT_NEAR(figures.tokens_per_s, 718 / (5e-5 + 2e-7 * 768), 1e-6);
+  EXPECT_NEAR(figures.padding, 768.0 / 718, 1e-9);
+  EXPECT_EQ(figures.graphs, 26);
+  // A fixed cost that dominates: padding is nearly free, so the batch keeps its 800 tokens.
+  const CostModel by_launch(RaggedTimed(5e-3, 2e-7, 9, {256, 1024}), RaggedFit(5e-3, 2e-7));
+  figures = EvaluateRagged(grid, limits, traffic, by_launch);
+  EXPECT_NEAR(figures.tokens_per_s, 800 / (5e-3 + 2e-7 * 1024), 1e-6);
+  EXPECT_NEAR(figures.padding, 1024.0 / 800, 1e-9);
 }
 
 TEST(RaggedGridPlannerTest, TheSearchTakesTheLargestBudgetWhileAFixedCostDominates) {

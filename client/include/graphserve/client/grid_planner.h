@@ -184,8 +184,10 @@ bool FitRaggedCost(const std::vector<MeasuredBucket>& measured, CostFit* fit, st
 // The ragged grid at saturation: each batch packs requests in arrival order until the next would
 // not fit the largest token size (or the rows, one kept for the tail), leaving on average
 // E[X²] / (2·E[X]) tokens of a request's X = rows × length unfilled, and is padded to the smallest
-// token size holding what it packed. `cost` prices (rows, tokens) buckets. Comparable between
-// grids, not a latency forecast.
+// token size holding what it packed, or, where that does more real tokens per second (as the
+// server's planner chooses), fills the token size below to the same residual. Its rows are the
+// smallest row size holding them and the filler's. `cost` prices (rows, tokens) buckets.
+// Comparable between grids, not a latency forecast.
 GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, const Traffic& traffic,
                            const CostModel& cost);
 
