@@ -30,6 +30,14 @@ constexpr double kUnderfilled = 0.5;
 constexpr const char* kAssumptions =
     "saturation: every batch full at the largest batch size of its requests' bucket length (time per "
     "row = cost(b, L) / b); lengths uniform within each histogram bin; rows independent of length";
+constexpr const char* kRaggedAssumptions =
+    "saturation: requests packed end to end until the next would not fit the token budget or the rows, "
+    "in the smallest bucket holding them or the size below filled; alone: each request in the smallest "
+    "bucket holding it; lengths uniform within each histogram bin";
+
+const char* Assumptions(const planner::CostFit& fit) {
+  return fit.ragged ? kRaggedAssumptions : kAssumptions;
+}
 
 // Everything the report shows.
 struct Report {
@@ -165,7 +173,8 @@ json PlanJson(const Report& report, const planner::Plan& plan) {
           {"largest_bucket_tokens", f.largest_bucket_tokens},
           {"buckets_used", f.used_buckets},
           {"buckets_used_at_fitted_cost", f.fitted_costs},
-          {"rows_per_batch", f.rows_per_batch}};
+          {"rows_per_batch", f.rows_per_batch},
+          {"lone_request_s", report.fit.ragged ? json(f.lone_request_seconds) : json(nullptr)}};
 }
 
 json ReportJson(const Report& report) {
@@ -185,7 +194,7 @@ json ReportJson(const Report& report) {
         {"length_bins", bins},
         {"observed_rows_per_batch", report.scraped.observed_rows_per_batch}}},
       {"cost_fit",
-       {{"formula", report.fit.ragged ? "seconds = c0 + c1*T" : "seconds = c0 + c1*b*L + c2*b*L^2"},
+       {{"formula", report.fit.ragged ? "seconds = c0 + c1*T + c2*R" : "seconds = c0 + c1*b*L + c2*b*L^2"},
         {"c0", report.fit.c0},
         {"c1", report.fit.c1},
         {"c2", report.fit.c2},
@@ -197,7 +206,7 @@ json ReportJson(const Report& report) {
         {"bytes_per_padded_token", report.bytes_per_token > 0 ? json(report.bytes_per_token) : json(nullptr)},
         {"max_bucket_tokens", report.cap_tokens},
         {"how", report.memory_how}}},
-      {"assumptions", kAssumptions},
+      {"assumptions", Assumptions(report.fit)},
       {"today", PlanJson(report, report.today)},
       {"proposal", PlanJson(report, report.proposal)},
       {"config_fragment", planner::GridConfigText(report.proposal.grid)}};
@@ -222,7 +231,8 @@ void PrintText(const Report& report) {
             << " rows each on average, lengths " << traffic.lengths.front().low + 1 << ".."
             << traffic.lengths.back().high << "\n";
   std::cout << "cost: seconds = "
-            << (fit.ragged ? "c0 + c1*T (T: a ragged bucket's tokens)" : "c0 + c1*b*L + c2*b*L^2")
+            << (fit.ragged ? "c0 + c1*T + c2*R (T, R: a ragged bucket's tokens and rows)"
+                           : "c0 + c1*b*L + c2*b*L^2")
             << " fitted to the " << fit.points << " bucket times the server reports: c0 "
             << Format("%.4g s", fit.c0) << ", c1 " << Format("%.4g s", fit.c1) << ", c2 "
             << Format("%.4g s", fit.c2) << "; worst relative error "
@@ -233,7 +243,7 @@ void PrintText(const Report& report) {
               << "; the proposal's unmeasured buckets are uncertain\n";
   }
   std::cout << "graph memory: " << report.memory_how << "\n";
-  std::cout << "model: " << kAssumptions << "\n\n";
+  std::cout << "model: " << Assumptions(fit) << "\n\n";
   std::cout << "grid       graphs   padding  real tokens/s  graph memory  largest bucket\n";
   std::cout << TableRow(report, "today", report.today) << "\n";
   std::cout << TableRow(report, "proposal", report.proposal) << "\n";
@@ -242,6 +252,12 @@ void PrintText(const Report& report) {
     std::cout << "change: " << Format("%+.1f %%", 100 * (report.proposal.figures.tokens_per_s / today - 1))
               << " real tokens/s; the proposal runs " << report.proposal.figures.fitted_costs << " of its "
               << report.proposal.figures.used_buckets << " busy buckets at fitted (unmeasured) cost\n";
+  }
+  if (fit.ragged) {
+    std::cout << "alone: a request replays "
+              << Format("%.3f ms", 1e3 * report.today.figures.lone_request_seconds)
+              << " on average (today) and "
+              << Format("%.3f ms", 1e3 * report.proposal.figures.lone_request_seconds) << " (proposal)\n";
   }
   const planner::BucketGrid& now = report.today.grid;
   const planner::BucketGrid& proposed = report.proposal.grid;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -92,6 +93,72 @@ bool SolveLeastSquares(const std::vector<std::array<double, 3>>& rows,
   solution->fill(0.0);
   for (size_t i = 0; i < n; ++i) (*solution)[columns[i]] = a[i][n] / a[i][i];
   return true;
+}
+
+// Non-negative least squares over 3 unknowns: the best of the least-squares fits on each subset of
+// the `allowed` terms whose coefficients are all >= 0 (the optimum is one of them); the others are 0.
+std::array<double, 3> NonNegativeFit(const std::vector<std::array<double, 3>>& rows,
+                                     const std::array<bool, 3>& allowed) {
+  double best_residual = std::numeric_limits<double>::infinity();
+  std::array<double, 3> best{};
+  for (int subset = 1; subset < 8; ++subset) {
+    const std::array<bool, 3> use = {(subset & 1) != 0, (subset & 2) != 0, (subset & 4) != 0};
+    if ((use[0] && !allowed[0]) || (use[1] && !allowed[1]) || (use[2] && !allowed[2])) continue;
+    std::array<double, 3> solution;
+    if (!SolveLeastSquares(rows, use, &solution)) continue;
+    if (*std::min_element(solution.begin(), solution.end()) < 0) continue;
+    double residual = 0;
+    for (const auto& row : rows) {
+      const double miss = row[0] * solution[0] + row[1] * solution[1] + row[2] * solution[2] - 1.0;
+      residual += miss * miss;
+    }
+    if (residual < best_residual) {
+      best_residual = residual;
+      best = solution;
+    }
+  }
+  return best;
+}
+
+// A least-squares design of relative errors: per measured shape its mean time, and its three terms
+// divided by that time, each column scaled to norm one.
+struct RelativeDesign {
+  RelativeDesign(const std::map<Shape, std::pair<double, int>>& by_shape,
+                 const std::function<std::array<double, 3>(const Shape&)>& terms) {
+    for (const auto& [shape, sum] : by_shape) {
+      const double seconds = sum.first / sum.second;
+      std::array<double, 3> row = terms(shape);
+      for (int j = 0; j < 3; ++j) {
+        row[j] /= seconds;
+        norms[j] += row[j] * row[j];
+      }
+      rows.push_back(row);
+      points.push_back({shape, seconds});
+    }
+    for (double& norm : norms) norm = std::sqrt(norm);
+    for (auto& row : rows) {
+      for (int j = 0; j < 3; ++j) row[j] /= norms[j];
+    }
+  }
+  std::vector<std::array<double, 3>> rows;
+  std::vector<std::pair<Shape, double>> points;  // shape, its mean seconds
+  std::array<double, 3> norms{};
+};
+
+// The coefficients of `scaled` (a solution over the design's scaled columns) into `fit`, with its
+// worst relative error over the measured points.
+void FinishFit(const std::array<double, 3>& scaled, const RelativeDesign& design, CostFit* fit) {
+  fit->c0 = scaled[0] / design.norms[0];
+  fit->c1 = scaled[1] / design.norms[1];
+  fit->c2 = scaled[2] / design.norms[2];
+  fit->points = static_cast<int>(design.points.size());
+  for (const auto& [shape, seconds] : design.points) {
+    const double relative = std::abs(fit->Seconds(shape) - seconds) / seconds;
+    if (relative >= fit->worst_relative_error) {
+      fit->worst_relative_error = relative;
+      fit->worst_shape = shape;
+    }
+  }
 }
 
 std::vector<int64_t> PowersOfTwoUpTo(int64_t limit) {
@@ -235,7 +302,7 @@ bool TrafficFromHistograms(const std::vector<HistogramBucket>& lengths,
 }
 
 double CostFit::Seconds(const Shape& shape) const {
-  if (ragged) return c0 + c1 * static_cast<double>(shape.length);
+  if (ragged) return c0 + c1 * static_cast<double>(shape.length) + c2 * static_cast<double>(shape.batch);
   const double tokens = static_cast<double>(shape.batch) * static_cast<double>(shape.length);
   return c0 + c1 * tokens + c2 * tokens * static_cast<double>(shape.length);
 }
@@ -259,58 +326,17 @@ bool FitCost(const std::vector<MeasuredBucket>& measured, CostFit* fit, std::str
     return false;
   }
   // Least squares of relative errors: each row divided by its measured time, columns scaled to one.
-  std::vector<std::array<double, 3>> rows;
-  std::vector<std::pair<Shape, double>> points;
-  std::array<double, 3> norms{};
-  for (const auto& [shape, sum] : by_shape) {
-    const double seconds = sum.first / sum.second;
+  const RelativeDesign design(by_shape, [](const Shape& shape) {
     const double tokens = static_cast<double>(shape.batch) * static_cast<double>(shape.length);
-    const std::array<double, 3> row = {1.0 / seconds, tokens / seconds,
-                                       tokens * static_cast<double>(shape.length) / seconds};
-    for (int j = 0; j < 3; ++j) norms[j] += row[j] * row[j];
-    rows.push_back(row);
-    points.push_back({shape, seconds});
-  }
-  for (double& norm : norms) norm = std::sqrt(norm);
-  for (auto& row : rows) {
-    for (int j = 0; j < 3; ++j) row[j] /= norms[j];
-  }
+    return std::array<double, 3>{1.0, tokens, tokens * static_cast<double>(shape.length)};
+  });
   std::array<double, 3> unconstrained;
-  if (!SolveLeastSquares(rows, {true, true, true}, &unconstrained)) {
+  if (!SolveLeastSquares(design.rows, {true, true, true}, &unconstrained)) {
     *error = "the measured buckets do not separate the cost model's three terms (c0, b·L, b·L²)";
     return false;
   }
-  // Non-negative least squares over 3 unknowns: the best of the least-squares fits on each subset of
-  // the terms whose coefficients are all >= 0 (the optimum is one of them).
-  double best_residual = std::numeric_limits<double>::infinity();
-  std::array<double, 3> best{};
-  for (int subset = 1; subset < 8; ++subset) {
-    const std::array<bool, 3> use = {(subset & 1) != 0, (subset & 2) != 0, (subset & 4) != 0};
-    std::array<double, 3> solution;
-    if (!SolveLeastSquares(rows, use, &solution)) continue;
-    if (*std::min_element(solution.begin(), solution.end()) < 0) continue;
-    double residual = 0;
-    for (const auto& row : rows) {
-      const double miss = row[0] * solution[0] + row[1] * solution[1] + row[2] * solution[2] - 1.0;
-      residual += miss * miss;
-    }
-    if (residual < best_residual) {
-      best_residual = residual;
-      best = solution;
-    }
-  }
   CostFit result;
-  result.c0 = best[0] / norms[0];
-  result.c1 = best[1] / norms[1];
-  result.c2 = best[2] / norms[2];
-  result.points = static_cast<int>(points.size());
-  for (const auto& [shape, seconds] : points) {
-    const double relative = std::abs(result.Seconds(shape) - seconds) / seconds;
-    if (relative >= result.worst_relative_error) {
-      result.worst_relative_error = relative;
-      result.worst_shape = shape;
-    }
-  }
+  FinishFit(NonNegativeFit(design.rows, {true, true, true}), design, &result);
   *fit = result;
   return true;
 }
@@ -436,52 +462,32 @@ bool SearchGrid(const ModelLimits& limits, const Traffic& traffic, const CostMod
 }
 
 bool FitRaggedCost(const std::vector<MeasuredBucket>& measured, CostFit* fit, std::string* error) {
-  std::set<int64_t> sizes;
+  std::map<Shape, std::pair<double, int>> by_shape;
+  std::set<int64_t> sizes, row_sizes;
   for (const MeasuredBucket& bucket : measured) {
-    if (bucket.seconds <= 0) {
+    if (!(bucket.seconds > 0) || !std::isfinite(bucket.seconds)) {
       *error = "bucket " + ShapeLabel(bucket.shape) + " has a non-positive time";
       return false;
     }
+    by_shape[bucket.shape].first += bucket.seconds;
+    ++by_shape[bucket.shape].second;
     sizes.insert(bucket.shape.length);
+    row_sizes.insert(bucket.shape.batch);
   }
   if (sizes.size() < 2) {
     *error = "a ragged model's fit needs buckets of at least 2 token sizes measured, got " +
              std::to_string(sizes.size());
     return false;
   }
-  // Weighted least squares on y = c0 + c1·T with weights 1/y² (relative errors); a negative
-  // coefficient is dropped and the other refitted alone.
-  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
-  for (const MeasuredBucket& bucket : measured) {
-    const double w = 1.0 / (bucket.seconds * bucket.seconds);
-    const double t = static_cast<double>(bucket.shape.length);
-    s00 += w;
-    s01 += w * t;
-    s11 += w * t * t;
-    r0 += w * bucket.seconds;
-    r1 += w * t * bucket.seconds;
-  }
-  const double determinant = s00 * s11 - s01 * s01;
+  // y = c0 + c1·T + c2·R by least relative squares, every coefficient >= 0: the best fit over the
+  // subsets of terms whose coefficients come out non-negative. Rows (FlashAttention launches work
+  // for every row of a bucket) only where 2 or more row sizes were measured, else c2 = 0.
+  const RelativeDesign design(by_shape, [](const Shape& shape) {
+    return std::array<double, 3>{1.0, static_cast<double>(shape.length), static_cast<double>(shape.batch)};
+  });
   CostFit result;
   result.ragged = true;
-  result.c0 = (r0 * s11 - r1 * s01) / determinant;
-  result.c1 = (s00 * r1 - s01 * r0) / determinant;
-  if (result.c1 < 0) {
-    result.c1 = 0;
-    result.c0 = r0 / s00;
-  } else if (result.c0 < 0) {
-    result.c0 = 0;
-    result.c1 = r1 / s11;
-  }
-  for (const MeasuredBucket& bucket : measured) {
-    const double fitted = result.c0 + result.c1 * static_cast<double>(bucket.shape.length);
-    const double relative = std::abs(fitted - bucket.seconds) / bucket.seconds;
-    if (relative >= result.worst_relative_error) {
-      result.worst_relative_error = relative;
-      result.worst_shape = bucket.shape;
-    }
-    ++result.points;
-  }
+  FinishFit(NonNegativeFit(design.rows, {true, true, row_sizes.size() >= 2}), design, &result);
   *fit = result;
   return true;
 }
@@ -536,9 +542,40 @@ GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, co
   figures.used_buckets = 1;
   figures.fitted_costs = cost.Measured(used) ? 0 : 1;
   figures.rows_per_batch = real / mean_length;
+  // Below saturation: a request alone replays the smallest bucket holding its tokens and rows and
+  // the filler's, each length of a bin as likely.
+  double lone_seconds = 0;
+  const auto rows_alone = std::max<int64_t>(1, static_cast<int64_t>(std::llround(traffic.mean_rows)));
+  for (const LengthBin& bin : traffic.lengths) {
+    const int64_t width = bin.high - bin.low;
+    if (width <= 0 || bin.requests <= 0) continue;
+    double bin_seconds = 0;
+    for (int64_t length = bin.low + 1; length <= bin.high; ++length) {
+      const int64_t tokens = std::min(budget, rows_alone * length);
+      const int64_t size = grid.sequence_lengths[SmallestAtLeast(grid.sequence_lengths, tokens)];
+      const int64_t needed = std::min(largest_rows, RaggedRowsNeeded(rows_alone, tokens, size));
+      bin_seconds += cost.Seconds(Shape{grid.batch_sizes[SmallestAtLeast(grid.batch_sizes, needed)], size});
+    }
+    lone_seconds += bin.requests / traffic.requests() * bin_seconds / static_cast<double>(width);
+  }
+  figures.lone_request_seconds = lone_seconds;
   (void)limits;
   return figures;
 }
+
+namespace {
+
+// Saturation first (real tokens/s, equal within 0.1 %), then a lone request's replay (equal within
+// 1 %), then fewer graphs.
+bool RaggedPlanIsBetter(const GridFigures& candidate, const GridFigures& best) {
+  if (candidate.tokens_per_s > best.tokens_per_s * 1.001) return true;
+  if (candidate.tokens_per_s < best.tokens_per_s * 0.999) return false;
+  if (candidate.lone_request_seconds < best.lone_request_seconds * 0.99) return true;
+  if (candidate.lone_request_seconds > best.lone_request_seconds * 1.01) return false;
+  return candidate.graphs < best.graphs;
+}
+
+}  // namespace
 
 bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const CostModel& cost,
                       const SearchOptions& options, Plan* plan, std::string* error) {
@@ -557,20 +594,22 @@ bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const C
   if (!options.current.sequence_lengths.empty() && options.current.sequence_lengths.back() <= cap) {
     budgets.insert(options.current.sequence_lengths.back());
   }
+  // Rows are chosen from the costs: one row size (the fewest graphs) or the default staircase,
+  // which saves a batch of few rows the work of empty ones where rows cost (c2 > 0).
+  const std::vector<std::vector<int64_t>> row_choices = {{RaggedLargestRows(limits.max_batch_size)},
+                                                         DefaultRaggedRowSizes(limits.max_batch_size)};
   bool found = false;
   for (int64_t budget : budgets) {
-    Plan candidate;
-    candidate.grid.batch_sizes = DefaultRaggedRowSizes(limits.max_batch_size);  // the loader's default
-    candidate.grid.sequence_lengths = DefaultRaggedTokenSizes(limits.max_sequence_length, budget);
-    candidate.grid.max_batch_tokens = budget;
-    candidate.figures = EvaluateRagged(candidate.grid, limits, traffic, cost);
-    const double best = found ? plan->figures.tokens_per_s : 0;
-    const bool better =
-        !found || candidate.figures.tokens_per_s > best * 1.001 ||
-        (candidate.figures.tokens_per_s >= best * 0.999 && candidate.figures.graphs < plan->figures.graphs);
-    if (better) {
-      *plan = std::move(candidate);
-      found = true;
+    for (const std::vector<int64_t>& rows : row_choices) {
+      Plan candidate;
+      candidate.grid.batch_sizes = rows;
+      candidate.grid.sequence_lengths = DefaultRaggedTokenSizes(limits.max_sequence_length, budget);
+      candidate.grid.max_batch_tokens = budget;
+      candidate.figures = EvaluateRagged(candidate.grid, limits, traffic, cost);
+      if (!found || RaggedPlanIsBetter(candidate.figures, plan->figures)) {
+        *plan = std::move(candidate);
+        found = true;
+      }
     }
   }
   return true;

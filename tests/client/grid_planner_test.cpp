@@ -409,6 +409,55 @@ TEST(RaggedGridPlannerTest, ABatchFullByItsRowsFillsTheTokenSizeBelowWhereThatDo
   EXPECT_NEAR(figures.padding, 1024.0 / 800, 1e-9);
 }
 
+std::vector<MeasuredBucket> RaggedTimedWithRows(double c0, double c1, double c2,
+                                                const std::vector<int64_t>& rows,
+                                                const std::vector<int64_t>& tokens) {
+  std::vector<MeasuredBucket> measured;
+  for (int64_t r : rows) {
+    for (int64_t t : tokens) {
+      measured.push_back({{r, t}, c0 + c1 * static_cast<double>(t) + c2 * static_cast<double>(r)});
+    }
+  }
+  return measured;
+}
+
+TEST(RaggedGridPlannerTest, TheFitPricesRowsOnlyWhereSeveralRowSizesWereMeasured) {
+  CostFit fit;
+  std::string error;
+  ASSERT_TRUE(FitRaggedCost(RaggedTimedWithRows(5e-4, 2e-7, 1e-6, {9, 257}, {64, 1024, 16384}), &fit, &error))
+      << error;
+  EXPECT_NEAR(fit.c0, 5e-4, 1e-9);
+  EXPECT_NEAR(fit.c1, 2e-7, 1e-12);
+  EXPECT_NEAR(fit.c2, 1e-6, 1e-11);
+  EXPECT_LT(fit.worst_relative_error, 1e-9);
+  // One row size cannot tell a row from the fixed cost: rows are left out.
+  ASSERT_TRUE(FitRaggedCost(RaggedTimedWithRows(5e-4, 2e-7, 1e-6, {257}, {64, 1024}), &fit, &error)) << error;
+  EXPECT_EQ(fit.c2, 0);
+  EXPECT_NEAR(fit.c0, 5e-4 + 257e-6, 1e-9);
+}
+
+TEST(RaggedGridPlannerTest, RowsThatCostGetTheStaircaseSoThatALoneRequestReplaysFewRows) {
+  // Requests of 40 tokens alone replay the 48-token bucket, in 9 rows with the staircase and 513
+  // without: 504 rows at 1 µs each.
+  const Traffic traffic = OneRowTraffic({{39, 40, 100}});
+  const ModelLimits limits{512, 128, true};
+  const std::vector<MeasuredBucket> measured = RaggedTimedWithRows(5e-4, 1e-7, 1e-6, {9, 513}, {256, 4096});
+  CostFit fit;
+  std::string error;
+  ASSERT_TRUE(FitRaggedCost(measured, &fit, &error)) << error;
+  const CostModel cost(measured, fit);
+  SearchOptions options;
+  options.max_bucket_tokens = 8192;
+  Plan plan;
+  ASSERT_TRUE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error)) << error;
+  EXPECT_EQ(plan.grid.batch_sizes, (std::vector<int64_t>{9, 33, 129, 513}));
+  EXPECT_NEAR(plan.figures.lone_request_seconds, 5e-4 + 1e-7 * 48 + 1e-6 * 9, 1e-12);
+  const GridFigures one_row_size = EvaluateRagged(
+      BucketGrid{{513}, plan.grid.sequence_lengths, plan.grid.max_batch_tokens}, limits, traffic, cost);
+  EXPECT_NEAR(one_row_size.lone_request_seconds, 5e-4 + 1e-7 * 48 + 1e-6 * 513, 1e-12);
+  EXPECT_NEAR(one_row_size.tokens_per_s, plan.figures.tokens_per_s, plan.figures.tokens_per_s * 1e-3);
+}
+
 TEST(RaggedGridPlannerTest, TheSearchTakesTheLargestBudgetWhileAFixedCostDominates) {
   const Traffic traffic = OneRowTraffic({{0, 64, 500}, {64, 128, 100}});
   const ModelLimits limits{512, 128, true};
@@ -421,8 +470,8 @@ TEST(RaggedGridPlannerTest, TheSearchTakesTheLargestBudgetWhileAFixedCostDominat
   Plan plan;
   ASSERT_TRUE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error)) << error;
   EXPECT_EQ(plan.grid.max_batch_tokens, 8192);
-  // The default row sizes, the last 512 rows and the spare.
-  EXPECT_EQ(plan.grid.batch_sizes, (std::vector<int64_t>{9, 33, 129, 513}));
+  // Rows cost nothing in this fit: one row size, 512 rows and the spare, the fewest graphs.
+  EXPECT_EQ(plan.grid.batch_sizes, (std::vector<int64_t>{513}));
   EXPECT_EQ(plan.grid.sequence_lengths.back(), 8192);
   options.max_bucket_tokens = 64;  // below one row of max_sequence_length
   EXPECT_FALSE(SearchRaggedGrid(limits, traffic, cost, options, &plan, &error));

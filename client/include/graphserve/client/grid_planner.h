@@ -107,7 +107,8 @@ struct CostFit {
   double worst_relative_error = 0;
   Shape worst_shape;
   int points = 0;
-  // FitRaggedCost's: time(T) = c0 + c1·T on a bucket's total tokens (Shape::length), rows left out.
+  // FitRaggedCost's: time = c0 + c1·T + c2·R on a bucket's total tokens T (Shape::length) and rows
+  // R (Shape::batch).
   bool ragged = false;
 
   double Seconds(const Shape& shape) const;
@@ -141,6 +142,7 @@ struct GridFigures {
   int64_t fitted_costs = 0;           // buckets the model ran whose cost came from the fit
   int64_t used_buckets = 0;           // buckets the model ran (the largest batch of each length used)
   double rows_per_batch = 0;          // real rows a batch holds on average, as the model fills them
+  double lone_request_seconds = 0;    // ragged: a request alone, its bucket's expected time
 };
 
 // The grid at saturation, as the header says. A request longer than every grid length is charged at
@@ -172,13 +174,13 @@ bool SearchGrid(const ModelLimits& limits, const Traffic& traffic, const CostMod
                 const SearchOptions& options, Plan* plan, std::string* error);
 
 // ---- Ragged models ---------------------------------------------------------------------------------
-// A ragged model's bucket (Shape: batch = rows, length = total tokens) costs about its tokens: rows
-// are an offset and a pooled vector each (the fit below ignores them; FlashAttention does not quite).
-// Its grid is the default row sizes (DefaultRaggedRowSizes) by token sizes.
+// A ragged model's bucket (Shape: batch = rows, length = total tokens) costs about its tokens, and a
+// little per row: on the CPU a row is an offset and a pooled vector, but FlashAttention launches
+// work for every row of a bucket, empty ones included. Its grid is row sizes by token sizes.
 
-// time(T) = c0 + c1·T in seconds over the measured buckets' total tokens, by least relative
-// squares with both >= 0. False, saying why, with fewer than 2 distinct token sizes or non-positive
-// times.
+// time = c0 + c1·T + c2·R in seconds over the measured buckets' total tokens T and rows R, by least
+// relative squares with every coefficient >= 0; c2 = 0 unless 2 or more row sizes were measured.
+// False, saying why, with fewer than 2 distinct token sizes or non-positive times.
 bool FitRaggedCost(const std::vector<MeasuredBucket>& measured, CostFit* fit, std::string* error);
 
 // The ragged grid at saturation: each batch packs requests in arrival order until the next would
@@ -192,9 +194,11 @@ GridFigures EvaluateRagged(const BucketGrid& grid, const ModelLimits& limits, co
                            const CostModel& cost);
 
 // Among token budgets (powers of two from max_sequence_length up to the cap, and today's), each
-// with token sizes in steps of 1.5 from 16 (DefaultRaggedTokenSizes) and the default rows: the one
-// of highest expected real tokens/s, fewer graphs among equals (within 0.1 %). False, saying why,
-// when even max_sequence_length exceeds the cap.
+// with token sizes in steps of 1.5 from 16 (DefaultRaggedTokenSizes) and rows either max_batch_size
+// + 1 alone or the default staircase (DefaultRaggedRowSizes): the one of highest expected real
+// tokens/s; among equals (within 0.1 %) the one whose lone request replays fastest (by more than
+// 1 %), then the one of fewer graphs. False, saying why, when even max_sequence_length exceeds the
+// cap.
 bool SearchRaggedGrid(const ModelLimits& limits, const Traffic& traffic, const CostModel& cost,
                       const SearchOptions& options, Plan* plan, std::string* error);
 
