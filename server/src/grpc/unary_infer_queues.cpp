@@ -9,6 +9,7 @@
 #include "common/thread_name.h"
 #include "graphserve/server/grpc/compressed_message.h"
 #include "graphserve/server/observability/metrics.h"
+#include "grpc/answer_handover.h"
 
 namespace graphserve {
 namespace {
@@ -119,6 +120,9 @@ class UnaryInferCall final : public InferenceReceiver {
     // no longer known then.
     succeeded_ = outcome.ok();
     from_rest_ = succeeded_ && InferPath::CountedByRest(context_);
+    // Found before the finish starts, while REST's call waits for it: once REST has the answer it
+    // forgets the handover.
+    if (from_rest_) handover_ = FindHandover();
     // Finish's event may be handled, and the call deleted, before Finish returns: nothing after it.
     if (outcome.ok()) {
       SerializeGrpcMessage(response_, &payload_);
@@ -157,9 +161,15 @@ class UnaryInferCall final : public InferenceReceiver {
     finished_ = true;
     if (write_alarm_pending_) write_alarm_.Cancel();  // its event still comes back, not ok
     // Not ok: the write timed out, or the client went away first; its answer reached nobody. REST
-    // counts an answer handed over to it once its own client has it. (Should REST cancel its call
-    // just as gRPC hands the answer over, REST sees CANCELLED and the request is counted nowhere.)
-    if (succeeded_ && !(ok && from_rest_)) prepared_.metrics->AnswerWritten(ok, from_rest_ ? "http" : "grpc");
+    // counts an answer handed over to it once its own client has it, unless REST gave its call up
+    // as the answer came (AnswerHandover), or had already forgotten it.
+    if (succeeded_) {
+      if (!from_rest_) {
+        prepared_.metrics->AnswerWritten(ok, "grpc");
+      } else if (!ok || handover_ == nullptr || handover_->HandedOver()) {
+        prepared_.metrics->AnswerWritten(false, "http");
+      }
+    }
     DeleteIfOver();
   }
 
@@ -167,6 +177,14 @@ class UnaryInferCall final : public InferenceReceiver {
     write_alarm_pending_ = false;
     if (fired && !finished_) context_.TryCancel();
     DeleteIfOver();
+  }
+
+  // REST's handover for this in-process call; nullptr when it sent none or has forgotten it.
+  std::shared_ptr<AnswerHandover> FindHandover() const {
+    const auto& metadata = context_.client_metadata();
+    const auto found = metadata.find(AnswerHandovers::kMetadataKey);
+    if (found == metadata.end()) return nullptr;
+    return AnswerHandovers::Instance().Find(std::string_view(found->second.data(), found->second.size()));
   }
 
   // Once every event of the call has come back.
@@ -200,8 +218,9 @@ class UnaryInferCall final : public InferenceReceiver {
   bool finished_ = false;
   bool done_ = false;
   grpc::Alarm write_alarm_;
-  bool write_alarm_pending_ = false;  // set before Finish, so read safely once Finish came back
-  bool succeeded_ = false;            // likewise: counted once written (AnswerWritten)
+  bool write_alarm_pending_ = false;          // set before Finish, so read safely once Finish came back
+  bool succeeded_ = false;                    // likewise: counted once written (AnswerWritten)
+  std::shared_ptr<AnswerHandover> handover_;  // likewise
   bool from_rest_ = false;
   Event arrived_event_{this, &UnaryInferCall::OnArrived};
   Event finished_event_{this, &UnaryInferCall::OnFinished};

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "graphserve/server/observability/metrics.h"
 #include "graphserve/server/security/api_groups.h"
 #include "graphserve/server/security/auth.h"
+#include "grpc/answer_handover.h"
 #include "grpc_service.grpc.pb.h"
 #include "security/grpc_security.h"
 
@@ -66,11 +68,20 @@ struct Rpc {
   HttpReply reply;
   std::function<HttpResponse(const Response&)> encode;
   const std::atomic<bool>* drain_expired;
+  // An infer call's: its answer's way from the service (AnswerHandover), and what counts that
+  // answer as not delivered when the call ends without it after the service handed it over.
+  std::string handover_id;
+  std::shared_ptr<AnswerHandover> handover;
+  std::function<void()> answer_lost;
 
   Rpc(HttpReply http_reply, const std::atomic<bool>* expired)
       : reply(std::move(http_reply)), drain_expired(expired) {}
 
   void Done(const grpc::Status& status) {
+    if (handover != nullptr) {
+      if (!status.ok() && handover->GivenUp()) answer_lost();
+      AnswerHandovers::Instance().Forget(handover_id);
+    }
     HttpResponse answer;
     if (status.ok()) {
       answer = encode(response);
@@ -139,12 +150,20 @@ struct RestApi {
 
   // `deadline_us`: the call's deadline from now (0: none), which the gRPC service sees as a gRPC
   // client's: admission refuses at once what cannot meet it, and the queue drops what outlives it.
+  // `answer_lost` (infer calls): counts the answer as not delivered when the call ends without it
+  // after the service handed it over (AnswerHandover).
   template <typename Request, typename Response, typename Invoke>
   void Call(HttpReply reply, Request request, Invoke invoke,
-            std::function<HttpResponse(const Response&)> encode, int64_t deadline_us = 0) {
+            std::function<HttpResponse(const Response&)> encode, int64_t deadline_us = 0,
+            std::function<void()> answer_lost = nullptr) {
     auto* rpc = new Rpc<Request, Response>(std::move(reply), &drain_expired);
     rpc->request = std::move(request);
     rpc->encode = std::move(encode);
+    if (answer_lost) {
+      std::tie(rpc->handover_id, rpc->handover) = AnswerHandovers::Instance().Open();
+      rpc->answer_lost = std::move(answer_lost);
+      rpc->context->AddMetadata(AnswerHandovers::kMetadataKey, rpc->handover_id);
+    }
     if (deadline_us > 0) {
       rpc->context->set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(deadline_us));
     }
@@ -389,7 +408,12 @@ struct RestApi {
           }
           return answer;
         },
-        deadline_us);
+        deadline_us,
+        [metrics = metrics, model_name = model.name] {
+          if (ModelRequestMetrics* model_metrics = metrics->ForModel(model_name)) {
+            model_metrics->AnswerWritten(false, "http");
+          }
+        });
   }
 
   static Status HeaderLength(const HttpRequest& http, std::optional<size_t>* json_length) {
