@@ -1092,8 +1092,16 @@ TEST(RaggedPlannerTest, AFullBatchKeepsBackWhatWouldPadItToTheNextTokenSize) {
   EXPECT_EQ(decision->requests.size(), 7u);
   EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));
 
-  // A batch that is not full takes every request, padded: none is kept back for a batch that
-  // may never come.
+  // Full by its rows but holding every queued request: none is kept back for a batch that may
+  // never come.
+  BatchPlanner all_queued(RaggedTestSpec(), Options(1'000'000), by_tokens);
+  for (int i = 0; i < 7; ++i) AddAt(all_queued, clock, MakeRequest(1, 5));
+  decision = all_queued.Next(clock.NowMicros(), false);
+  ASSERT_TRUE(decision);
+  EXPECT_EQ(decision->requests.size(), 7u);
+  EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));
+
+  // A batch that is not full takes every request, padded, likewise.
   BatchPlanner quiet(RaggedTestSpec(), Options(1000), by_tokens);
   for (int i = 0; i < 6; ++i) AddAt(quiet, clock, MakeRequest(1, 6));
   EXPECT_FALSE(quiet.Next(clock.NowMicros(), false));

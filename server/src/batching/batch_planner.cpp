@@ -585,12 +585,13 @@ std::optional<DispatchDecision> BatchPlanner::NextRagged(int64_t now_us, bool ex
   packed.real_elements = static_cast<double>(tokens);
   packed.shape = spec_.BucketFor(packed.rows, tokens);
   packed.cost_us = CostUs(packed.shape);
-  if (full) packed = BestRaggedPrefix(bin, packed);
+  // Only where requests stay queued anyway: a batch of all that are queued strands none.
+  if (full && packed.take[0] < bin.requests.size()) packed = BestRaggedPrefix(bin, packed);
   return Take(packed);
 }
 
 BatchPlanner::Candidate BatchPlanner::BestRaggedPrefix(const Bin& bin, const Candidate& all) const {
-  // A full batch leaves requests queued anyway, so it need not take all that fit: the oldest few
+  // A full batch that leaves requests queued need not take all that fit: the oldest few
   // that fill a smaller token size nearly exactly may do more real tokens per µs than all of them
   // padded to the next size up (rows bind a batch of short requests some tokens past a size, which
   // pads it by up to the grid's step). The rest lead the next batch. Among scores within
