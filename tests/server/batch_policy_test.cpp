@@ -180,6 +180,22 @@ TEST(BatchPolicyTest, ARaggedGridPacksRequestsEndToEndWithOnlyItsBucketsTailsAsP
   EXPECT_LE(result.padding_ratio(), 1.05);
 }
 
+TEST(BatchPolicyTest, RaggedRowSizesSpareSmallBatchesTheEmptyRowsAndChangeNothingAtSaturation) {
+  // FlashAttention's rows cost (H200BertBaseRaggedUs): a lone client's request in a bucket of 9
+  // rows beats one of 513; at saturation every batch is full and both grids are one.
+  SimulationConfig staircase = Config(Policy::kPlanner, 1, EncoderGrid::kRagged);
+  staircase.cost = H200BertBaseRaggedUs;
+  SimulationConfig one_size = staircase;
+  one_size.spec.bucket_batch_sizes = {RaggedLargestRows(one_size.spec.max_batch_size)};
+  const SimulationResult lone_staircase = SimulateClosedLoop(staircase, 1, 2000, LengthMix{}, kSeed);
+  const SimulationResult lone_one_size = SimulateClosedLoop(one_size, 1, 2000, LengthMix{}, kSeed);
+  EXPECT_LT(lone_staircase.latency_percentile_us(50) + 200, lone_one_size.latency_percentile_us(50));
+  const SimulationResult full_staircase = SimulateClosedLoop(staircase, 512, 20000, LengthMix{}, kSeed);
+  const SimulationResult full_one_size = SimulateClosedLoop(one_size, 512, 20000, LengthMix{}, kSeed);
+  EXPECT_NEAR(full_staircase.real_tokens_per_second(), full_one_size.real_tokens_per_second(),
+              0.02 * full_one_size.real_tokens_per_second());
+}
+
 TEST(BatchPolicyTest, BelowCapacityPlannerPadsLessThanFifoOnItsGridAndAnswersSooner) {
   // Below capacity the planner trades padding for launches: where a batch costs about a launch
   // whatever it holds, one batch of what is queued (arrival order's) beats a launch per bin. It

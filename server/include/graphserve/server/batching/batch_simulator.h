@@ -41,10 +41,11 @@ using CostModel = std::function<double(int64_t batch, int64_t length)>;
 double H200BertBaseUs(int64_t batch, int64_t length);
 
 // An estimate, not a measurement, of the same encoder run ragged (ModelSpec::ragged) on a bucket of
-// `tokens` packed tokens (its rows cost nothing of their own): H200BertBaseUs's per-token term on
-// the tokens, and its attention term with each token attending over its own row only, at the
-// default LengthMix's E[L²] / E[L] (about 125 tokens). Replace it with measured buckets once a
-// ragged export has been benchmarked (MeasuredCostModel reads "ROWSxTOKENS us" just as well).
+// `rows` rows and `tokens` packed tokens: H200BertBaseUs's per-token term on the tokens, its
+// attention term with each token attending over its own row only, at the default LengthMix's
+// E[L²] / E[L] (about 125 tokens), and FlashAttention's 0.75 µs for each row of the bucket (an
+// H100's, measured by varlen_bound.py). Replace it with measured buckets once a ragged export has
+// been benchmarked (MeasuredCostModel reads "ROWSxTOKENS us" just as well).
 double H200BertBaseRaggedUs(int64_t rows, int64_t tokens);
 
 // One bucket's replay time as measured on a device (graphserve-bucket-bench, the e2e benchmark's
