@@ -5,6 +5,7 @@
 #   export   deploy/models/export_bert.py into BUILD_DIR/bert_repo (once; reused afterwards)
 #   buckets  graphserve-bucket-bench per model: bare replay, Execute and real tokens/s per bucket
 #   profile  deploy/bench/profile_bucket.py on each model's largest bucket: GEMM, attention, the rest
+#            (the ragged one as .pt2 and, as its kernels' split too, as TorchScript)
 #   e2e      e2e_benchmark.py mode a (graphs + batcher) at each concurrency, with the ceiling and
 #            the overhead at one client; then the ragged model again with other row sizes (mode g,
 #            --ragged-rows; by default max batch + 1 alone, against the server's default staircase)
@@ -54,6 +55,9 @@ bert_repo=$build_dir/bert_repo
 torchscript=bert_base_${dtype}
 pt2=bert_base_${dtype}_pt2
 ragged=bert_base_${dtype}_ragged_pt2
+# The same ragged weights as TorchScript: profiled beside the .pt2, whose profile crashed once
+# (2026-12-07), since its GEMMs and FlashAttention are the same kernels; only the rest is fused differently.
+ragged_torchscript=bert_base_${dtype}_ragged
 models=("$ragged" "$pt2" "$torchscript")
 
 max_batch_tokens() { sed -n 's/.*"max_batch_tokens" value: { string_value: "\([0-9]*\)".*/\1/p' "$bert_repo/$1/config.pbtxt"; }
@@ -67,12 +71,12 @@ if wants export; then
     "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format both
     echo "export, padded (both formats): $(( $(date +%s) - start )) s"
   fi
-  if [[ ! -f $bert_repo/$ragged/model.pt2 || $(max_batch "$ragged") != "$ragged_max_batch" ||
-        $(max_batch_tokens "$ragged") != "$ragged_max_tokens" ]]; then
+  if [[ ! -f $bert_repo/$ragged/model.pt2 || ! -f $bert_repo/$ragged_torchscript/model.pt ||
+        $(max_batch "$ragged") != "$ragged_max_batch" || $(max_batch_tokens "$ragged") != "$ragged_max_tokens" ]]; then
     start=$(date +%s)
-    "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format pt2 \
+    "$python" "$repo/deploy/models/export_bert.py" "$bert_repo" --dtype "$dtype" --device cuda --format both \
       --ragged --max-batch "$ragged_max_batch" --max-batch-tokens "$ragged_max_tokens"
-    echo "export, ragged .pt2: $(( $(date +%s) - start )) s"
+    echo "export, ragged .pt2 and TorchScript: $(( $(date +%s) - start )) s"
   fi
 fi
 
@@ -93,9 +97,11 @@ if wants profile; then
   tokens=$(max_batch_tokens "$ragged")
   # One model's failure leaves the other's profile (the ragged one crashed under the profiler on
   # 2026-12-07, and the padded one then never ran).
-  "$python" "$repo/deploy/bench/profile_bucket.py" --model-dir "$bert_repo/$ragged" \
-    --rows "$(max_batch "$ragged")" --tokens "${tokens:-16384}" | tee "$out/profile_$ragged.md" ||
-    echo "profile_bucket.py failed on $ragged (exit $?)" | tee -a "$out/profile_$ragged.md"
+  for model in "$ragged" "$ragged_torchscript"; do
+    "$python" "$repo/deploy/bench/profile_bucket.py" --model-dir "$bert_repo/$model" \
+      --rows "$(max_batch "$model")" --tokens "${tokens:-16384}" | tee "$out/profile_$model.md" ||
+      echo "profile_bucket.py failed on $model (exit $?)" | tee -a "$out/profile_$model.md"
+  done
   "$python" "$repo/deploy/bench/profile_bucket.py" --model-dir "$bert_repo/$pt2" \
     --rows "$(max_batch "$pt2")" --length 512 | tee "$out/profile_$pt2.md" ||
     echo "profile_bucket.py failed on $pt2 (exit $?)" | tee -a "$out/profile_$pt2.md"
