@@ -1074,29 +1074,32 @@ TEST(RaggedPlannerTest, AFullBatchKeepsBackWhatWouldPadItToTheNextTokenSize) {
     for (int64_t tokens : {16, 32, 64})
       by_tokens[BucketShape{rows, tokens}] = 10.0 * static_cast<double>(tokens);
   }
-  BatchPlanner planner(RaggedTestSpec(), Options(1'000'000), by_tokens);
-  for (int i = 0; i < 8; ++i) AddAt(planner, clock, MakeRequest(1, 5));
-  auto decision = planner.Next(clock.NowMicros(), false);  // full by its rows
+  // The first batch of `requests` requests of 5 tokens queued at once: full by its rows (7).
+  const auto first_batch = [&clock](const BucketCosts& costs, int requests, size_t* left) {
+    BatchPlanner planner(RaggedTestSpec(), Options(1'000'000), costs);
+    for (int i = 0; i < requests; ++i) AddAt(planner, clock, MakeRequest(1, 5));
+    auto decision = planner.Next(clock.NowMicros(), false);
+    *left = planner.queued_requests();
+    return decision;
+  };
+  size_t left = 0;
+  auto decision = first_batch(by_tokens, 8, &left);
   ASSERT_TRUE(decision);
   EXPECT_EQ(decision->requests.size(), 6u);
   EXPECT_EQ(decision->padded_shape, (BucketShape{8, 32}));
-  EXPECT_EQ(planner.queued_requests(), 2u);
+  EXPECT_EQ(left, 2u);
 
   // Time by launches, as a GPU's is for small buckets: padding costs nothing, so all 7 go.
   BucketCosts flat;
   for (const auto& [shape, us] : by_tokens) flat[shape] = 100.0;
-  BatchPlanner launch_bound(RaggedTestSpec(), Options(1'000'000), flat);
-  for (int i = 0; i < 8; ++i) AddAt(launch_bound, clock, MakeRequest(1, 5));
-  decision = launch_bound.Next(clock.NowMicros(), false);
+  decision = first_batch(flat, 8, &left);
   ASSERT_TRUE(decision);
   EXPECT_EQ(decision->requests.size(), 7u);
   EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));
 
   // Full by its rows but holding every queued request: none is kept back for a batch that may
   // never come.
-  BatchPlanner all_queued(RaggedTestSpec(), Options(1'000'000), by_tokens);
-  for (int i = 0; i < 7; ++i) AddAt(all_queued, clock, MakeRequest(1, 5));
-  decision = all_queued.Next(clock.NowMicros(), false);
+  decision = first_batch(by_tokens, 7, &left);
   ASSERT_TRUE(decision);
   EXPECT_EQ(decision->requests.size(), 7u);
   EXPECT_EQ(decision->padded_shape, (BucketShape{8, 64}));

@@ -596,29 +596,35 @@ BatchPlanner::Candidate BatchPlanner::BestRaggedPrefix(const Bin& bin, const Can
   // padded to the next size up (rows bind a batch of short requests some tokens past a size, which
   // pads it by up to the grid's step). The rest lead the next batch. Among scores within
   // kScoreTolerance of the best, the largest batch goes.
-  std::vector<Candidate> prefixes;
-  prefixes.reserve(all.take[0]);
-  Candidate prefix;
-  prefix.take.assign(bins_.size(), 0);
+  const auto score = [](double real, double cost_us) { return real / std::max(cost_us, 1e-9); };
+  std::vector<double> scores;  // of the oldest k + 1 requests; the last is `all`
+  scores.reserve(all.take[0]);
+  int64_t rows = 0;
   int64_t tokens = 0;
   for (size_t i = 0; i + 1 < all.take[0]; ++i) {
     const InferenceItem& item = bin.requests[i]->item;
+    rows += item.rows;
+    tokens += item.rows * item.length;
+    scores.push_back(score(static_cast<double>(tokens), CostUs(spec_.BucketFor(rows, tokens))));
+  }
+  scores.push_back(score(all.real_elements, all.cost_us));
+  const double best = *std::max_element(scores.begin(), scores.end());
+  size_t take = scores.size();
+  while (scores[take - 1] * (1.0 + kScoreTolerance) < best) --take;
+  if (take == all.take[0]) return all;
+  Candidate prefix;
+  prefix.take.assign(bins_.size(), 0);
+  prefix.take[0] = take;
+  tokens = 0;
+  for (size_t i = 0; i < take; ++i) {
+    const InferenceItem& item = bin.requests[i]->item;
     prefix.rows += item.rows;
     tokens += item.rows * item.length;
-    ++prefix.take[0];
-    prefix.shape = spec_.BucketFor(prefix.rows, tokens);
-    prefix.cost_us = CostUs(prefix.shape);
-    prefix.real_elements = static_cast<double>(tokens);
-    prefixes.push_back(prefix);
   }
-  prefixes.push_back(all);
-  const auto score = [](const Candidate& c) { return c.real_elements / std::max(c.cost_us, 1e-9); };
-  double best_score = 0;
-  for (const Candidate& c : prefixes) best_score = std::max(best_score, score(c));
-  for (size_t i = prefixes.size(); i-- > 0;) {
-    if (score(prefixes[i]) * (1.0 + kScoreTolerance) >= best_score) return prefixes[i];
-  }
-  return all;
+  prefix.shape = spec_.BucketFor(prefix.rows, tokens);
+  prefix.cost_us = CostUs(prefix.shape);
+  prefix.real_elements = static_cast<double>(tokens);
+  return prefix;
 }
 
 std::optional<DispatchDecision> BatchPlanner::Next(int64_t now_us, bool executor_idle) {
